@@ -1,0 +1,2 @@
+//! The `llamactl` binary.
+fn main() {}

@@ -1,0 +1,1 @@
+//! `llamad-proto`: the byte layouts of llama.cpp's RPC protocol 7.0.0.

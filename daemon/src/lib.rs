@@ -1,0 +1,1 @@
+//! `llamad`: the worker daemon library (RPC server, cache, admin API).

@@ -1,0 +1,2 @@
+//! The `llamad` binary: parse, init tracing, run.
+fn main() {}
