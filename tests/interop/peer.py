@@ -110,7 +110,7 @@ def _spawn(kind: str, argv: Sequence[str], port: int, env=None, timeout: float =
 def start_reference_server(port: Optional[int] = None, cache_dir: Optional[str] = None, threads: int = 1) -> Server:
     """llama.cpp's RPC server (CPU device) from the wheel's libraries, on 127.0.0.1:port."""
     port = port or free_port()
-    argv = [sys.executable, os.path.join(HERE, "ref_server.py"), str(port), "--threads", str(threads)]
+    argv = [sys.executable, os.path.join(HERE, "ref_server.py"), "-p", str(port), "-t", str(threads)]
     if cache_dir:
         argv += ["--cache-dir", cache_dir]
     return _spawn("reference", argv, port)

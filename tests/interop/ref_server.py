@@ -1,25 +1,42 @@
 """Runs llama.cpp's own RPC server (protocol 7.0.0) in this process; blocks until killed.
 
-Usage: python ref_server.py PORT [--cache-dir DIR] [--threads N]
+Usage: python ref_server.py [-H HOST] [-p PORT] [-t N] [-c | --cache-dir DIR]
 
-Equivalent to ``ggml-rpc-server -H 127.0.0.1 -p PORT -t N [-c]`` on the CPU device, through the
-libraries of the llama-cpp-python wheel (ref: ggml-rpc-protocol.md §10.1, §11.6). A cache
-directory given here is used as is (no ``/rpc`` suffix).
+Takes the flags of ``ggml-rpc-server`` (ref: ggml-rpc-protocol.md §10.1) and serves the CPU device
+through the libraries of the llama-cpp-python wheel (§11.6). ``-c`` puts the cache where the
+real server does (``$LLAMA_CACHE/rpc``, else ``$XDG_CACHE_HOME/llama.cpp/rpc``, else
+``~/.cache/llama.cpp/rpc``); ``--cache-dir DIR`` uses DIR as is (no ``/rpc`` suffix).
 """
 
 import argparse
 import ctypes
+import os
 import sys
 
 import _ggml
 
 
+def cache_root() -> str:
+    """ggml-rpc-server's cache root on Linux (ref: §9)."""
+    if os.environ.get("LLAMA_CACHE"):
+        return os.environ["LLAMA_CACHE"]
+    if os.environ.get("XDG_CACHE_HOME"):
+        return os.path.join(os.environ["XDG_CACHE_HOME"], "llama.cpp")
+    return os.path.join(os.path.expanduser("~"), ".cache", "llama.cpp")
+
+
 def main() -> int:
     ap = argparse.ArgumentParser()
-    ap.add_argument("port", type=int)
+    ap.add_argument("-H", "--host", default="127.0.0.1")
+    ap.add_argument("-p", "--port", type=int, default=50052)
+    ap.add_argument("-t", "--threads", type=int, default=max(1, (os.cpu_count() or 2) // 2))
+    ap.add_argument("-c", "--cache", action="store_true")
     ap.add_argument("--cache-dir", default=None)
-    ap.add_argument("--threads", type=int, default=1)
     args = ap.parse_args()
+    if args.cache and not args.cache_dir:
+        args.cache_dir = os.path.join(cache_root(), "rpc")
+    if args.cache_dir:
+        os.makedirs(args.cache_dir, exist_ok=True)
 
     ggml = _ggml.ggml()
     rpc = _ggml.ggml_rpc()
@@ -29,7 +46,7 @@ def main() -> int:
         print("ref_server: no CPU device in the ggml registry", file=sys.stderr)
         return 1
     devs = (ctypes.c_void_p * 1)(cpu)
-    endpoint = f"127.0.0.1:{args.port}".encode()
+    endpoint = f"{args.host}:{args.port}".encode()
     cache = args.cache_dir.encode() if args.cache_dir else None
     sys.stdout.flush()
     rpc.ggml_backend_rpc_start_server(endpoint, cache, args.threads, 1, devs)
