@@ -8,10 +8,15 @@ result) and SET_TENSOR data size, so a test can see whether a model load hit the
 tensor cache (§9).
 
 Library: ``with Proxy(upstream_port) as p: ... p.stats.snapshot()``.
-CLI:     ``python proxy.py --listen PORT --upstream HOST:PORT [--capture DIR] [--split-frames MAX]``
-         ``--capture DIR`` writes each connection's raw request stream to ``DIR/conn-NNNN.req`` and
-         its response stream to ``DIR/conn-NNNN.rsp``; ``--split-frames MAX`` also writes every
-         request frame of at most MAX bytes to ``DIR/conn-NNNN/FFFFFF-NAME.bin`` (fuzz seeds).
+CLI:     ``python proxy.py --listen PORT --upstream HOST:PORT [--capture DIR [--responses]
+          [--elide-set-tensor-over BYTES]] [--stats FILE]``
+         ``--capture DIR`` writes each connection's request stream to ``DIR/conn-NNNN.req`` (whole
+         frames, in order) with a frame index ``DIR/conn-NNNN.json`` (command, payload length,
+         offset in the file or ``elided``); ``--responses`` adds the response stream
+         ``DIR/conn-NNNN.rsp``. ``--elide-set-tensor-over BYTES`` leaves out SET_TENSOR frames with
+         more data than that (the weight uploads), so a model session fits in a small corpus; the
+         stream stays well-framed because SET_TENSOR has no response. Buffer handles and
+         addresses inside a capture are those the original server handed out.
 """
 
 import argparse
@@ -22,6 +27,7 @@ import socket
 import struct
 import sys
 import threading
+import time
 from collections import deque
 
 CMD_NAMES = {
@@ -158,40 +164,52 @@ class _Conn:
         self.pending = deque()  # (cmd, request head) awaiting a response, FIFO (ref: §3.4)
         self.pending_lock = threading.Lock()
         self.req_file = self.rsp_file = None
-        self.frame_dir = None
-        self.frame_no = 0
+        self.frames = []  # capture index: one entry per request frame
         if proxy.capture_dir:
             base = os.path.join(proxy.capture_dir, f"conn-{index:04d}")
             self.req_file = open(base + ".req", "wb")
-            self.rsp_file = open(base + ".rsp", "wb")
-            if proxy.split_frames:
-                self.frame_dir = base
-                os.makedirs(base, exist_ok=True)
+            if proxy.capture_responses:
+                self.rsp_file = open(base + ".rsp", "wb")
+
+    def _elide(self, cmd: int, length: int) -> bool:
+        limit = self.proxy.elide_set_tensor_over
+        return cmd == SET_TENSOR and limit is not None and length - 305 > limit
 
     # --- request parser (client -> server) ---
     def parse_requests(self):
         buf = bytearray()
+        out = self.req_file
         while True:
             while len(buf) < 9:
                 data = yield
                 buf += data
             cmd = buf[0]
             length = struct.unpack_from("<Q", buf, 1)[0]
+            header = bytes(buf[:9])
             del buf[:9]
-            keep_all = self.frame_dir is not None and 9 + length <= self.proxy.split_frames
-            want = length if keep_all else min(length, KEEP_HEAD)
+            want = min(length, KEEP_HEAD)
             while len(buf) < want:
                 data = yield
                 buf += data
             head = bytes(buf[:want])
-            # Skip the rest of the payload without holding it.
+            del buf[:want]
+            # Captured frames are written whole; elided ones (big weight uploads) are left out,
+            # which keeps the stream well-framed since SET_TENSOR has no response (§5).
+            keep = out is not None and not self._elide(cmd, length)
+            if out is not None:
+                self.frames.append(
+                    {"cmd": cmd_name(cmd), "len": length, "offset": out.tell() if keep else None, "elided": not keep}
+                )
+            if keep:
+                out.write(header + head)
             remaining = length - len(head)
-            del buf[: len(head)]
             while remaining > 0:
                 if not buf:
                     data = yield
                     buf += data
                 take = min(remaining, len(buf))
+                if keep:
+                    out.write(buf[:take])
                 del buf[:take]
                 remaining -= take
             if cmd not in CMD_NAMES:
@@ -200,11 +218,6 @@ class _Conn:
             if cmd in HAS_RESPONSE:
                 with self.pending_lock:
                     self.pending.append((cmd, head))
-            if keep_all:
-                self.frame_no += 1
-                path = os.path.join(self.frame_dir, f"{self.frame_no:06d}-{cmd_name(cmd)}.bin")
-                with open(path, "wb") as f:
-                    f.write(bytes([cmd]) + struct.pack("<Q", length) + head)
 
     # --- response parser (server -> client) ---
     def parse_responses(self):
@@ -257,7 +270,7 @@ class _Conn:
                 pass
 
     def run(self):
-        t_up = threading.Thread(target=self.pump, args=(self.client, self.upstream, self.parse_requests(), self.req_file), daemon=True)
+        t_up = threading.Thread(target=self.pump, args=(self.client, self.upstream, self.parse_requests(), None), daemon=True)
         t_down = threading.Thread(target=self.pump, args=(self.upstream, self.client, self.parse_responses(), self.rsp_file), daemon=True)
         t_up.start()
         t_down.start()
@@ -268,15 +281,27 @@ class _Conn:
         for f in (self.req_file, self.rsp_file):
             if f:
                 f.close()
+        if self.req_file:
+            with open(os.path.join(self.proxy.capture_dir, f"conn-{self.index:04d}.json"), "w") as f:
+                json.dump(self.frames, f, indent=0)
 
 
 class Proxy:
     """Listens on 127.0.0.1:listen_port (0 = any free port) and forwards to upstream_host:upstream_port."""
 
-    def __init__(self, upstream_port: int, upstream_host: str = "127.0.0.1", listen_port: int = 0, capture_dir=None, split_frames: int = 0):
+    def __init__(
+        self,
+        upstream_port: int,
+        upstream_host: str = "127.0.0.1",
+        listen_port: int = 0,
+        capture_dir=None,
+        capture_responses: bool = False,
+        elide_set_tensor_over=None,
+    ):
         self.upstream = (upstream_host, upstream_port)
         self.capture_dir = capture_dir
-        self.split_frames = split_frames
+        self.capture_responses = capture_responses
+        self.elide_set_tensor_over = elide_set_tensor_over
         if capture_dir:
             os.makedirs(capture_dir, exist_ok=True)
         self.stats = Stats()
@@ -287,6 +312,8 @@ class Proxy:
         self.port = self.sock.getsockname()[1]
         self._n = 0
         self._closed = False
+        self._threads = []
+        self._threads_lock = threading.Lock()
         self._thread = threading.Thread(target=self._accept_loop, daemon=True)
         self._thread.start()
 
@@ -312,7 +339,20 @@ class Proxy:
             with self.stats.lock:
                 self.stats.connections += 1
             conn = _Conn(self, self._n, client, upstream)
-            threading.Thread(target=conn.run, daemon=True).start()
+            t = threading.Thread(target=conn.run, daemon=True)
+            with self._threads_lock:
+                self._threads.append(t)
+            t.start()
+
+    def wait_closed(self, timeout: float = 10.0) -> bool:
+        """Waits until every connection accepted so far has closed and been fully counted
+        (and its capture files written). Call after the master process has exited."""
+        deadline = time.monotonic() + timeout
+        with self._threads_lock:
+            threads = list(self._threads)
+        for t in threads:
+            t.join(max(0.0, deadline - time.monotonic()))
+        return not any(t.is_alive() for t in threads)
 
     def close(self):
         self._closed = True
@@ -332,18 +372,26 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--listen", type=int, required=True, help="port to listen on (127.0.0.1)")
     ap.add_argument("--upstream", required=True, help="HOST:PORT of the RPC server")
-    ap.add_argument("--capture", metavar="DIR", help="write raw request/response streams per connection")
-    ap.add_argument("--split-frames", metavar="MAX", type=int, default=0, help="with --capture: also one file per request frame of at most MAX bytes")
+    ap.add_argument("--capture", metavar="DIR", help="write each connection's request stream (and a frame index)")
+    ap.add_argument("--responses", action="store_true", help="with --capture: also write the response streams")
+    ap.add_argument(
+        "--elide-set-tensor-over",
+        metavar="BYTES",
+        type=int,
+        default=None,
+        help="with --capture: leave SET_TENSOR frames carrying more than BYTES of data out of the capture",
+    )
     ap.add_argument("--stats", metavar="FILE", help="write the counters as JSON here on exit (SIGINT/SIGTERM)")
     args = ap.parse_args()
     host, port = args.upstream.rsplit(":", 1)
-    proxy = Proxy(int(port), host, args.listen, args.capture, args.split_frames)
+    proxy = Proxy(int(port), host, args.listen, args.capture, args.responses, args.elide_set_tensor_over)
     print(f"proxy 127.0.0.1:{proxy.port} -> {args.upstream}", file=sys.stderr, flush=True)
     done = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: done.set())
     done.wait()
     proxy.close()
+    proxy.wait_closed()
     snap = proxy.stats.snapshot()
     text = json.dumps(snap, indent=1)
     if args.stats:

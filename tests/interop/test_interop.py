@@ -8,6 +8,7 @@
 Ref: ggml-rpc-protocol.md §9, §11.6, §15 items 29 and 32.
 """
 
+import json
 import os
 import tempfile
 
@@ -117,6 +118,7 @@ def test_proxy_sees_every_evaluation_on_the_server(model, reference_pool):
     (server,) = reference_pool.get(1)
     with proxy.Proxy(server.port) as px:
         res = peer.run_master(model, PROMPTS[:2], 8, endpoints=[px.endpoint], timeout=MASTER_TIMEOUT)
+        assert px.wait_closed()
         snap = px.stats.snapshot()
     assert not snap["protocol_errors"], snap["protocol_errors"]
     cmds = snap["commands"]
@@ -137,6 +139,7 @@ def cache_second_load(model, start_server, name, report):
         for _ in range(2):
             px.stats.reset()
             res = peer.run_master(model, PROMPTS[:1], 8, endpoints=[px.endpoint], timeout=MASTER_TIMEOUT)
+            assert px.wait_closed()
             snaps.append(px.stats.snapshot())
             texts.append(res.texts())
     first, second = snaps
@@ -179,3 +182,57 @@ def test_llamad_cache_second_load_hits(model, report):
             model, lambda: peer.start_llamad(extra_args=["-c"], env_extra={"LLAMA_CACHE": cache}), "llamad", report
         )
     assert_cache_hits(first, second, texts)
+
+
+def walk_frames(data: bytes):
+    """Splits a captured request stream into (cmd, payload) frames (ref: §3.1); fails on a torn frame."""
+    frames, i = [], 0
+    while i < len(data):
+        assert i + 9 <= len(data), f"torn header at {i}"
+        cmd = data[i]
+        length = int.from_bytes(data[i + 1 : i + 9], "little")
+        assert i + 9 + length <= len(data), f"torn payload at {i}"
+        frames.append((cmd, data[i + 9 : i + 9 + length]))
+        i += 9 + length
+    return frames
+
+
+def check_capture_dir(path: str) -> dict:
+    """Every connection's stream is well-framed, opens with a 24-byte HELLO, matches its index."""
+    counts = {}
+    conns = sorted(f[:-4] for f in os.listdir(path) if f.endswith(".req"))
+    assert conns, f"no capture in {path}"
+    for conn in conns:
+        with open(os.path.join(path, conn + ".req"), "rb") as f:
+            frames = walk_frames(f.read())
+        with open(os.path.join(path, conn + ".json")) as f:
+            index = [e for e in json.load(f) if not e["elided"]]
+        assert frames[0][0] == 14 and len(frames[0][1]) == 24, f"{conn} does not open with HELLO"
+        assert [proxy.cmd_name(c) for c, _ in frames] == [e["cmd"] for e in index]
+        assert [len(p) for _, p in frames] == [e["len"] for e in index]
+        for c, _ in frames:
+            counts[proxy.cmd_name(c)] = counts.get(proxy.cmd_name(c), 0) + 1
+    return counts
+
+
+def test_capture_session_is_well_framed(model, reference_pool, tmp_path):
+    """--capture with elided weight uploads: what is kept is exactly the frames the server got."""
+    (server,) = reference_pool.get(1)
+    with proxy.Proxy(server.port, capture_dir=str(tmp_path), elide_set_tensor_over=65536) as px:
+        peer.run_master(model, PROMPTS[:1], 8, endpoints=[px.endpoint], timeout=MASTER_TIMEOUT)
+        assert px.wait_closed()
+        snap = px.stats.snapshot()
+    counts = check_capture_dir(str(tmp_path))
+    for name, c in snap["commands"].items():
+        if name != "SET_TENSOR":
+            assert counts.get(name, 0) == c["count"], (name, counts.get(name), c["count"])
+    elided = sum(1 for s in px.stats.set_tensor if s["data_len"] > 65536)
+    assert counts.get("SET_TENSOR", 0) == snap["commands"]["SET_TENSOR"]["count"] - elided
+    assert counts.get("GRAPH_COMPUTE", 0) >= 1
+
+
+def test_committed_capture_is_well_framed():
+    """tests/interop/captures (a reference session, see its README) stays a valid fuzz seed set."""
+    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "captures")
+    counts = check_capture_dir(path)
+    assert counts.get("GRAPH_COMPUTE", 0) >= 1 and counts.get("HELLO", 0) >= 10
