@@ -44,8 +44,22 @@ class Report:
             "model_buffers_mib": result.model_buffers(),
         }
 
+    def comparison(self) -> dict:
+        """llamad speed relative to the reference server, per matching configuration."""
+        out = {}
+        for name, c in self.configs.items():
+            if not name.startswith("llamad "):
+                continue
+            ref = self.configs.get("reference " + name[len("llamad ") :])
+            if not ref:
+                continue
+            out[name[len("llamad ") :]] = {
+                k: (c["speeds"][k] / ref["speeds"][k] if ref["speeds"][k] else None) for k in ("prompt_tok_s", "gen_tok_s")
+            }
+        return out
+
     def to_json(self) -> dict:
-        return {"prompts": self.prompts, "configs": self.configs, "cache": self.cache}
+        return {"prompts": self.prompts, "configs": self.configs, "llamad_vs_reference": self.comparison(), "cache": self.cache}
 
 
 _REPORT = Report()
@@ -134,6 +148,8 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
     tr.write_line("speeds (llama.cpp perf counters, summed over prompts; 1 thread everywhere):")
     for name, c in rep.configs.items():
         tr.write_line(f"  {name:28} {_fmt_speed(c['speeds'])}")
+    for name, r in rep.comparison().items():
+        tr.write_line(f"  llamad / reference {name:12} prompt x{r['prompt_tok_s']:.2f}  gen x{r['gen_tok_s']:.2f}")
     for name, c in rep.cache.items():
         tr.write_line(f"  cache {name}: {json.dumps(c)}")
     path = os.environ.get("LLAMAD_INTEROP_REPORT") or os.path.join(ROOT, "target", "interop-report.json")

@@ -139,6 +139,7 @@ class MasterResult:
     devices: List[str]
     load_s: float
     runs: List[dict]
+    eos: int = -1
     stderr: str = field(repr=False, default="")
 
     def texts(self) -> List[str]:
@@ -221,4 +222,4 @@ def run_master(
             raise RuntimeError(f"master (endpoints={list(endpoints)}) failed with status {proc.returncode}:\n{log[-6000:]}")
         with open(out_path) as f:
             res = json.load(f)
-    return MasterResult(res["devices"], res["load_s"], res["runs"], log)
+    return MasterResult(res["devices"], res["load_s"], res["runs"], res.get("eos", -1), log)

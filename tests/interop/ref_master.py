@@ -84,7 +84,7 @@ def main() -> int:
                 "wall_total_s": t_end - t_start,
             }
         )
-    result = {"devices": devices, "load_s": load_s, "runs": runs}
+    result = {"devices": devices, "load_s": load_s, "eos": int(eos), "runs": runs}
     with open(sys.argv[2], "w") as f:
         json.dump(result, f, indent=1)
     llm.close()
