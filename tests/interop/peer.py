@@ -80,12 +80,18 @@ class Server:
         return self.proc.poll() is None
 
     def stop(self) -> None:
+        """Kills the process and removes its log (kept when LLAMAD_INTEROP_KEEP_LOGS=1)."""
         if self.proc.poll() is None:
             self.proc.kill()
         try:
             self.proc.wait(timeout=10)
         except subprocess.TimeoutExpired:
             pass
+        if os.environ.get("LLAMAD_INTEROP_KEEP_LOGS") != "1":
+            try:
+                os.unlink(self.log_path)
+            except OSError:
+                pass
 
     def __enter__(self) -> "Server":
         return self
