@@ -1,7 +1,7 @@
 //! x86_64 kernels: AVX2 (+FMA, F16C) and AVX-512 (F, BW, VL, VNNI) variants, installed into the
 //! dispatch table when the CPU has the features.
 
-pub mod avx2;
+mod avx2;
 
 use super::dispatch::Kernels;
 
