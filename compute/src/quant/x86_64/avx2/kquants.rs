@@ -29,28 +29,46 @@ fn bsum(b: &BlockQ8K, g: usize) -> i32 {
     i16::from_le_bytes(b.bsums[g]) as i32
 }
 
+/// What one super-block contributes: `scale · Σ sumi - minus`.
+struct Part {
+    sumi: __m256i,
+    scale: f32,
+    minus: f32,
+}
+
 macro_rules! kernel {
-    ($pub_name:ident, $inner:ident, $blk:ty) => {
+    ($pub_name:ident, $loop_name:ident, $inner:ident, $blk:ty) => {
         /// Dot product against Q8_K (see the module docs).
         pub(super) fn $pub_name(n: usize, x: &[u8], y: &[u8]) -> f32 {
             let (xs, ys) = rows::<$blk>(n, x, y);
-            let mut sum = 0.0f32;
-            for (bx, by) in xs.iter().zip(ys) {
-                // SAFETY: installed only after AVX2/FMA/F16C detection (module docs of `avx2`);
-                // the blocks are whole structs.
-                sum += unsafe { $inner(bx, by) };
+            // SAFETY: installed only after AVX2/FMA/F16C detection (module docs of `avx2`);
+            // the blocks are whole structs.
+            unsafe { $loop_name(xs, ys) }
+        }
+
+        #[target_feature(enable = "avx2,fma,f16c")]
+        unsafe fn $loop_name(xs: &[$blk], ys: &[BlockQ8K]) -> f32 {
+            // SAFETY: register arithmetic and whole-block reads; features enabled on this fn.
+            unsafe {
+                let mut acc = _mm256_setzero_ps();
+                let mut minus = 0.0f32;
+                for (bx, by) in xs.iter().zip(ys) {
+                    let p = $inner(bx, by);
+                    acc = _mm256_fmadd_ps(_mm256_set1_ps(p.scale), _mm256_cvtepi32_ps(p.sumi), acc);
+                    minus += p.minus;
+                }
+                hsum_ps(acc) - minus
             }
-            sum
         }
     };
 }
 
-kernel!(vec_dot_q4_k_q8_k, q4_k_block, BlockQ4K);
-kernel!(vec_dot_q5_k_q8_k, q5_k_block, BlockQ5K);
-kernel!(vec_dot_q6_k_q8_k, q6_k_block, BlockQ6K);
-kernel!(vec_dot_q2_k_q8_k, q2_k_block, BlockQ2K);
-kernel!(vec_dot_q3_k_q8_k, q3_k_block, BlockQ3K);
-kernel!(vec_dot_iq4_xs_q8_k, iq4_xs_block, BlockIq4Xs);
+kernel!(vec_dot_q4_k_q8_k, q4_k_loop, q4_k_block, BlockQ4K);
+kernel!(vec_dot_q5_k_q8_k, q5_k_loop, q5_k_block, BlockQ5K);
+kernel!(vec_dot_q6_k_q8_k, q6_k_loop, q6_k_block, BlockQ6K);
+kernel!(vec_dot_q2_k_q8_k, q2_k_loop, q2_k_block, BlockQ2K);
+kernel!(vec_dot_q3_k_q8_k, q3_k_loop, q3_k_block, BlockQ3K);
+kernel!(vec_dot_iq4_xs_q8_k, iq4_xs_loop, iq4_xs_block, BlockIq4Xs);
 
 /// The min term `Σ mn_j · (bsum_2j + bsum_2j+1)` of Q4_K/Q5_K.
 #[inline(always)]
@@ -58,8 +76,8 @@ fn k4_min_term(sm: &[(u8, u8); 8], by: &BlockQ8K) -> i32 {
     sm.iter().enumerate().map(|(j, &(_, mn))| mn as i32 * (bsum(by, 2 * j) + bsum(by, 2 * j + 1))).sum()
 }
 
-#[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn q4_k_block(bx: &BlockQ4K, by: &BlockQ8K) -> f32 {
+#[inline(always)]
+unsafe fn q4_k_block(bx: &BlockQ4K, by: &BlockQ8K) -> Part {
     let sm = k4_scales(&bx.scales);
     // SAFETY: in-bounds 32-byte loads (checked by `load32_at`) and register arithmetic.
     unsafe {
@@ -76,12 +94,12 @@ unsafe fn q4_k_block(bx: &BlockQ4K, by: &BlockQ8K) -> f32 {
             sumi = _mm256_add_epi32(sumi, _mm256_add_epi32(pl, ph));
         }
         let dy = q8k_d(by);
-        dy * f16(bx.d) * hsum_epi32(sumi) as f32 - dy * f16(bx.dmin) * k4_min_term(&sm, by) as f32
+        Part { sumi, scale: dy * f16(bx.d), minus: dy * f16(bx.dmin) * k4_min_term(&sm, by) as f32 }
     }
 }
 
-#[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn q5_k_block(bx: &BlockQ5K, by: &BlockQ8K) -> f32 {
+#[inline(always)]
+unsafe fn q5_k_block(bx: &BlockQ5K, by: &BlockQ8K) -> Part {
     let sm = k4_scales(&bx.scales);
     // SAFETY: in-bounds 32-byte loads (checked by `load32_at`) and register arithmetic.
     unsafe {
@@ -104,7 +122,7 @@ unsafe fn q5_k_block(bx: &BlockQ5K, by: &BlockQ8K) -> f32 {
             sumi = _mm256_add_epi32(sumi, _mm256_add_epi32(pl, ph));
         }
         let dy = q8k_d(by);
-        dy * f16(bx.d) * hsum_epi32(sumi) as f32 - dy * f16(bx.dmin) * k4_min_term(&sm, by) as f32
+        Part { sumi, scale: dy * f16(bx.d), minus: dy * f16(bx.dmin) * k4_min_term(&sm, by) as f32 }
     }
 }
 
@@ -119,8 +137,8 @@ unsafe fn scaled_pair(q: __m256i, off: __m256i, y: __m256i, s_lo: i16, s_hi: i16
     }
 }
 
-#[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn q6_k_block(bx: &BlockQ6K, by: &BlockQ8K) -> f32 {
+#[inline(always)]
+unsafe fn q6_k_block(bx: &BlockQ6K, by: &BlockQ8K) -> Part {
     // SAFETY: in-bounds 32-byte loads (checked by `load32_at`) and register arithmetic.
     unsafe {
         let m4 = _mm256_set1_epi8(0x0F);
@@ -146,12 +164,12 @@ unsafe fn q6_k_block(bx: &BlockQ6K, by: &BlockQ8K) -> f32 {
                 sumi = _mm256_add_epi32(sumi, p);
             }
         }
-        q8k_d(by) * f16(bx.d) * hsum_epi32(sumi) as f32
+        Part { sumi, scale: q8k_d(by) * f16(bx.d), minus: 0.0 }
     }
 }
 
-#[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn q2_k_block(bx: &BlockQ2K, by: &BlockQ8K) -> f32 {
+#[inline(always)]
+unsafe fn q2_k_block(bx: &BlockQ2K, by: &BlockQ8K) -> Part {
     let mins: i32 = (0..16).map(|g| (bx.scales[g] >> 4) as i32 * bsum(by, g)).sum();
     // SAFETY: in-bounds 32-byte loads (checked by `load32_at`) and register arithmetic.
     unsafe {
@@ -169,12 +187,12 @@ unsafe fn q2_k_block(bx: &BlockQ2K, by: &BlockQ8K) -> f32 {
             }
         }
         let dy = q8k_d(by);
-        dy * f16(bx.d) * hsum_epi32(sumi) as f32 - dy * f16(bx.dmin) * mins as f32
+        Part { sumi, scale: dy * f16(bx.d), minus: dy * f16(bx.dmin) * mins as f32 }
     }
 }
 
-#[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn q3_k_block(bx: &BlockQ3K, by: &BlockQ8K) -> f32 {
+#[inline(always)]
+unsafe fn q3_k_block(bx: &BlockQ3K, by: &BlockQ8K) -> Part {
     let sc = q3k_scales(&bx.scales);
     // SAFETY: in-bounds 32-byte loads (checked by `load32_at`) and register arithmetic.
     unsafe {
@@ -195,12 +213,12 @@ unsafe fn q3_k_block(bx: &BlockQ3K, by: &BlockQ8K) -> f32 {
                 sumi = _mm256_add_epi32(sumi, scaled_pair(q, off, y, sc[g] as i16, sc[g + 1] as i16));
             }
         }
-        q8k_d(by) * f16(bx.d) * hsum_epi32(sumi) as f32
+        Part { sumi, scale: q8k_d(by) * f16(bx.d), minus: 0.0 }
     }
 }
 
-#[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn iq4_xs_block(bx: &BlockIq4Xs, by: &BlockQ8K) -> f32 {
+#[inline(always)]
+unsafe fn iq4_xs_block(bx: &BlockIq4Xs, by: &BlockQ8K) -> Part {
     // SAFETY: in-bounds 16/32-byte loads (checked) and register arithmetic.
     unsafe {
         let lut = iq4_lut();
@@ -212,6 +230,6 @@ unsafe fn iq4_xs_block(bx: &BlockIq4Xs, by: &BlockQ8K) -> f32 {
             let ls = (iq4xs_scale(bx, ib) - 32) as i16;
             sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(p, _mm256_set1_epi16(ls)));
         }
-        q8k_d(by) * f16(bx.d) * hsum_epi32(sumi) as f32
+        Part { sumi, scale: q8k_d(by) * f16(bx.d), minus: 0.0 }
     }
 }

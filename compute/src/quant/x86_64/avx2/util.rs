@@ -15,18 +15,6 @@ pub(super) unsafe fn hsum_ps(v: __m256) -> f32 {
     }
 }
 
-/// Sum of the 8 i32 lanes.
-#[inline(always)]
-pub(super) unsafe fn hsum_epi32(v: __m256i) -> i32 {
-    // SAFETY: pure register arithmetic under AVX2.
-    unsafe {
-        let s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
-        let s = _mm_add_epi32(s, _mm_unpackhi_epi64(s, s));
-        let s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0b01));
-        _mm_cvtsi128_si32(s)
-    }
-}
-
 /// Pairwise i16 sums of unsigned `a` (0..=127 in practice) times signed `b`, widened to 8 i32.
 #[inline(always)]
 pub(super) unsafe fn dot_u8i8_epi32(a: __m256i, b: __m256i) -> __m256i {
