@@ -18,6 +18,7 @@
 
 pub mod dtype;
 pub mod error;
+pub mod gguf;
 pub mod graph;
 pub mod op;
 pub mod quant;
