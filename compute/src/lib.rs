@@ -23,6 +23,7 @@ pub mod graph;
 pub mod op;
 pub mod quant;
 pub mod tensor;
+pub mod tokenizer;
 
 pub use dtype::GgmlType;
 pub use error::{Error, Result};
