@@ -346,3 +346,188 @@ fn other_pre_tokenizers_match_llama_cpp() {
     }
     eprintln!("compared {total} tokenizations across pre-tokenizers");
 }
+
+/// Runs `tokenize_ref.py` on `model`; `ids_only` skips pieces and the EOG set.
+fn run_reference(model: &std::path::Path, ids_only: bool) -> Json {
+    let python = std::env::var("LLAMAD_PEER_PYTHON").unwrap_or_else(|_| {
+        panic!("LLAMAD_PEER_PYTHON is not set: it must name a python with llama_cpp 0.3.36")
+    });
+    let mut cmd = Command::new(&python);
+    cmd.arg(data_dir().join("tokenize_ref.py")).arg(model).arg(data_dir().join("tokenizer-corpus.txt"));
+    if ids_only {
+        cmd.arg("ids-only");
+    }
+    let out = cmd.output().unwrap();
+    assert!(out.status.success(), "tokenize_ref.py failed: {}", String::from_utf8_lossy(&out.stderr));
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
+/// A SentencePiece vocabulary of realistic size made from SmolLM2's: every NORMAL token whose
+/// bytes are valid UTF-8 becomes a piece (spaces as `▁`) scored by its id, after `<unk> <s> </s>`,
+/// the 256 byte tokens and a USER_DEFINED `<user>`. llama.cpp loads it vocab-only, so ids,
+/// pieces and the space-prefix rule are compared with its SentencePiece implementation.
+#[test]
+fn spm_matches_llama_cpp() {
+    let bpe = smollm2();
+    let src = Gguf::read(smollm2_path()).unwrap();
+    let mut tokens: Vec<String> = vec!["<unk>".into(), "<s>".into(), "</s>".into()];
+    let mut types = vec![TokenType::Unknown as i32, TokenType::Control as i32, TokenType::Control as i32];
+    for b in 0..=255u8 {
+        tokens.push(format!("<0x{b:02X}>"));
+        types.push(TokenType::Byte as i32);
+    }
+    tokens.push("<user>".into());
+    types.push(TokenType::UserDefined as i32);
+    let mut seen: std::collections::HashSet<String> = tokens.iter().cloned().collect();
+    for id in 0..bpe.n_vocab() as u32 {
+        if bpe.vocab().token_type(id) != Some(TokenType::Normal) {
+            continue;
+        }
+        let Ok(text) = std::str::from_utf8(bpe.decode_token(id)) else { continue };
+        let piece = text.replace(' ', "▁");
+        if !piece.is_empty() && seen.insert(piece.clone()) {
+            tokens.push(piece);
+            types.push(TokenType::Normal as i32);
+        }
+    }
+    let scores: Vec<f32> = (0..tokens.len()).map(|i| -(i as f32)).collect();
+    let dir = tempfile::tempdir().unwrap();
+    let mut compared = 0;
+    for add_space_prefix in [None, Some(false)] {
+        let mut w = GgufWriter::new();
+        for (k, v) in src.metadata() {
+            if !k.starts_with("tokenizer.") {
+                w.add(k, v.clone());
+            }
+        }
+        w.add("llama.vocab_size", tokens.len() as u32);
+        w.add("tokenizer.ggml.model", "llama");
+        w.add("tokenizer.ggml.tokens", Array::String(tokens.clone()));
+        w.add("tokenizer.ggml.scores", scores.clone());
+        w.add("tokenizer.ggml.token_type", types.clone());
+        w.add("tokenizer.ggml.bos_token_id", 1u32).add("tokenizer.ggml.eos_token_id", 2u32);
+        w.add("tokenizer.ggml.unknown_token_id", 0u32);
+        if let Some(a) = add_space_prefix {
+            w.add("tokenizer.ggml.add_space_prefix", a);
+        }
+        let path = dir.path().join("spm.gguf");
+        w.write_file(&path).unwrap();
+        let tok = Tokenizer::from_gguf(&Gguf::read(&path).unwrap()).unwrap();
+        let r = run_reference(&path, add_space_prefix.is_some());
+        let mut mismatches = Vec::new();
+        for (s, r) in corpus().iter().zip(r["tokenize"].as_array().unwrap()) {
+            let r = r.as_array().unwrap();
+            for (want, add_special, parse_special) in [(ids(&r[0]), true, true), (ids(&r[1]), false, false)] {
+                let got = tok.encode(s, add_special, parse_special);
+                compared += 1;
+                if got != want {
+                    mismatches
+                        .push(format!("{s:?} special={parse_special}: got {got:?}, llama.cpp {want:?}"));
+                }
+            }
+        }
+        assert!(
+            mismatches.is_empty(),
+            "add_space_prefix {add_space_prefix:?}: {} mismatches:\n{}",
+            mismatches.len(),
+            mismatches.join("\n")
+        );
+        if add_space_prefix.is_none() {
+            assert_eq!(r["eog"].as_array().unwrap().len(), tok.eog_tokens().count());
+            assert_eq!(ids(&r["eog"]), tok.eog_tokens().collect::<Vec<_>>());
+            let (pieces, plain) = (r["pieces"].as_array().unwrap(), r["pieces_plain"].as_array().unwrap());
+            for id in 0..tok.n_vocab() as u32 {
+                assert_eq!(hex(tok.decode_token(id)), pieces[id as usize].as_str().unwrap(), "piece of {id}");
+                assert_eq!(
+                    hex(tok.decode_token_with(id, false)),
+                    plain[id as usize].as_str().unwrap(),
+                    "{id}"
+                );
+            }
+        }
+    }
+    eprintln!("spm: compared {compared} tokenizations with llama.cpp");
+}
+
+/// Seeded random strings over all of Unicode (weighted towards letters, digits, spaces and
+/// apostrophes so the regex alternatives interact), compared with llama.cpp under several
+/// pre-tokenizers: this catches differences between our Unicode category tables and llama.cpp's.
+#[test]
+fn random_unicode_matches_llama_cpp() {
+    use rand::{Rng, SeedableRng};
+    let mut rng = rand::rngs::StdRng::seed_from_u64(0x5EED);
+    let pool =
+        [" ", "  ", "\n", "\r\n", "\t", "'", "'s", "a", "Z", "1", "23", ".", "<|im_end|>", "é", "\u{a0}"];
+    let mut strings = Vec::new();
+    for _ in 0..600 {
+        let n = rng.random_range(1..24);
+        let mut s = String::new();
+        for _ in 0..n {
+            if rng.random_bool(0.4) {
+                s.push_str(pool[rng.random_range(0..pool.len())]);
+            } else {
+                // Supplementary-plane code points only from blocks assigned long ago: characters
+                // new in Unicode 16 are letters to the regex crate but unassigned (so symbols) to
+                // llama.cpp's older tables — a known, documented difference.
+                let cp = match rng.random_range(0..10) {
+                    0..=5 => rng.random_range(0x80..0x3000),
+                    6..=7 => rng.random_range(0x3000..0x10000),
+                    8 => rng.random_range(0x1F300..0x1F650),
+                    _ => [rng.random_range(0x1D400..0x1D800), rng.random_range(0x20000..0x2A6E0)]
+                        [rng.random_range(0..2)],
+                };
+                s.extend(char::from_u32(cp));
+            }
+        }
+        strings.push(s);
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let corpus_path = dir.path().join("random.txt");
+    let lines: Vec<String> = strings.iter().map(|s| serde_json::to_string(s).unwrap()).collect();
+    std::fs::write(&corpus_path, lines.join("\n") + "\n").unwrap();
+    let python = std::env::var("LLAMAD_PEER_PYTHON").unwrap_or_else(|_| {
+        panic!("LLAMAD_PEER_PYTHON is not set: it must name a python with llama_cpp 0.3.36")
+    });
+    let src = Gguf::read(smollm2_path()).unwrap();
+    for pre in ["smollm", "llama-bpe", "qwen2"] {
+        let mut w = GgufWriter::new();
+        for (k, v) in src.metadata() {
+            w.add(k, v.clone());
+        }
+        w.add("tokenizer.ggml.pre", pre);
+        let path = dir.path().join(format!("{pre}.gguf"));
+        w.write_file(&path).unwrap();
+        let tok = Tokenizer::from_gguf(&Gguf::read(&path).unwrap()).unwrap();
+        let out = Command::new(&python)
+            .arg(data_dir().join("tokenize_ref.py"))
+            .arg(&path)
+            .arg(&corpus_path)
+            .arg("ids-only")
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "tokenize_ref.py failed: {}", String::from_utf8_lossy(&out.stderr));
+        let r: Json = serde_json::from_slice(&out.stdout).unwrap();
+        let mut mismatches = Vec::new();
+        for (s, r) in strings.iter().zip(r["tokenize"].as_array().unwrap()) {
+            let r = r.as_array().unwrap();
+            for (want, add_special, parse_special) in [(ids(&r[0]), true, true), (ids(&r[1]), false, false)] {
+                let got = tok.encode(s, add_special, parse_special);
+                if got != want {
+                    mismatches
+                        .push(format!("{s:?} special={parse_special}: got {got:?}, llama.cpp {want:?}"));
+                }
+            }
+        }
+        eprintln!(
+            "random unicode, pre {pre}: {} strings × 2, {} mismatches",
+            strings.len(),
+            mismatches.len()
+        );
+        assert!(
+            mismatches.is_empty(),
+            "pre {pre}: {} mismatches:\n{}",
+            mismatches.len(),
+            mismatches.join("\n")
+        );
+    }
+}

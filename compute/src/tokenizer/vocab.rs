@@ -50,7 +50,19 @@ pub struct Vocab {
 
 impl Vocab {
     /// A vocabulary; `types` and `scores` default to NORMAL and 0 where shorter than `texts`.
-    pub fn new(texts: Vec<String>, types: Vec<TokenType>, scores: Vec<f32>) -> Vocab {
+    ///
+    /// A text is cut at its first NUL byte, as llama.cpp reads token texts as C strings (a token
+    /// `"\0"` is therefore unreachable and byte fallback is used instead); an empty text becomes
+    /// `[EMPTY_<id>]`, as llama.cpp names them.
+    pub fn new(mut texts: Vec<String>, types: Vec<TokenType>, scores: Vec<f32>) -> Vocab {
+        for (i, t) in texts.iter_mut().enumerate() {
+            if let Some(nul) = t.find('\0') {
+                t.truncate(nul);
+            }
+            if t.is_empty() {
+                *t = format!("[EMPTY_{i}]");
+            }
+        }
         let mut ids = HashMap::with_capacity(texts.len());
         for (i, t) in texts.iter().enumerate() {
             // A later duplicate text takes the id, as in llama.cpp.
