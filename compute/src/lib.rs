@@ -18,10 +18,12 @@
 
 pub mod dtype;
 pub mod error;
+pub mod gguf;
 pub mod graph;
 pub mod op;
 pub mod quant;
 pub mod tensor;
+pub mod tokenizer;
 
 pub use dtype::GgmlType;
 pub use error::{Error, Result};
