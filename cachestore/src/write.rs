@@ -1,0 +1,85 @@
+//! Atomic object writes: temp file → write → fsync → mode 0444 → rename into place → fsync of the directory.
+//! The index is updated by the caller only after `publish` returns, so a crash at any point leaves either
+//! nothing, a temp file (collected by `gc`), or a complete object without an index entry (re-indexed by `gc`).
+
+use std::fs::{File, OpenOptions};
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use crate::digest::Digest;
+use crate::error::{Error, Result};
+use crate::layout::Layout;
+
+static TEMP_SEQ: AtomicU64 = AtomicU64::new(0);
+
+/// Writes `bytes` to a new temp file in `tmp/`, made read-only and fsynced; returns its path.
+pub(crate) fn write_temp(layout: &Layout, bytes: &[u8]) -> Result<PathBuf> {
+    let seq = TEMP_SEQ.fetch_add(1, Ordering::Relaxed);
+    let path = layout.tmp.join(format!("{}-{}.tmp", std::process::id(), seq));
+    let result = (|| {
+        let mut f = OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .open(&path)
+            .map_err(|e| Error::io("create", &path, e))?;
+        f.write_all(bytes).map_err(|e| Error::io("write", &path, e))?;
+        set_read_only(&f, &path)?;
+        f.sync_all().map_err(|e| Error::io("fsync", &path, e))
+    })();
+    if let Err(e) = result {
+        let _ = std::fs::remove_file(&path);
+        return Err(e);
+    }
+    Ok(path)
+}
+
+/// Sets mode 0444 (read-only for everyone who may read the cache).
+pub(crate) fn set_read_only(f: &File, path: &Path) -> Result<()> {
+    let mut perm = f.metadata().map_err(|e| Error::io("stat", path, e))?.permissions();
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        perm.set_mode(0o444);
+    }
+    #[cfg(not(unix))]
+    perm.set_readonly(true);
+    f.set_permissions(perm).map_err(|e| Error::io("chmod", path, e))
+}
+
+/// fsyncs a directory so that a rename or unlink inside it is durable.
+pub(crate) fn fsync_dir(dir: &Path) -> Result<()> {
+    #[cfg(unix)]
+    {
+        let d = File::open(dir).map_err(|e| Error::io("open dir", dir, e))?;
+        d.sync_all().map_err(|e| Error::io("fsync dir", dir, e))?;
+    }
+    #[cfg(not(unix))]
+    let _ = dir;
+    Ok(())
+}
+
+/// Creates `objects/ab/cd` if needed (fsyncing each parent whose entries changed) and returns it.
+pub(crate) fn ensure_object_dir(layout: &Layout, digest: &Digest) -> Result<PathBuf> {
+    let dir = layout.object_dir(digest);
+    if dir.is_dir() {
+        return Ok(dir);
+    }
+    let Some(mid) = dir.parent() else { return Ok(dir) };
+    let mid_existed = mid.is_dir();
+    std::fs::create_dir_all(&dir).map_err(|e| Error::io("create dir", &dir, e))?;
+    fsync_dir(mid)?;
+    if !mid_existed {
+        fsync_dir(&layout.objects)?;
+    }
+    Ok(dir)
+}
+
+/// Renames a finished temp file to the object's place and makes the rename durable.
+pub(crate) fn publish(layout: &Layout, temp: &Path, digest: &Digest) -> Result<PathBuf> {
+    let dir = ensure_object_dir(layout, digest)?;
+    let dest = layout.object_path(digest);
+    std::fs::rename(temp, &dest).map_err(|e| Error::io("rename", temp, e))?;
+    fsync_dir(&dir)?;
+    Ok(dest)
+}
