@@ -103,9 +103,16 @@ impl Layout {
         s.parse().ok()
     }
 
-    /// True when `path` is a location inside `objects/` (at any depth).
+    /// True when `path` is a location strictly inside `objects/` (at any depth) made only of normal
+    /// components, so that `..` cannot lead outside.
     pub fn is_under_objects(&self, path: &Path) -> bool {
-        path.starts_with(&self.objects)
+        match path.strip_prefix(&self.objects) {
+            Ok(rest) => {
+                rest.components().next().is_some()
+                    && rest.components().all(|c| matches!(c, std::path::Component::Normal(_)))
+            }
+            Err(_) => false,
+        }
     }
 }
 
@@ -131,5 +138,14 @@ mod tests {
         let d = Digest::of(b"x");
         assert_eq!(Layout::parse_object_name(OsStr::new(&d.to_hex())), Some(d));
         assert!(Layout::parse_object_name(OsStr::new(&d.to_hex().to_uppercase())).is_none());
+    }
+
+    #[test]
+    fn under_objects_rejects_escapes() {
+        let l = Layout::new(Path::new("/c"));
+        assert!(l.is_under_objects(Path::new("/c/llamad-v1/objects/ab/x")));
+        assert!(!l.is_under_objects(Path::new("/c/llamad-v1/objects")));
+        assert!(!l.is_under_objects(Path::new("/c/llamad-v1/objects/../index.redb")));
+        assert!(!l.is_under_objects(Path::new("/c/llamad-v1/tmp/x")));
     }
 }

@@ -464,12 +464,7 @@ impl Store {
     fn serve(&self, meta: ObjectMeta) -> Result<Option<Blob>> {
         let path = self.layout.object_path(&meta.digest);
         match blob::open_checked(&path, meta.digest, meta.size, self.opts.verify_on_read) {
-            Checked::Good(b) => {
-                self.counters.hits.fetch_add(1, Ordering::Relaxed);
-                self.counters.bytes_served.fetch_add(meta.size, Ordering::Relaxed);
-                self.record_touch(meta.digest, self.now_us(), 1);
-                Ok(Some(b))
-            }
+            Checked::Good(b) => Ok(Some(self.hit(b))),
             bad @ (Checked::Missing | Checked::Corrupt(_)) => {
                 let reason = match bad {
                     Checked::Corrupt(r) => r,
@@ -479,9 +474,9 @@ impl Store {
                 let mut st = self.lock_state();
                 // Re-check under the lock: a concurrent re-put may have replaced it with good bytes.
                 if let Some(cur) = self.index.get(&meta.digest)? {
-                    if let Checked::Good(_) = blob::open_checked(&path, cur.digest, cur.size, true) {
+                    if let Checked::Good(b) = blob::open_checked(&path, cur.digest, cur.size, true) {
                         drop(st);
-                        return self.serve(cur);
+                        return Ok(Some(self.hit(b)));
                     }
                     self.drop_entry_locked(&mut st, &cur, true)?;
                 }
@@ -489,6 +484,13 @@ impl Store {
                 Ok(None)
             }
         }
+    }
+
+    fn hit(&self, b: Blob) -> Blob {
+        self.counters.hits.fetch_add(1, Ordering::Relaxed);
+        self.counters.bytes_served.fetch_add(b.len() as u64, Ordering::Relaxed);
+        self.record_touch(b.digest(), self.now_us(), 1);
+        b
     }
 
     /// Entries carrying `hash`, optionally only those of `size` bytes (llama.cpp's hash is not collision

@@ -42,7 +42,7 @@ impl Store {
     /// Brings the index in line with one path under `objects/` (used by the watcher; callers may use it
     /// after placing a file themselves). Paths outside `objects/` are ignored.
     pub fn reconcile_path(&self, path: &Path) -> Result<Reconciled> {
-        if !self.layout.is_under_objects(path) || path == self.layout.objects {
+        if !self.layout.is_under_objects(path) {
             return Ok(Reconciled::Unchanged);
         }
         let mut st = self.lock_state();
