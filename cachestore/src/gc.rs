@@ -10,6 +10,7 @@ use std::fs::File;
 use std::path::{Path, PathBuf};
 
 use crate::blob::{self, Blob, Checked};
+use crate::crashpoint;
 use crate::digest::Digest;
 use crate::error::{Error, Result};
 use crate::index::{IndexOp, ObjectMeta};
@@ -148,6 +149,7 @@ impl Store {
         if path != canonical {
             write::ensure_object_dir(&self.layout, &digest)?;
             std::fs::rename(path, &canonical).map_err(|e| Error::io("rename", path, e))?;
+            crashpoint::point("adopt-moved");
             write::fsync_dir(&self.layout.object_dir(&digest))?;
         }
         let now = self.now_us();

@@ -25,6 +25,7 @@
 #![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used, clippy::panic))]
 
 pub mod blob;
+mod crashpoint;
 pub mod digest;
 pub mod error;
 pub mod evict;
@@ -37,6 +38,8 @@ pub mod watch;
 mod write;
 
 pub use blob::Blob;
+#[doc(hidden)]
+pub use crashpoint::install_crash_hook;
 pub use digest::{Digest, WireHash};
 pub use error::{Error, Result};
 pub use gc::{GcReport, RebuildReport, VerifyReport};

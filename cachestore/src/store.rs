@@ -12,6 +12,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use crate::blob::{self, Blob, Checked};
+use crate::crashpoint;
 use crate::digest::{Digest, WireHash};
 use crate::error::{Error, Result};
 use crate::evict;
@@ -385,6 +386,7 @@ impl Store {
             label,
         };
         self.index.apply(&[IndexOp::Put(meta.clone())], true)?;
+        crashpoint::point("indexed");
         if let Some(o) = &old {
             st.sums.sub(o);
         }
@@ -414,6 +416,7 @@ impl Store {
         let by_digest: HashMap<Digest, &ObjectMeta> = entries.iter().map(|m| (m.digest, m)).collect();
         let ops: Vec<IndexOp> = victims.iter().map(|d| IndexOp::Remove(*d)).collect();
         self.index.apply(&ops, true)?;
+        crashpoint::point("evict-unindexed");
         for d in &victims {
             if let Some(m) = by_digest.get(d) {
                 st.sums.sub(m);
@@ -443,6 +446,7 @@ impl Store {
         corrupt: bool,
     ) -> Result<()> {
         self.index.apply(&[IndexOp::Remove(meta.digest)], true)?;
+        crashpoint::point("unindexed");
         st.sums.sub(meta);
         self.unlink_object(&meta.digest);
         if corrupt {

@@ -7,6 +7,7 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 
+use crate::crashpoint;
 use crate::digest::Digest;
 use crate::error::{Error, Result};
 use crate::layout::Layout;
@@ -23,9 +24,14 @@ pub(crate) fn write_temp(layout: &Layout, bytes: &[u8]) -> Result<PathBuf> {
             .create_new(true)
             .open(&path)
             .map_err(|e| Error::io("create", &path, e))?;
-        f.write_all(bytes).map_err(|e| Error::io("write", &path, e))?;
+        let (head, tail) = bytes.split_at(bytes.len() / 2);
+        f.write_all(head).map_err(|e| Error::io("write", &path, e))?;
+        crashpoint::point("temp-partial");
+        f.write_all(tail).map_err(|e| Error::io("write", &path, e))?;
         set_read_only(&f, &path)?;
-        f.sync_all().map_err(|e| Error::io("fsync", &path, e))
+        f.sync_all().map_err(|e| Error::io("fsync", &path, e))?;
+        crashpoint::point("temp-synced");
+        Ok(())
     })();
     if let Err(e) = result {
         let _ = std::fs::remove_file(&path);
@@ -80,6 +86,8 @@ pub(crate) fn publish(layout: &Layout, temp: &Path, digest: &Digest) -> Result<P
     let dir = ensure_object_dir(layout, digest)?;
     let dest = layout.object_path(digest);
     std::fs::rename(temp, &dest).map_err(|e| Error::io("rename", temp, e))?;
+    crashpoint::point("renamed");
     fsync_dir(&dir)?;
+    crashpoint::point("published");
     Ok(dest)
 }
