@@ -171,10 +171,12 @@ impl Store {
 
     /// Removes temp files not belonging to a write in progress.
     fn clean_temps(&self) -> u64 {
-        let live = self.live_temps.lock().map(|g| g.clone()).unwrap_or_default();
-        let mut n = 0;
+        // List first, then read the live set: a put registers its temp name before creating the file, so
+        // every in-progress temp file seen by the listing is in the set read after it.
         let mut files = Vec::new();
         walk_files(&self.layout.tmp, 0, &mut files);
+        let live = self.live_temps.lock().map(|g| g.clone()).unwrap_or_else(|p| p.into_inner().clone());
+        let mut n = 0;
         for f in files {
             if !live.contains(&f) && std::fs::remove_file(&f).is_ok() {
                 n += 1;

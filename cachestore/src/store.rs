@@ -289,9 +289,11 @@ impl Store {
             return Ok(digest);
         }
         self.check_fits(size)?;
-        let temp = write::write_temp(&self.layout, bytes)?;
+        // Registered before it exists, so a concurrent `gc` never deletes it.
+        let temp = write::temp_path(&self.layout);
         lock(&self.live_temps).insert(temp.clone());
-        let result = self.publish_new(&temp, digest, size, wire_hash, label);
+        let result = write::write_temp(&temp, bytes)
+            .and_then(|()| self.publish_new(&temp, digest, size, wire_hash, label));
         lock(&self.live_temps).remove(&temp);
         if result.is_err() || temp.exists() {
             let _ = std::fs::remove_file(&temp);
@@ -658,6 +660,13 @@ impl Store {
         self.opts.wire_hasher.as_ref().map(|h| h(bytes))
     }
 }
+
+// The daemon shares one store between threads.
+const _: fn() = || {
+    fn assert_send_sync<T: Send + Sync>() {}
+    assert_send_sync::<Store>();
+    assert_send_sync::<Blob>();
+};
 
 impl Drop for Store {
     fn drop(&mut self) {

@@ -14,10 +14,15 @@ use crate::layout::Layout;
 
 static TEMP_SEQ: AtomicU64 = AtomicU64::new(0);
 
-/// Writes `bytes` to a new temp file in `tmp/`, made read-only and fsynced; returns its path.
-pub(crate) fn write_temp(layout: &Layout, bytes: &[u8]) -> Result<PathBuf> {
+/// A fresh temp file name in `tmp/` (unique within the process; the index lock excludes other processes).
+pub(crate) fn temp_path(layout: &Layout) -> PathBuf {
     let seq = TEMP_SEQ.fetch_add(1, Ordering::Relaxed);
-    let path = layout.tmp.join(format!("{}-{}.tmp", std::process::id(), seq));
+    layout.tmp.join(format!("{}-{}.tmp", std::process::id(), seq))
+}
+
+/// Writes `bytes` to the new temp file `path`, made read-only and fsynced.
+pub(crate) fn write_temp(path: &Path, bytes: &[u8]) -> Result<()> {
+    let path = path.to_path_buf();
     let result = (|| {
         let mut f = OpenOptions::new()
             .write(true)
@@ -33,11 +38,10 @@ pub(crate) fn write_temp(layout: &Layout, bytes: &[u8]) -> Result<PathBuf> {
         crashpoint::point("temp-synced");
         Ok(())
     })();
-    if let Err(e) = result {
+    if result.is_err() {
         let _ = std::fs::remove_file(&path);
-        return Err(e);
     }
-    Ok(path)
+    result
 }
 
 /// Sets mode 0444 (read-only for everyone who may read the cache).
