@@ -210,7 +210,7 @@ fn gc_during_concurrent_puts_loses_nothing() {
             let store = store.clone();
             std::thread::spawn(move || {
                 let mut r = rng(200 + t);
-                (0..40)
+                (0..20)
                     .map(|_| {
                         let data = bytes(&mut r, 300_000);
                         (store.put(&data, None, None).unwrap(), data)
