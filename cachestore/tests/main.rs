@@ -5,6 +5,7 @@ mod common;
 mod corruption;
 mod crash;
 mod eviction;
+mod index;
 mod rebuild;
 mod watch;
 mod wire;
