@@ -60,5 +60,20 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let s = t.elapsed().as_secs_f64() / f64::from(reps);
     println!("get (no verify, map):   {:8.3} ms per get", s * 1e3);
     println!("(checksum {sum})");
+
+    // Many small objects: the per-put cost of fsyncs and the index commit dominates.
+    let small = 1 << 20;
+    let count: u32 = 50;
+    let t = Instant::now();
+    for i in 0..count {
+        data[..8].copy_from_slice(&u64::from(i).to_le_bytes());
+        store.put(&data[..small], None, None)?;
+    }
+    let s = t.elapsed().as_secs_f64();
+    println!(
+        "put 1 MiB objects:      {:8.1} puts/s ({:.1} MB/s)",
+        f64::from(count) / s,
+        mb_s(small * count as usize, s)
+    );
     Ok(())
 }
