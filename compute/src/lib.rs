@@ -20,6 +20,8 @@ pub mod dtype;
 pub mod error;
 pub mod graph;
 pub mod op;
+pub(crate) mod ops;
+pub mod pool;
 pub mod quant;
 pub mod tensor;
 
