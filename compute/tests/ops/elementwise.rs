@@ -220,7 +220,8 @@ fn simple_elementwise_ops() {
     let v: Vec<f32> = randv(&mut r, 96, 3.0).into_iter().map(|x| x.abs() + 0.01).collect();
     let a = T::from_f32(GgmlType::F32, [32, 3, 1, 1], &v);
     let xs = a.values();
-    let cases: Vec<(GgmlOp, Vec<i32>, Box<dyn Fn(f64) -> f64>)> = vec![
+    type Case = (GgmlOp, Vec<i32>, Box<dyn Fn(f64) -> f64>);
+    let cases: Vec<Case> = vec![
         (GgmlOp::Sqr, vec![], Box::new(|x| x * x)),
         (GgmlOp::Sqrt, vec![], Box::new(|x: f64| x.sqrt())),
         (GgmlOp::Log, vec![], Box::new(|x: f64| x.ln())),
@@ -361,8 +362,8 @@ fn rope_ref(
 ) -> Vec<f64> {
     let mut out = x.to_vec();
     for i3 in 0..ne[3] {
-        for i2 in 0..ne[2] {
-            let p = pos[i2] as f64;
+        for (i2, &p) in pos.iter().enumerate().take(ne[2]) {
+            let p = p as f64;
             for i1 in 0..ne[1] {
                 let off = ((i3 * ne[2] + i2) * ne[1] + i1) * ne[0];
                 for k in 0..n_dims / 2 {
