@@ -21,6 +21,8 @@ pub mod error;
 pub mod gguf;
 pub mod graph;
 pub mod op;
+pub(crate) mod ops;
+pub mod pool;
 pub mod quant;
 pub mod tensor;
 pub mod tokenizer;

@@ -171,6 +171,7 @@ impl Layout {
             seen[a] = true;
         }
         let mut out = *self;
+        #[allow(clippy::needless_range_loop)]
         for k in 0..MAX_DIMS {
             out.ne[axes[k]] = self.ne[k];
             out.nb[axes[k]] = self.nb[k];
