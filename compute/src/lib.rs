@@ -19,8 +19,10 @@
 pub mod dtype;
 pub mod error;
 pub mod graph;
+pub mod model;
 pub mod op;
 pub mod quant;
+pub mod sample;
 pub mod tensor;
 
 pub use dtype::GgmlType;
