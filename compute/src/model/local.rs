@@ -275,7 +275,11 @@ impl LocalBackend {
     pub fn tensor_bytes(&mut self, id: TensorId) -> Result<&[u8]> {
         let pr = self.prepared.as_ref().ok_or_else(|| Error::Model("no graph has run".into()))?;
         let range = arena_range(&pr.built.graph, &pr.plan, id)?;
-        self.arena.bytes_mut().get(range).map(|b| b as &[u8]).ok_or_else(|| Error::Model("arena too small".into()))
+        self.arena
+            .bytes_mut()
+            .get(range)
+            .map(|b| b as &[u8])
+            .ok_or_else(|| Error::Model("arena too small".into()))
     }
 
     /// Address of the memory owned by `id` (not a view).
