@@ -324,7 +324,7 @@ pub fn min_p(cand: &mut Vec<Candidate>, p: f32, min_keep: usize) {
 }
 
 /// Draws from the softmax of the candidates with `u ∈ [0, 1)`: the first token whose cumulative
-/// probability reaches `u · Σp`.
+/// probability exceeds `u · Σp` (so a zero-probability token is never drawn).
 pub fn dist(cand: &[Candidate], u: f64) -> Option<u32> {
     let probs = softmax(cand);
     let total: f64 = probs.iter().sum();

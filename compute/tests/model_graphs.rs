@@ -78,3 +78,78 @@ fn moe_graph_matches_reference() {
     check(Spec::qwen3moe(), true, 512);
     check(Spec::qwen3moe(), false, 3);
 }
+
+#[test]
+fn split_layer_ranges_match_the_whole_model() {
+    // Three ranges over a 3-layer model: embeddings + layer 0 | layer 1 | layer 2 + head; the
+    // hidden state crosses each boundary. Same logits as one graph, and as the reference.
+    let m = tiny(Spec { n_layer: 3, ..Spec::qwen3() }, 11);
+    let prompt = [1u32, 2, 3, 4, 5];
+    let want = reference::forward(&m, &[1, 2, 3, 4, 5, 6], true);
+    let cfg = SessionConfig { n_ctx: 32, ..SessionConfig::default() };
+    let mut whole = InterpSession::new(&m.src, cfg.clone());
+    let mut split = InterpSession::new(&m.src, cfg);
+    let a = whole.decode(&prompt);
+    let b = split.decode_split(&prompt, &[0..1, 1..2, 2..3]);
+    assert_eq!(a, b);
+    assert!(max_abs_diff(&b, &want[4]) <= BOUND);
+    let b = split.decode_split(&[6], &[0..2, 2..3]);
+    assert!(max_abs_diff(&b, &want[5]) <= BOUND);
+    // Only the first range reads tokens, only the last has out_ids and the LM head.
+    let g0 = &split.graphs[0];
+    assert!(g0.tensors().iter().any(|t| t.name == "inp_tokens"));
+    assert!(!g0.tensors().iter().any(|t| t.name == "out_ids" || t.name == "result_output"));
+    let g1 = &split.graphs[1];
+    assert!(g1.tensors().iter().any(|t| t.name == "l_out-0"));
+    assert!(!g1.tensors().iter().any(|t| t.name == "inp_tokens"));
+}
+
+#[test]
+fn llama_graph_has_the_reference_node_sequence() {
+    // ref: ggml-compute-semantics.md §4.3: the ops of the first layer (FA on) in llama.cpp's order.
+    use compute::op::GgmlOp::*;
+    let m = tiny(Spec::llama(), 1);
+    let mut s = InterpSession::new(&m.src, SessionConfig { n_ctx: 512, ..SessionConfig::default() });
+    s.decode(&[1, 2, 3]);
+    let g = &s.graphs[0];
+    let ops: Vec<_> = g.nodes().iter().map(|&id| g.get(id).op).collect();
+    let layer0: Vec<_> = ops.iter().skip(1).take_while(|&&o| o != Add).copied().collect();
+    assert_eq!(
+        layer0,
+        vec![
+            RmsNorm,
+            Mul,
+            MulMat,
+            Reshape,
+            Rope,
+            MulMat,
+            Reshape,
+            MulMat,
+            Reshape,
+            Rope,
+            View,
+            SetRows,
+            View,
+            SetRows,
+            Permute,
+            View,
+            Permute,
+            View,
+            Permute,
+            FlashAttnExt,
+            Reshape,
+            MulMat
+        ]
+    );
+    assert_eq!(ops[0], GetRows);
+    // Nkv is padded to 256 and the mask is F16 [Nkv, T].
+    let mask = g.tensors().iter().find(|t| t.name == "attn_inp_kq_mask").unwrap();
+    assert_eq!(mask.layout.ne, [256, 3, 1, 1]);
+    assert_eq!(mask.layout.dtype, compute::GgmlType::F16);
+    let cache = g.tensors().iter().find(|t| t.name == "cache_k_l1").unwrap();
+    assert_eq!(cache.layout.ne, [32, 512, 1, 1]);
+    assert_eq!(cache.layout.dtype, compute::GgmlType::F16);
+    let logits = g.get(*g.nodes().last().unwrap());
+    assert_eq!(logits.name, "result_output");
+    assert_eq!(logits.layout.ne, [100, 1, 1, 1]);
+}

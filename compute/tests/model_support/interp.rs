@@ -353,43 +353,63 @@ impl<'w> InterpSession<'w> {
     }
 
     pub fn decode(&mut self, tokens: &[u32]) -> Vec<f32> {
+        let n = self.hp.n_layer;
+        self.decode_split(tokens, &[0..n])
+    }
+
+    /// Decodes with the layers split into consecutive ranges, each its own graph; the hidden
+    /// state of one range is copied into the next range's input.
+    pub fn decode_split(&mut self, tokens: &[u32], ranges: &[std::ops::Range<u32>]) -> Vec<f32> {
         let mut logits = Vec::new();
         for chunk in tokens.chunks(self.cfg.n_ubatch as usize) {
-            let p = ubatch_params(&self.hp, &self.cfg, self.n_past, chunk.len() as u64);
-            let built = build(&self.hp, self.src, &p).unwrap();
-            let g = &built.graph;
-            let mut bufs = HashMap::new();
-            for (i, t) in g.tensors().iter().enumerate() {
-                let id = TensorId(i as u32);
-                match &t.storage {
-                    Storage::Weight(name) => {
-                        bufs.insert(Key::Owner(id.0), self.src.tensor(name).unwrap().data.to_vec());
+            let mut hidden: Option<Vec<u8>> = None;
+            for r in ranges {
+                let mut p = ubatch_params(&self.hp, &self.cfg, self.n_past, chunk.len() as u64);
+                p.layers = r.clone();
+                let built = build(&self.hp, self.src, &p).unwrap();
+                let g = &built.graph;
+                let mut bufs = HashMap::new();
+                for (i, t) in g.tensors().iter().enumerate() {
+                    let id = TensorId(i as u32);
+                    match &t.storage {
+                        Storage::Weight(name) => {
+                            bufs.insert(Key::Owner(id.0), self.src.tensor(name).unwrap().data.to_vec());
+                        }
+                        Storage::KvCache { layer, kind } => {
+                            let k = Key::Kv(*layer, *kind);
+                            let n = t.layout.nbytes().unwrap() as usize;
+                            let b = self.kv.remove(&k).unwrap_or_else(|| vec![0; n]);
+                            bufs.insert(k, b);
+                        }
+                        Storage::Input(_) | Storage::Intermediate => {
+                            bufs.insert(Key::Owner(id.0), vec![0; t.layout.nbytes().unwrap() as usize]);
+                        }
+                        Storage::View => {}
                     }
-                    Storage::KvCache { layer, kind } => {
-                        let k = Key::Kv(*layer, *kind);
-                        let n = t.layout.nbytes().unwrap() as usize;
-                        let b = self.kv.remove(&k).unwrap_or_else(|| vec![0; n]);
-                        bufs.insert(k, b);
-                    }
-                    Storage::Input(_) | Storage::Intermediate => {
-                        bufs.insert(Key::Owner(id.0), vec![0; t.layout.nbytes().unwrap() as usize]);
-                    }
-                    Storage::View => {}
                 }
-            }
-            let mut mem = Mem { g, bufs };
-            fill_inputs(&self.hp, &built, self.n_past, chunk, &mut mem).unwrap();
-            run(&mut mem);
-            let out = built.output;
-            let l: Layout = g.layout(out);
-            logits = (0..l.ne[0]).map(|i| mem.rd(out, [i, 0, 0, 0]) as f32).collect();
-            for (k, b) in mem.bufs.drain() {
-                if matches!(k, Key::Kv(..)) {
-                    self.kv.insert(k, b);
+                let mut mem = Mem { g, bufs };
+                fill_inputs(&self.hp, &built, self.n_past, chunk, &mut mem).unwrap();
+                match (built.inputs.hidden, hidden.take()) {
+                    (Some(h), Some(bytes)) => mem.bytes(h).unwrap().copy_from_slice(&bytes),
+                    (None, None) => {}
+                    _ => panic!("hidden state input/output mismatch for range {r:?}"),
                 }
+                run(&mut mem);
+                let out = built.output;
+                let l: Layout = g.layout(out);
+                if r.end == self.hp.n_layer {
+                    logits = (0..l.ne[0]).map(|i| mem.rd(out, [i, 0, 0, 0]) as f32).collect();
+                } else {
+                    hidden = Some(mem.bytes(out).unwrap().to_vec());
+                }
+                for (k, b) in mem.bufs.drain() {
+                    if matches!(k, Key::Kv(..)) {
+                        self.kv.insert(k, b);
+                    }
+                }
+                self.graphs.push(built.graph);
             }
             self.n_past += chunk.len() as u64;
-            self.graphs.push(built.graph);
         }
         logits
     }

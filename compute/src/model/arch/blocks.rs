@@ -68,21 +68,23 @@ pub fn attention(b: &mut Ctx<'_>, il: u32, cur: TensorId, o: AttnOptions) -> Res
         Ok(x)
     };
     // Biases (Qwen2 q/k/v, optional elsewhere) are added whenever the model has them (ref §4.6).
+    // Node order as llama.cpp emits it (ref §4.3): the Q chain, V, then the K chain.
     let q = proj(b, "attn_q.weight", "attn_q.bias", h * d, "Qcur")?;
-    let k = proj(b, "attn_k.weight", "attn_k.bias", hkv * d, "Kcur")?;
-    let v = proj(b, "attn_v.weight", "attn_v.bias", hkv * dv, "Vcur")?;
-
     let mut q = b.g.reshape(q, [d, h, t, 1])?;
-    let mut k = b.g.reshape(k, [d, hkv, t, 1])?;
-    let v = b.g.reshape(v, [dv, hkv, t, 1])?;
     if o.qk_norm {
         let qn = b.lw(il, "attn_q_norm.weight", [d, 1, 1, 1])?;
         q = rms_norm_mul(b, q, qn, "Qcur_normed", il)?;
-        let kn = b.lw(il, "attn_k_norm.weight", [d, 1, 1, 1])?;
-        k = rms_norm_mul(b, k, kn, "Kcur_normed", il)?;
     }
     let mut q = b.g.rope_ext(q, pos, freqs, &rope)?;
     b.name(q, "Qcur", il);
+    let v = proj(b, "attn_v.weight", "attn_v.bias", hkv * dv, "Vcur")?;
+    let v = b.g.reshape(v, [dv, hkv, t, 1])?;
+    let k = proj(b, "attn_k.weight", "attn_k.bias", hkv * d, "Kcur")?;
+    let mut k = b.g.reshape(k, [d, hkv, t, 1])?;
+    if o.qk_norm {
+        let kn = b.lw(il, "attn_k_norm.weight", [d, 1, 1, 1])?;
+        k = rms_norm_mul(b, k, kn, "Kcur_normed", il)?;
+    }
     let k = b.g.rope_ext(k, pos, freqs, &rope)?;
     b.name(k, "Kcur", il);
     let kq_scale = if o.q_scale != 0.0 {
@@ -115,9 +117,9 @@ pub fn attention(b: &mut Ctx<'_>, il: u32, cur: TensorId, o: AttnOptions) -> Res
     let nkv = b.p.n_kv;
     let kv_size = b.p.kv_size;
     let es = b.p.kv_type.type_size() as u64;
+    let qperm = b.g.permute(q, [0, 2, 1, 3])?;
     let kview = b.g.view(cache_k, [d, hkv, nkv, 1], [d * es, hkv * d * es, kv_size * hkv * d * es], 0)?;
     let kperm = b.g.permute(kview, [0, 2, 1, 3])?;
-    let qperm = b.g.permute(q, [0, 2, 1, 3])?;
     let mask = if hp.is_swa_layer(il) { b.inputs.kq_mask_swa } else { b.inputs.kq_mask };
 
     let kqv_out = if b.p.flash_attn {
