@@ -354,7 +354,7 @@ impl<'w> InterpSession<'w> {
 
     pub fn decode(&mut self, tokens: &[u32]) -> Vec<f32> {
         let n = self.hp.n_layer;
-        self.decode_split(tokens, &[0..n])
+        self.decode_split(tokens, std::slice::from_ref(&(0..n)))
     }
 
     /// Decodes with the layers split into consecutive ranges, each its own graph; the hidden
