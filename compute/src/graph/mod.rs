@@ -81,10 +81,7 @@ fn validate(n: &Node) -> Result<()> {
                 || a.layout.ne != n.dst.layout.ne
                 || [a, b, n.dst].iter().any(|t| t.layout.dtype != crate::GgmlType::F32)
             {
-                return Err(Error::UnsupportedTypes {
-                    op: n.op,
-                    detail: "interim executor: f32 same shape only".into(),
-                });
+                return Err(Error::UnsupportedTypes { op: n.op, detail: "interim executor: f32 same shape only".into() });
             }
             Ok(())
         }

@@ -34,8 +34,7 @@ pub fn f16_from_f32(src: &[f32], dst: &mut [u8]) {
 pub fn vec_dot_f32_f32(n: usize, x: &[u8], y: &[u8]) -> f32 {
     let mut sum = 0.0f64;
     for (a, b) in x.chunks_exact(4).zip(y.chunks_exact(4)).take(n) {
-        sum += f32::from_le_bytes([a[0], a[1], a[2], a[3]]) as f64
-            * f32::from_le_bytes([b[0], b[1], b[2], b[3]]) as f64;
+        sum += f32::from_le_bytes([a[0], a[1], a[2], a[3]]) as f64 * f32::from_le_bytes([b[0], b[1], b[2], b[3]]) as f64;
     }
     sum as f32
 }
