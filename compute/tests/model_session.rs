@@ -2,9 +2,9 @@
 //! independent f64 forward pass (prompt of 6 tokens, then 3 decode steps reusing the KV cache),
 //! and graph reuse across decode steps.
 //!
-//! Bound: max |Δlogit| ≤ 2e-2 — the executor's matmuls convert activations to the weights'
-//! `vec_dot_type` and keep f32 accumulators, which adds to the f16 KV-cache rounding the
-//! reference models (the plain interpreter in `model_graphs.rs` stays within 5e-3).
+//! Bound: max |Δlogit| ≤ 5e-3 on logits of magnitude ~1–3 (measured with the ops branch: 2e-4 to
+//! 2.6e-3; the remaining differences are f32 intermediates, f16 rounding of Q / softmax output
+//! against the F16 cache and GELU's f16 table).
 //!
 //! These need the op kernels (branch `ops`); the interim executor on `main` only runs ADD, so
 //! until ops is merged `Graph::new` rejects the model graphs and the tests are ignored.
@@ -14,9 +14,10 @@ mod model_support;
 use std::sync::Arc;
 
 use compute::model::{Model, Session, SessionConfig};
+use compute::sample::{Sampler, SamplerParams};
 use model_support::{max_abs_diff, reference, tiny, Spec};
 
-const BOUND: f64 = 2e-2;
+const BOUND: f64 = 5e-3;
 
 fn check(spec: Spec, flash_attn: bool) {
     let name = spec.arch;
@@ -83,4 +84,26 @@ fn session_rejects_bad_tokens_and_context_overflow() {
     assert!(s.decode(&[1, 2, 3, 4, 5]).is_err(), "more tokens than n_ctx");
     assert!(s.decode(&[]).is_err());
     assert_eq!(s.n_past(), 0);
+}
+
+#[test]
+#[ignore = "needs the op kernels from branch ops"]
+fn greedy_generation_follows_the_reference_argmax() {
+    let m = tiny(Spec::qwen2(), 5);
+    let model = Model::new(Arc::new(m.src.clone())).unwrap();
+    let mut s = Session::new(model, SessionConfig { n_ctx: 64, ..SessionConfig::default() }).unwrap();
+    let mut sampler = Sampler::new(SamplerParams { temp: 0.0, ..SamplerParams::default() });
+    let prompt = [4u32, 8, 15, 16];
+    let out = s.generate(&prompt, &mut sampler, 5, |_| false, |_| true).unwrap();
+    assert_eq!(out.len(), 5);
+    // Each generated token is the argmax of the reference logits after the tokens before it.
+    let mut seq = prompt.to_vec();
+    for &t in &out {
+        let want = reference::forward(&m, &seq, true);
+        let last = want.last().unwrap();
+        let argmax = (0..last.len()).max_by(|&a, &b| last[a].total_cmp(&last[b])).unwrap() as u32;
+        assert_eq!(t, argmax, "after {seq:?}");
+        seq.push(t);
+    }
+    assert_eq!(s.n_past(), (prompt.len() + 4) as u64);
 }

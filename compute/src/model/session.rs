@@ -16,6 +16,7 @@ use crate::model::graph_def::TensorId;
 use crate::model::hparams::HParams;
 use crate::model::local::{write_float, write_i32, write_i64, LocalBackend};
 use crate::model::weights::WeightSource;
+use crate::sample::Sampler;
 
 /// Session settings.
 #[derive(Clone, Debug, PartialEq)]
@@ -123,6 +124,35 @@ impl Session {
             self.decode_ubatch(chunk)?;
         }
         Ok(&self.logits)
+    }
+
+    /// Decodes `prompt`, then samples up to `max_new` tokens one step at a time. Every prompt and
+    /// generated token is shown to the sampler's penalty history. Generation stops after an
+    /// end-of-generation token (`is_eog`, which is still returned) or when `on_token` returns
+    /// false. Returns the generated tokens.
+    pub fn generate(
+        &mut self,
+        prompt: &[u32],
+        sampler: &mut Sampler,
+        max_new: usize,
+        is_eog: impl Fn(u32) -> bool,
+        mut on_token: impl FnMut(u32) -> bool,
+    ) -> Result<Vec<u32>> {
+        for &t in prompt {
+            sampler.accept(t);
+        }
+        let mut out = Vec::new();
+        let mut logits = self.decode(prompt)?;
+        while out.len() < max_new {
+            let t = sampler.sample(logits).ok_or_else(|| Error::Model("empty logits".into()))?;
+            sampler.accept(t);
+            out.push(t);
+            if is_eog(t) || !on_token(t) || out.len() == max_new {
+                break;
+            }
+            logits = self.decode(&[t])?;
+        }
+        Ok(out)
     }
 
     fn decode_ubatch(&mut self, tokens: &[u32]) -> Result<()> {
