@@ -10,7 +10,7 @@ echo "== model and reference peer"
 LLAMAD_MODEL=$(scripts/fetch-model.sh)
 LLAMAD_PEER_PYTHON=$(tests/peer/build-peer.sh | tail -n 1)
 export LLAMAD_MODEL LLAMAD_PEER_PYTHON
-"$LLAMAD_PEER_PYTHON" -m pip install --quiet pytest >/dev/null
+"$LLAMAD_PEER_PYTHON" -c 'import pytest' 2>/dev/null || "$LLAMAD_PEER_PYTHON" -m pip install --quiet pytest >/dev/null
 
 echo "== cargo build"
 cargo build --workspace --release --bins
@@ -19,6 +19,10 @@ echo "== cargo test"
 cargo test --workspace --release
 
 if [ -d tests/interop ]; then
+    # llamad against llama.cpp's master and its own RPC server (tests/interop/test_interop.py).
+    # Prints the prompt/text table and tokens/s; writes target/interop-report.json.
+    # LLAMAD_INTEROP=0 skips these explicitly; otherwise a missing llamad or peer fails them.
     echo "== interop tests (pytest)"
-    LLAMAD_BIN="$root/target/release/llamad" "$LLAMAD_PEER_PYTHON" -m pytest -q tests/interop
+    LLAMAD_BIN="${LLAMAD_BIN:-${CARGO_TARGET_DIR:-$root/target}/release/llamad}" \
+        "$LLAMAD_PEER_PYTHON" -m pytest -q -rfE tests/interop
 fi

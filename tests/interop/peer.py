@@ -1,0 +1,231 @@
+"""Library for the interop tests: start reference/llamad RPC servers and run llama.cpp masters.
+
+Everything here runs under the reference peer's Python (llama-cpp-python 0.3.36 built with RPC,
+see tests/peer/build-peer.sh). Servers and masters are subprocesses: the reference server blocks
+its process, and RPC device registration in ggml is process-global, so each master
+configuration needs a fresh process (ref: ggml-rpc-protocol.md §11.1, §11.6).
+"""
+
+import json
+import os
+import random
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from typing import List, Optional, Sequence
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+# Server ports stay below the ephemeral range (32768+) that the master's many short
+# connections draw from (ref: llama-cpp-python-peer.md, "Behaviour worth knowing").
+PORT_RANGE = (20000, 32000)
+
+
+def free_port() -> int:
+    """A port in PORT_RANGE that nothing listens on right now."""
+    for _ in range(200):
+        port = random.randint(*PORT_RANGE)
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
+    raise RuntimeError("no free port found below 32768")
+
+
+def wait_port(port: int, proc: subprocess.Popen, timeout: float, what: str, log_path: str) -> None:
+    """Waits until 127.0.0.1:port accepts a connection; raises if the process exits first."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"{what} exited with status {proc.returncode} before listening:\n{_tail(log_path)}")
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=0.5):
+                return
+        except OSError:
+            time.sleep(0.05)
+    raise RuntimeError(f"{what} did not listen on port {port} within {timeout}s:\n{_tail(log_path)}")
+
+
+def _tail(path: str, n: int = 4000) -> str:
+    try:
+        with open(path, "rb") as f:
+            data = f.read()
+        return data[-n:].decode("utf-8", errors="replace")
+    except OSError:
+        return "(no log)"
+
+
+@dataclass
+class Server:
+    """A running server process; stops (kills) it on ``stop()`` or when leaving a ``with`` block."""
+
+    kind: str
+    port: int
+    proc: subprocess.Popen
+    log_path: str
+
+    @property
+    def endpoint(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    def log(self) -> str:
+        return _tail(self.log_path, 100_000)
+
+    def alive(self) -> bool:
+        return self.proc.poll() is None
+
+    def stop(self) -> None:
+        """Kills the process and removes its log (kept when LLAMAD_INTEROP_KEEP_LOGS=1)."""
+        if self.proc.poll() is None:
+            self.proc.kill()
+        try:
+            self.proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            pass
+        if os.environ.get("LLAMAD_INTEROP_KEEP_LOGS") != "1":
+            try:
+                os.unlink(self.log_path)
+            except OSError:
+                pass
+
+    def __enter__(self) -> "Server":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+
+def _spawn(kind: str, argv: Sequence[str], port: int, env=None, timeout: float = 30.0) -> Server:
+    log = tempfile.NamedTemporaryFile(prefix=f"interop-{kind}-{port}-", suffix=".log", delete=False)
+    proc = subprocess.Popen(list(argv), stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env, cwd=HERE)
+    log.close()
+    server = Server(kind, port, proc, log.name)
+    try:
+        wait_port(port, proc, timeout, kind, log.name)
+    except BaseException:
+        server.stop()
+        raise
+    return server
+
+
+def start_reference_server(port: Optional[int] = None, cache_dir: Optional[str] = None, threads: int = 1) -> Server:
+    """llama.cpp's RPC server (CPU device) from the wheel's libraries, on 127.0.0.1:port."""
+    port = port or free_port()
+    argv = [sys.executable, os.path.join(HERE, "ref_server.py"), "-p", str(port), "-t", str(threads)]
+    if cache_dir:
+        argv += ["--cache-dir", cache_dir]
+    return _spawn("reference", argv, port)
+
+
+def llamad_bin() -> str:
+    path = os.environ.get("LLAMAD_BIN", "")
+    if not path:
+        raise RuntimeError("LLAMAD_BIN is not set (path to the llamad binary)")
+    if not (os.path.isfile(path) and os.access(path, os.X_OK)):
+        raise RuntimeError(f"LLAMAD_BIN={path} is not an executable file")
+    return path
+
+
+def start_llamad(port: Optional[int] = None, threads: int = 1, extra_args: Sequence[str] = (), env_extra=None) -> Server:
+    """``$LLAMAD_BIN -H 127.0.0.1 -p PORT -t N [extra_args]`` (ggml-rpc-server compatible flags, §10.1)."""
+    port = port or free_port()
+    env = dict(os.environ)
+    env.update(env_extra or {})
+    argv = [llamad_bin(), "-H", "127.0.0.1", "-p", str(port), "-t", str(threads), *extra_args]
+    return _spawn("llamad", argv, port, env=env)
+
+
+@dataclass
+class MasterResult:
+    devices: List[str]
+    load_s: float
+    runs: List[dict]
+    eos: int = -1
+    stderr: str = field(repr=False, default="")
+
+    def texts(self) -> List[str]:
+        return [r["text"] for r in self.runs]
+
+    def tokens(self) -> List[List[int]]:
+        return [r["tokens"] for r in self.runs]
+
+    def speeds(self) -> dict:
+        """Aggregate prompt and generation tokens/s over all prompts (llama.cpp's perf counters)."""
+        n_p = sum(r["n_p_eval"] for r in self.runs)
+        t_p = sum(r["t_p_eval_ms"] for r in self.runs)
+        n_g = sum(r["n_eval"] for r in self.runs)
+        t_g = sum(r["t_eval_ms"] for r in self.runs)
+        return {
+            "prompt_tokens": n_p,
+            "prompt_tok_s": n_p / (t_p / 1000.0) if t_p > 0 else 0.0,
+            "gen_tokens": n_g,
+            "gen_tok_s": n_g / (t_g / 1000.0) if t_g > 0 else 0.0,
+            "load_s": self.load_s,
+        }
+
+    def model_buffers(self) -> dict:
+        """Device name -> model buffer MiB, from llama.cpp's load log ('<dev> model buffer size = X MiB')."""
+        out = {}
+        for line in self.stderr.splitlines():
+            if "model buffer size" in line and "=" in line:
+                name = line.split("model buffer size")[0].split(":", 1)[-1].strip()
+                try:
+                    out[name] = float(line.split("=")[1].split()[0])
+                except (IndexError, ValueError):
+                    pass
+        return out
+
+
+def run_master(
+    model: str,
+    prompts: Sequence[str],
+    n_tokens: int = 32,
+    endpoints: Sequence[str] = (),
+    flash_attn: bool = False,
+    n_gpu_layers: Optional[int] = None,
+    n_threads: int = 1,
+    seed: int = 1234,
+    n_ctx: int = 512,
+    timeout: float = 300.0,
+) -> MasterResult:
+    """Runs ref_master.py in a fresh process: loads the model (layers on the endpoints' RPC devices
+    when any, else the local CPU) and returns greedy completions of ``n_tokens`` for each prompt."""
+    if n_gpu_layers is None:
+        n_gpu_layers = 99 if endpoints else 0
+    with tempfile.TemporaryDirectory(prefix="interop-master-") as tmp:
+        args_path = os.path.join(tmp, "args.json")
+        out_path = os.path.join(tmp, "out.json")
+        with open(args_path, "w") as f:
+            json.dump(
+                {
+                    "model": model,
+                    "endpoints": list(endpoints),
+                    "n_gpu_layers": n_gpu_layers,
+                    "flash_attn": flash_attn,
+                    "n_ctx": n_ctx,
+                    "seed": seed,
+                    "n_threads": n_threads,
+                    "prompts": list(prompts),
+                    "n_tokens": n_tokens,
+                },
+                f,
+            )
+        proc = subprocess.run(
+            [sys.executable, os.path.join(HERE, "ref_master.py"), args_path, out_path],
+            cwd=HERE,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            timeout=timeout,
+        )
+        log = proc.stdout.decode("utf-8", errors="replace")
+        if proc.returncode != 0 or not os.path.exists(out_path):
+            raise RuntimeError(f"master (endpoints={list(endpoints)}) failed with status {proc.returncode}:\n{log[-6000:]}")
+        with open(out_path) as f:
+            res = json.load(f)
+    return MasterResult(res["devices"], res["load_s"], res["runs"], res.get("eos", -1), log)
