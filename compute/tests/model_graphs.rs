@@ -153,3 +153,28 @@ fn llama_graph_has_the_reference_node_sequence() {
     assert_eq!(logits.name, "result_output");
     assert_eq!(logits.layout.ne, [100, 1, 1, 1]);
 }
+
+#[test]
+fn f32_cache_matches_reference_to_f32_precision() {
+    // With an F32 KV cache nothing is rounded to f16 anywhere, so the graph must agree with the
+    // f64 reference to f32 storage precision.
+    for spec in [Spec::llama(), Spec::gemma3(), Spec::qwen3moe()] {
+        for flash_attn in [true, false] {
+            let m = tiny(spec.clone(), 9);
+            let toks = [5u32, 6, 7, 8, 9];
+            let want = reference::forward(&m, &toks, false);
+            let cfg = SessionConfig {
+                n_ctx: 16,
+                flash_attn,
+                kv_type: compute::GgmlType::F32,
+                ..SessionConfig::default()
+            };
+            let mut s = InterpSession::new(&m.src, cfg);
+            let got = s.decode(&toks[..4]);
+            assert!(max_abs_diff(&got, &want[3]) <= 1e-4, "{} fa={flash_attn}", spec.arch);
+            let got = s.decode(&toks[4..]);
+            let d = max_abs_diff(&got, &want[4]);
+            assert!(d <= 1e-4, "{} fa={flash_attn}: {d}", spec.arch);
+        }
+    }
+}

@@ -116,21 +116,29 @@ pub fn attention(b: &mut Ctx<'_>, il: u32, cur: TensorId, o: AttnOptions) -> Res
     // Views of the attended cells.
     let nkv = b.p.n_kv;
     let kv_size = b.p.kv_size;
-    let es = b.p.kv_type.type_size() as u64;
+    // Row sizes in the cache type (block-quantized caches are addressed by whole rows).
+    let kt = b.p.kv_type;
+    let row =
+        |n: u64| kt.row_size(n).ok_or_else(|| crate::Error::Model(format!("{kt} rows of {n} elements")));
+    let (rk, rk_all) = (row(d)?, row(hkv * d)?);
     let qperm = b.g.permute(q, [0, 2, 1, 3])?;
-    let kview = b.g.view(cache_k, [d, hkv, nkv, 1], [d * es, hkv * d * es, kv_size * hkv * d * es], 0)?;
+    let kview = b.g.view(cache_k, [d, hkv, nkv, 1], [rk, rk_all, kv_size * rk_all], 0)?;
     let kperm = b.g.permute(kview, [0, 2, 1, 3])?;
     let mask = if hp.is_swa_layer(il) { b.inputs.kq_mask_swa } else { b.inputs.kq_mask };
 
     let kqv_out = if b.p.flash_attn {
-        let vview =
-            b.g.view(cache_v, [dv, hkv, nkv, 1], [dv * es, hkv * dv * es, kv_size * hkv * dv * es], 0)?;
+        let (rv, rv_all) = (row(dv)?, row(hkv * dv)?);
+        let vview = b.g.view(cache_v, [dv, hkv, nkv, 1], [rv, rv_all, kv_size * rv_all], 0)?;
         let vperm = b.g.permute(vview, [0, 2, 1, 3])?;
         let fa = b.g.flash_attn_ext(qperm, kperm, vperm, mask, kq_scale, 0.0, 0.0)?;
         b.name(fa, "fattn", il);
         b.g.reshape(fa, [h * dv, t, 1, 1])?
     } else {
-        // Transposed V: element (channel c, cell p) at c*kv_size + p.
+        // Transposed V: element (channel c, cell p) at c*kv_size + p (needs a non-block cache type).
+        if kt.blck_size() != 1 {
+            return Err(crate::Error::Model(format!("a {kt} V cache needs flash attention")));
+        }
+        let es = kt.type_size() as u64;
         let vview = b.g.view(
             cache_v,
             [nkv, hkv, dv, 1],
