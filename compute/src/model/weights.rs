@@ -137,6 +137,18 @@ impl MemWeights {
         Ok(())
     }
 
+    /// Every metadata entry (unordered).
+    pub fn metadata(&self) -> impl Iterator<Item = (&str, &MetaValue)> {
+        self.meta.iter().map(|(k, v)| (k.as_str(), v))
+    }
+
+    /// Every weight (unordered).
+    pub fn tensors(&self) -> impl Iterator<Item = (&str, WeightView<'_>)> {
+        self.tensors
+            .iter()
+            .map(|(k, (dtype, ne, data))| (k.as_str(), WeightView { dtype: *dtype, ne: *ne, data }))
+    }
+
     /// Adds an F32 weight from values.
     pub fn add_f32(&mut self, name: &str, ne: [u64; MAX_DIMS], values: &[f32]) -> Result<()> {
         let bytes = values.iter().flat_map(|v| v.to_le_bytes()).collect();
