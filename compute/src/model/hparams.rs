@@ -246,3 +246,58 @@ impl HParams {
         self.arch == Arch::Gemma3 && self.n_swa > 0 && il % self.swa_pattern < self.swa_pattern - 1
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::weights::{MemWeights, MetaValue};
+
+    fn base(arch: &str) -> MemWeights {
+        let mut m = MemWeights::new();
+        m.set_meta("general.architecture", MetaValue::Str(arch.into()));
+        let k = |s: &str| format!("{arch}.{s}");
+        m.set_meta(&k("embedding_length"), MetaValue::Int(576));
+        m.set_meta(&k("block_count"), MetaValue::Int(30));
+        m.set_meta(&k("feed_forward_length"), MetaValue::Int(1536));
+        m.set_meta(&k("attention.head_count"), MetaValue::Int(9));
+        m.set_meta(&k("attention.layer_norm_rms_epsilon"), MetaValue::Float(1e-5));
+        m.set_meta(&k("vocab_size"), MetaValue::Int(49152));
+        m
+    }
+
+    #[test]
+    fn defaults_follow_the_reference() {
+        let hp = HParams::from_source(&base("llama")).unwrap();
+        assert_eq!((hp.n_embd, hp.n_layer, hp.n_head, hp.n_head_kv), (576, 30, 9, 9));
+        assert_eq!((hp.head_dim_k, hp.head_dim_v, hp.n_rot), (64, 64, 64));
+        assert_eq!((hp.rope_freq_base, hp.rope_freq_scale, hp.yarn_ext_factor), (10000.0, 1.0, 0.0));
+        assert_eq!(hp.arch.rope_mode(), rope_mode::NORMAL);
+        assert_eq!(hp.n_expert, 0);
+        assert!(!hp.is_swa_layer(0));
+    }
+
+    #[test]
+    fn per_arch_keys_and_errors() {
+        let mut m = base("gemma3");
+        m.set_meta("gemma3.attention.head_count_kv", MetaValue::IntArray(vec![3; 30]));
+        m.set_meta("gemma3.attention.sliding_window", MetaValue::Int(512));
+        m.set_meta("gemma3.rope.scaling.factor", MetaValue::Float(8.0));
+        let hp = HParams::from_source(&m).unwrap();
+        assert_eq!(hp.n_head_kv, 3);
+        assert_eq!(hp.rope_freq_scale, 0.125);
+        assert_eq!(hp.arch.rope_mode(), rope_mode::NEOX);
+        // Pattern 6: layers 0..4 local, 5 global.
+        assert!((0..5).all(|il| hp.is_swa_layer(il)) && !hp.is_swa_layer(5) && hp.is_swa_layer(6));
+        let mut bad = base("llama");
+        bad.set_meta("llama.attention.head_count_kv", MetaValue::Int(4));
+        assert!(HParams::from_source(&bad).is_err(), "9 heads are not a multiple of 4 kv heads");
+        assert!(HParams::from_source(&base("bert")).is_err());
+        let mut moe = base("qwen3moe");
+        moe.set_meta("qwen3moe.expert_count", MetaValue::Int(8));
+        assert!(HParams::from_source(&moe).is_err(), "experts without expert_used_count");
+        moe.set_meta("qwen3moe.expert_used_count", MetaValue::Int(2));
+        let hp = HParams::from_source(&moe).unwrap();
+        assert!(hp.expert_weights_norm);
+        assert_eq!(hp.n_ff_exp, 1536);
+    }
+}
