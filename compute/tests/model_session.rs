@@ -5,9 +5,6 @@
 //! Bound: max |Δlogit| ≤ 5e-3 on logits of magnitude ~1–3 (measured with the ops branch: 2e-4 to
 //! 2.6e-3; the remaining differences are f32 intermediates, f16 rounding of Q / softmax output
 //! against the F16 cache and GELU's f16 table).
-//!
-//! These need the op kernels (branch `ops`); the interim executor on `main` only runs ADD, so
-//! until ops is merged `Graph::new` rejects the model graphs and the tests are ignored.
 
 mod model_support;
 
@@ -43,34 +40,29 @@ fn check(spec: Spec, flash_attn: bool) {
 }
 
 #[test]
-#[ignore = "needs the op kernels from branch ops"]
 fn session_llama_matches_reference() {
     check(Spec::llama(), true);
     check(Spec::llama(), false);
 }
 
 #[test]
-#[ignore = "needs the op kernels from branch ops"]
 fn session_qwen2_matches_reference() {
     check(Spec::qwen2(), true);
     check(Spec::qwen2(), false);
 }
 
 #[test]
-#[ignore = "needs the op kernels from branch ops"]
 fn session_qwen3_matches_reference() {
     check(Spec::qwen3(), true);
 }
 
 #[test]
-#[ignore = "needs the op kernels from branch ops"]
 fn session_gemma3_matches_reference() {
     check(Spec::gemma3(), true);
     check(Spec::gemma3(), false);
 }
 
 #[test]
-#[ignore = "needs the op kernels from branch ops"]
 fn session_moe_matches_reference() {
     check(Spec::qwen3moe(), true);
 }
@@ -87,7 +79,6 @@ fn session_rejects_bad_tokens_and_context_overflow() {
 }
 
 #[test]
-#[ignore = "needs the op kernels from branch ops"]
 fn greedy_generation_follows_the_reference_argmax() {
     let m = tiny(Spec::qwen2(), 5);
     let model = Model::new(Arc::new(m.src.clone())).unwrap();

@@ -22,6 +22,7 @@
 //! Sampling lives next door in [`crate::sample`].
 
 pub mod arch;
+pub mod gguf_source;
 pub mod graph_def;
 pub mod hparams;
 pub mod local;
