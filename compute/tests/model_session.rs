@@ -98,3 +98,21 @@ fn greedy_generation_follows_the_reference_argmax() {
     }
     assert_eq!(s.n_past(), (prompt.len() + 4) as u64);
 }
+
+#[test]
+fn decode_all_returns_every_position() {
+    // Perplexity-style: logits of all 7 positions, over two ubatches (4 + 3), against the
+    // reference at each position.
+    let m = tiny(Spec::qwen3(), 13);
+    let toks = [9u32, 8, 7, 6, 5, 4, 3];
+    let want = reference::forward(&m, &toks, true);
+    let model = Model::new(Arc::new(m.src.clone())).unwrap();
+    let cfg = SessionConfig { n_ctx: 16, n_ubatch: 4, ..SessionConfig::default() };
+    let mut s = Session::new(model, cfg).unwrap();
+    let got = s.decode_all(&toks).unwrap().to_vec();
+    assert_eq!(got.len(), 7 * 100);
+    for (i, row) in got.chunks_exact(100).enumerate() {
+        let d = max_abs_diff(row, &want[i]);
+        assert!(d <= BOUND, "position {i}: {d}");
+    }
+}

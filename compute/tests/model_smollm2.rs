@@ -1,17 +1,17 @@
 //! End-to-end check on the real model (ref: ggml-compute-semantics.md §4.11): SmolLM2-135M-Instruct
 //! Q4_1, prompt "Hello world, this is" = [19556, 905, 28, 451, 314] (no BOS) → greedy 253 ('Ġa'),
 //! then after feeding 253 → 905 ('Ġworld'); logit of 253 ≈ 17.2532 with FA on, 17.4569 with FA off
-//! in llama.cpp. The argmaxes must match exactly; the logit within 0.15 (measured when ops and
-//! quant were first joined: 17.186 FA on, 17.351 FA off — the kernels' rounding, not the graph,
-//! which the tiny-model tests pin down to 5e-3).
+//! in llama.cpp. The argmaxes must match exactly; the logit within 0.15. Measured when ops and
+//! quant were first joined: 17.186 (FA on) and 17.351 (FA off); over the whole vocabulary against
+//! llama-cpp-python 0.3.36 max |Δ| 0.45 / 0.57, correlation 0.9996, same top 5 (FA on) — for
+//! scale, llama.cpp's own FA-on and FA-off logits differ by up to 0.45. The graphs themselves are
+//! pinned to 1e-4 by the F32-cache tiny-model tests in `model_graphs.rs`.
 //!
 //! Skipped (with a message) when `models/SmolLM2-135M-Instruct.Q4_1.gguf` is absent; run
 //! `scripts/fetch-model.sh` first.
 
 use std::path::PathBuf;
-use std::sync::Arc;
 
-use compute::gguf::Gguf;
 use compute::model::{Model, Session, SessionConfig};
 
 fn model_path() -> Option<PathBuf> {
@@ -29,8 +29,7 @@ fn run(flash_attn: bool, want_logit: f32) {
         return;
     };
     // SAFETY: the test does not modify the model file while it is mapped.
-    let gguf = unsafe { Gguf::open(&path) }.unwrap();
-    let model = Model::new(Arc::new(gguf)).unwrap();
+    let model = unsafe { Model::open(&path) }.unwrap();
     assert_eq!(model.hp.n_layer, 30);
     assert_eq!(model.hp.n_vocab, 49152);
     let cfg = SessionConfig { n_ctx: 512, flash_attn, n_threads: 2, ..SessionConfig::default() };

@@ -11,6 +11,7 @@ use std::sync::Arc;
 
 use crate::dtype::GgmlType;
 use crate::error::{Error, Result};
+use crate::gguf::Gguf;
 use crate::model::arch::{BuildParams, Built, InputSink};
 use crate::model::graph_def::TensorId;
 use crate::model::hparams::HParams;
@@ -53,6 +54,22 @@ impl Model {
     pub fn new(src: Arc<dyn WeightSource>) -> Result<Model> {
         let hp = HParams::from_source(src.as_ref())?;
         Ok(Model { hp, src })
+    }
+
+    /// Opens a GGUF file memory-mapped (weights are used in place).
+    ///
+    /// # Safety
+    /// The file must not be modified or truncated while the model, or a session using it, is
+    /// alive (the weights are read through a shared mapping; see [`Gguf::open`]).
+    pub unsafe fn open(path: impl AsRef<std::path::Path>) -> Result<Model> {
+        // SAFETY: forwarded to the caller (this function's contract).
+        let g = unsafe { Gguf::open(path) }?;
+        Model::new(Arc::new(g))
+    }
+
+    /// Reads a GGUF file into memory (no mapping, so no contract; costs the file's size in RAM).
+    pub fn read(path: impl AsRef<std::path::Path>) -> Result<Model> {
+        Model::new(Arc::new(Gguf::read(path)?))
     }
 }
 
@@ -105,6 +122,26 @@ impl Session {
 
     /// Feeds `tokens` after the ones already decoded and returns the logits of the last one.
     pub fn decode(&mut self, tokens: &[u32]) -> Result<&[f32]> {
+        self.check(tokens)?;
+        for chunk in tokens.chunks(self.cfg.n_ubatch as usize) {
+            self.logits.clear();
+            self.decode_ubatch(chunk, false)?;
+        }
+        Ok(&self.logits)
+    }
+
+    /// Like [`Session::decode`], but returns the logits of every token (`tokens.len()` rows of
+    /// `n_vocab`, token-major), as perplexity measurements need.
+    pub fn decode_all(&mut self, tokens: &[u32]) -> Result<&[f32]> {
+        self.check(tokens)?;
+        self.logits.clear();
+        for chunk in tokens.chunks(self.cfg.n_ubatch as usize) {
+            self.decode_ubatch(chunk, true)?;
+        }
+        Ok(&self.logits)
+    }
+
+    fn check(&self, tokens: &[u32]) -> Result<()> {
         if tokens.is_empty() {
             return Err(Error::Model("decode of zero tokens".into()));
         }
@@ -120,10 +157,7 @@ impl Session {
                 self.cfg.n_ctx
             )));
         }
-        for chunk in tokens.chunks(self.cfg.n_ubatch as usize) {
-            self.decode_ubatch(chunk)?;
-        }
-        Ok(&self.logits)
+        Ok(())
     }
 
     /// Decodes `prompt`, then samples up to `max_new` tokens one step at a time. Every prompt and
@@ -155,24 +189,33 @@ impl Session {
         Ok(out)
     }
 
-    fn decode_ubatch(&mut self, tokens: &[u32]) -> Result<()> {
+    /// Runs one ubatch and appends its output rows (the last token's, or all with `all`) to
+    /// `self.logits`.
+    fn decode_ubatch(&mut self, tokens: &[u32], all: bool) -> Result<()> {
         let hp = &self.model.hp;
-        let p = ubatch_params(hp, &self.cfg, self.n_past, tokens.len() as u64);
+        let n_out = if all { tokens.len() as u64 } else { 1 };
+        let p = ubatch_params(hp, &self.cfg, self.n_past, tokens.len() as u64, n_out);
         let n_past = self.n_past;
         let output = self.backend.run(&p, |built, w| fill_inputs(hp, built, n_past, tokens, w))?.output;
         let bytes = self.backend.tensor_bytes(output)?;
-        self.logits.clear();
         self.logits.extend(bytes.chunks_exact(4).map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]])));
         self.n_past += tokens.len() as u64;
         Ok(())
     }
 }
 
-/// The graph shape of a ubatch of `n_tokens` after `n_past` cached tokens (whole model, one output).
-pub fn ubatch_params(hp: &HParams, cfg: &SessionConfig, n_past: u64, n_tokens: u64) -> BuildParams {
+/// The graph shape of a ubatch of `n_tokens` after `n_past` cached tokens (whole model, the last
+/// `n_outputs` tokens' logits).
+pub fn ubatch_params(
+    hp: &HParams,
+    cfg: &SessionConfig,
+    n_past: u64,
+    n_tokens: u64,
+    n_outputs: u64,
+) -> BuildParams {
     BuildParams {
         n_tokens,
-        n_outputs: 1,
+        n_outputs,
         n_kv: n_kv_for(n_past + n_tokens, cfg.n_ctx),
         kv_size: cfg.n_ctx,
         kv_type: cfg.kv_type,

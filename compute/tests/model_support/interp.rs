@@ -364,7 +364,7 @@ impl<'w> InterpSession<'w> {
         for chunk in tokens.chunks(self.cfg.n_ubatch as usize) {
             let mut hidden: Option<Vec<u8>> = None;
             for r in ranges {
-                let mut p = ubatch_params(&self.hp, &self.cfg, self.n_past, chunk.len() as u64);
+                let mut p = ubatch_params(&self.hp, &self.cfg, self.n_past, chunk.len() as u64, 1);
                 p.layers = r.clone();
                 let built = build(&self.hp, self.src, &p).unwrap();
                 let g = &built.graph;
