@@ -45,6 +45,11 @@ impl RpcClient {
         self.server
     }
 
+    /// The underlying stream, shared (for socket options).
+    pub fn socket(&self) -> &TcpStream {
+        &self.stream
+    }
+
     /// The underlying stream (for raw-byte tests).
     pub fn stream(&mut self) -> &mut TcpStream {
         &mut self.stream

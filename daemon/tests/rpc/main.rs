@@ -1,0 +1,8 @@
+//! Integration tests: the daemon in-process on 127.0.0.1:0, spoken to with raw bytes and `RpcClient`.
+//! `conformance` follows ggml-rpc-protocol.md §15, `negative` §14 and §16, `concurrency` the
+//! multi-connection behaviour.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+mod common;
+mod conformance;
+mod negative;
