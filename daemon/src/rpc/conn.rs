@@ -51,9 +51,9 @@ pub async fn serve(stream: TcpStream, peer: SocketAddr, shared: Arc<Shared>, can
     let end = match &outcome {
         Ok(reason) => *reason,
         Err(e) => {
-            shared.stats.refused.fetch_add(1, Ordering::Relaxed);
             let cmd = conn.current.map(Cmd::name).unwrap_or("-");
             warn!(%peer, cmd, reason = %e, "closing connection");
+            shared.stats.record_refusal(format!("{cmd}: {e}"));
             "refused"
         }
     };

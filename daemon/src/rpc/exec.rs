@@ -155,6 +155,7 @@ pub fn build(blob: &GraphBlob, buffers: &HashMap<u64, Arc<Buffer>>) -> Result<St
         if !node_runs {
             continue;
         }
+        check_sub_op(t, op)?;
         let dst = tensor_of(t, get(i)?, &mut keep)?;
         let mut src: [Option<Tensor>; compute::graph::MAX_SRC] = [None; compute::graph::MAX_SRC];
         for (j, &sid) in t.src.iter().enumerate() {
@@ -189,6 +190,20 @@ fn summarize(ops: &[&str]) -> String {
     v.sort_unstable();
     v.dedup();
     v.join(",")
+}
+
+/// UNARY and GLU name their sub-operation in `op_params[0]`; unknown values are refused (ref: §16.6).
+fn check_sub_op(t: &RpcTensor, op: GgmlOp) -> Result<()> {
+    let sub = t.op_params[0];
+    let known = match op {
+        GgmlOp::Unary => compute::op::UnaryOp::from_i32(sub).is_some(),
+        GgmlOp::Glu => compute::op::GluOp::from_i32(sub).is_some(),
+        _ => true,
+    };
+    if !known {
+        refuse!("graph: tensor {:#x} ({}): unknown {} sub-op {sub}", t.id, t.name_str(), op);
+    }
+    Ok(())
 }
 
 /// `src[0..9]` then `view_src`: the links the reference follows.
@@ -255,9 +270,4 @@ pub async fn run(executor: SharedExecutor, graph: Arc<StoredGraph>) -> Result<()
         Ok(r) => r,
         Err(e) => Err(Error::Refused(format!("compute task failed: {e}"))),
     }
-}
-
-/// Names the op of a refused node for logs.
-pub fn op_name(op: u32) -> &'static str {
-    GgmlOp::from_u32(op).map(GgmlOp::name).unwrap_or("?")
 }

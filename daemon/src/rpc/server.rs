@@ -15,7 +15,7 @@ use tokio::net::TcpListener;
 use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
-use tracing::{info, warn};
+use tracing::{info, warn, Instrument};
 
 use crate::config::Config;
 use crate::error::Result;
@@ -98,10 +98,14 @@ pub async fn serve(
         }
         let shared = shared.clone();
         let token = cancel.child_token();
-        tracker.spawn(async move {
-            conn::serve(stream, peer, shared, token).await;
-            drop(permit);
-        });
+        let span = tracing::info_span!("conn", %peer);
+        tracker.spawn(
+            async move {
+                conn::serve(stream, peer, shared, token).await;
+                drop(permit);
+            }
+            .instrument(span),
+        );
     }
     info!("shutdown: stopped accepting");
     drop(listener);

@@ -2,6 +2,7 @@
 //! the close log line).
 
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Mutex;
 
 use llamad_proto::cmd::{Cmd, ALL_CMDS, CMD_COUNT};
 
@@ -29,6 +30,8 @@ pub struct ServerStats {
     pub refused: AtomicU64,
     /// Graphs executed (GRAPH_COMPUTE and GRAPH_RECOMPUTE).
     pub graphs_computed: AtomicU64,
+    /// The reason the most recent refused connection was closed (`COMMAND: reason`).
+    pub last_refusal: Mutex<Option<String>>,
 }
 
 /// A plain copy of one command's totals.
@@ -51,6 +54,19 @@ impl ServerStats {
         c.count.fetch_add(1, Ordering::Relaxed);
         c.bytes_in.fetch_add(bytes_in, Ordering::Relaxed);
         c.bytes_out.fetch_add(bytes_out, Ordering::Relaxed);
+    }
+
+    /// Remembers why a connection was refused.
+    pub fn record_refusal(&self, reason: String) {
+        self.refused.fetch_add(1, Ordering::Relaxed);
+        if let Ok(mut g) = self.last_refusal.lock() {
+            *g = Some(reason);
+        }
+    }
+
+    /// Takes the most recent refusal reason.
+    pub fn take_last_refusal(&self) -> Option<String> {
+        self.last_refusal.lock().ok().and_then(|mut g| g.take())
     }
 
     /// A copy of every command's totals.

@@ -201,15 +201,15 @@ impl Attacker {
     }
 }
 
-/// Runs a negative case: a bystander with data is connected during the attack; afterwards the
+/// Runs a negative case, which must be refused with a reason containing `expect`: a bystander with data is connected during the attack; afterwards the
 /// attacker's connection is closed, the server accepts new connections, and the bystander's data
 /// and connection are intact.
-pub fn attack(f: impl FnOnce(&mut Attacker)) {
+pub fn attack(expect: &str, f: impl FnOnce(&mut Attacker)) {
     let server = TestServer::start();
-    attack_on(&server, f);
+    attack_on(&server, expect, f);
 }
 
-pub fn attack_on(server: &TestServer, f: impl FnOnce(&mut Attacker)) {
+pub fn attack_on(server: &TestServer, expect: &str, f: impl FnOnce(&mut Attacker)) {
     let mut by = server.client();
     let (bbuf, bbase) = buffer(&mut by, 64);
     let t = f32_tensor(77, bbuf, bbase, 16);
@@ -219,8 +219,11 @@ pub fn attack_on(server: &TestServer, f: impl FnOnce(&mut Attacker)) {
     let mut c = server.client();
     let (buf, base) = buffer(&mut c, 1024);
     let mut a = Attacker { c, buf, base };
+    server.shared.stats.take_last_refusal();
     f(&mut a);
     assert_closed(a.c.stream());
+    let reason = server.shared.stats.take_last_refusal().unwrap_or_default();
+    assert!(reason.contains(expect), "refused for `{reason}`, expected `{expect}`");
 
     server.assert_alive();
     assert_eq!(bytes_f32(&by.get_tensor(&t, 0, 64).unwrap()), data);

@@ -276,13 +276,13 @@ fn c15_unknown_handles_and_out_of_range_descriptors_close() {
         Command::FreeBuffer { remote_ptr: 0x1234 },
         Command::BufferClear { remote_ptr: 0x1234, value: 0 },
     ] {
-        attack_on(&s, |a| a.send(&cmd));
+        attack_on(&s, "unknown", |a| a.send(&cmd));
     }
-    attack_on(&s, |a| {
+    attack_on(&s, "leaves buffer", |a| {
         let t = f32_tensor(1, a.buf, a.base + 1024 - 8, 4); // extent leaves the buffer
         a.send(&Command::GetTensor(GetTensorReq { tensor: t, offset: 0, size: 4 }));
     });
-    attack_on(&s, |a| {
+    attack_on(&s, "leaves the tensor", |a| {
         let t = f32_tensor(1, a.buf, a.base, 4);
         a.send(&Command::GetTensor(GetTensorReq { tensor: t, offset: 8, size: 16 }));
     });
@@ -318,8 +318,8 @@ fn c17_recompute_sees_new_inputs() {
 #[test]
 fn c18_recompute_without_graph_or_after_free_closes() {
     let s = TestServer::start();
-    attack_on(&s, |a| a.send(&Command::GraphRecompute { device: 0 }));
-    attack_on(&s, |a| {
+    attack_on(&s, "without a stored graph", |a| a.send(&Command::GraphRecompute { device: 0 }));
+    attack_on(&s, "without a stored graph", |a| {
         let (buf, base) = buffer(&mut a.c, 48);
         let (g, _) = add_graph(buf, base, 4);
         a.c.graph_compute(&g).unwrap();
@@ -351,8 +351,8 @@ fn c19_nodes_without_compute_flag_or_view_ops_are_not_evaluated() {
     }
 }
 
-fn graph_attack(edit: impl FnOnce(&mut GraphBlob, u64, u64)) {
-    attack(|a| {
+fn graph_attack(expect: &str, edit: impl FnOnce(&mut GraphBlob, u64, u64)) {
+    attack(expect, |a| {
         let (mut g, _) = add_graph(a.buf, a.base, 4);
         let (buf, base) = (a.buf, a.base);
         edit(&mut g, buf, base);
@@ -362,22 +362,22 @@ fn graph_attack(edit: impl FnOnce(&mut GraphBlob, u64, u64)) {
 
 #[test]
 fn c20_graph_structure_violations_close() {
-    graph_attack(|g, _, _| g.nodes = vec![0]);
-    graph_attack(|g, _, _| g.nodes = vec![99]);
-    graph_attack(|g, _, _| g.tensors[0].src[0] = 3); // a -> out -> a
-    graph_attack(|g, _, _| {
+    graph_attack("node id 0", |g, _, _| g.nodes = vec![0]);
+    graph_attack("is not in the tensor table", |g, _, _| g.nodes = vec![99]);
+    graph_attack("cycle", |g, _, _| g.tensors[0].src[0] = 3); // a -> out -> a
+    graph_attack("no storage here", |g, _, _| {
         // computed node without storage
         g.tensors[2].buffer = 0;
         g.tensors[2].data = 0;
     });
-    graph_attack(|g, _, _| {
+    graph_attack("no storage here", |g, _, _| {
         // a source without storage
         g.tensors[1].buffer = 0;
         g.tensors[1].data = 0;
     });
-    graph_attack(|g, _, _| g.tensors[2].op = 101);
+    graph_attack("ggml_op 101 is out of range", |g, _, _| g.tensors[2].op = 101);
     for op in 92..=95 {
-        graph_attack(move |g, _, _| g.tensors[2].op = op);
+        graph_attack("carries host function pointers", move |g, _, _| g.tensors[2].op = op);
     }
 }
 

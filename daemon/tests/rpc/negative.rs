@@ -17,8 +17,8 @@ fn get(t: RpcTensor, offset: u64, size: u64) -> Command<'static> {
     Command::GetTensor(GetTensorReq { tensor: t, offset, size })
 }
 
-fn graph_attack(edit: impl FnOnce(&mut GraphBlob, u64, u64)) {
-    attack(|a| {
+fn graph_attack(expect: &str, edit: impl FnOnce(&mut GraphBlob, u64, u64)) {
+    attack(expect, |a| {
         let (mut g, _) = add_graph(a.buf, a.base, 4);
         edit(&mut g, a.buf, a.base);
         a.send(&Command::GraphCompute(g));
@@ -41,12 +41,12 @@ fn view_graph(buf: u64, base: u64, view_offs: u64, data_delta: u64) -> GraphBlob
 
 #[test]
 fn n01_unknown_handle() {
-    attack(|a| a.send(&Command::BufferGetBase { remote_ptr: 0x5555 }));
+    attack("unknown buffer handle", |a| a.send(&Command::BufferGetBase { remote_ptr: 0x5555 }));
 }
 
 #[test]
 fn n01_freed_handle() {
-    attack(|a| {
+    attack("unknown buffer handle", |a| {
         a.c.free_buffer(a.buf).unwrap();
         a.send(&Command::BufferClear { remote_ptr: a.buf, value: 1 });
     });
@@ -57,50 +57,50 @@ fn n01_handle_of_another_connection() {
     let s = TestServer::start();
     let mut other = s.client();
     let (obuf, obase) = buffer(&mut other, 64);
-    attack_on(&s, |a| a.send(&get(f32_tensor(1, obuf, obase, 4), 0, 16)));
+    attack_on(&s, "no buffer of this connection", |a| a.send(&get(f32_tensor(1, obuf, obase, 4), 0, 16)));
     assert_eq!(other.get_tensor(&f32_tensor(1, obuf, obase, 4), 0, 16).unwrap(), vec![0; 16]);
 }
 
 #[test]
 fn n01_data_below_base() {
-    attack(|a| a.send(&set(f32_tensor(1, a.buf, a.base - 4, 4), 0, &[1; 4])));
+    attack("leaves buffer", |a| a.send(&set(f32_tensor(1, a.buf, a.base - 4, 4), 0, &[1; 4])));
 }
 
 #[test]
 fn n01_extent_past_buffer_end() {
-    attack(|a| a.send(&set(f32_tensor(1, a.buf, a.base + 1024 - 32, 16), 0, &[1; 4])));
+    attack("leaves buffer", |a| a.send(&set(f32_tensor(1, a.buf, a.base + 1024 - 32, 16), 0, &[1; 4])));
 }
 
 #[test]
 fn n01_offset_plus_size_past_buffer_end() {
-    attack(|a| a.send(&get(f32_tensor(1, a.buf, a.base, 256), 1000, 100)));
+    attack("leaves the buffer", |a| a.send(&get(f32_tensor(1, a.buf, a.base, 256), 1000, 100)));
 }
 
 #[test]
 fn n01_data_plus_nbytes_overflows() {
-    attack(|a| a.send(&get(f32_tensor(1, a.buf, u64::MAX - 8, 4), 0, 4)));
+    attack("leaves buffer", |a| a.send(&get(f32_tensor(1, a.buf, u64::MAX - 8, 4), 0, 4)));
 }
 
 #[test]
 fn n01_offset_plus_size_overflows() {
-    attack(|a| a.send(&get(f32_tensor(1, a.buf, a.base, 4), 8, u64::MAX - 4)));
+    attack("leaves the buffer", |a| a.send(&get(f32_tensor(1, a.buf, a.base, 4), 8, u64::MAX - 4)));
 }
 
 // ---- §14 item 2: inside the buffer but past the tensor ----
 
 #[test]
 fn n02_write_past_tensor() {
-    attack(|a| a.send(&set(f32_tensor(1, a.buf, a.base, 4), 8, &[7; 16])));
+    attack("leaves the tensor", |a| a.send(&set(f32_tensor(1, a.buf, a.base, 4), 8, &[7; 16])));
 }
 
 #[test]
 fn n02_read_past_tensor() {
-    attack(|a| a.send(&get(f32_tensor(1, a.buf, a.base, 4), 8, 16)));
+    attack("leaves the tensor", |a| a.send(&get(f32_tensor(1, a.buf, a.base, 4), 8, 16)));
 }
 
 #[test]
 fn n02_memset_past_tensor() {
-    attack(|a| {
+    attack("MEMSET_TENSOR [0x4, +13) leaves the tensor", |a| {
         a.send(&Command::MemsetTensor(MemsetTensorReq {
             tensor: f32_tensor(1, a.buf, a.base, 4),
             offset: 4,
@@ -114,19 +114,19 @@ fn n02_memset_past_tensor() {
 
 #[test]
 fn n03_graph_null_buffer_with_data() {
-    graph_attack(|g, _, _| g.tensors[0].buffer = 0);
+    graph_attack("without a buffer of this connection", |g, _, _| g.tensors[0].buffer = 0);
 }
 
 #[test]
 fn n03_graph_unknown_buffer_with_data() {
-    graph_attack(|g, _, _| g.tensors[2].buffer = 0xdead_beef);
+    graph_attack("without a buffer of this connection", |g, _, _| g.tensors[2].buffer = 0xdead_beef);
 }
 
 // ---- §14 item 4: COPY_TENSOR ----
 
 #[test]
 fn n04_copy_into_smaller_destination() {
-    attack(|a| {
+    attack("different layouts", |a| {
         let src = f32_tensor(1, a.buf, a.base, 64);
         let dst = f32_tensor(2, a.buf, a.base + 1020, 1);
         a.send(&Command::CopyTensor { src, dst });
@@ -135,7 +135,7 @@ fn n04_copy_into_smaller_destination() {
 
 #[test]
 fn n04_copy_with_destination_leaving_its_buffer() {
-    attack(|a| {
+    attack("leaves buffer", |a| {
         let src = f32_tensor(1, a.buf, a.base, 16);
         let dst = f32_tensor(2, a.buf, a.base + 1000, 16);
         a.send(&Command::CopyTensor { src, dst });
@@ -146,7 +146,7 @@ fn n04_copy_with_destination_leaving_its_buffer() {
 
 #[test]
 fn n05_recompute_after_freeing_the_graphs_buffer() {
-    attack(|a| {
+    attack("without a stored graph", |a| {
         let (buf, base) = buffer(&mut a.c, 48);
         let (g, _) = add_graph(buf, base, 4);
         a.c.graph_compute(&g).unwrap();
@@ -159,17 +159,21 @@ fn n05_recompute_after_freeing_the_graphs_buffer() {
 
 #[test]
 fn n06_type_out_of_range() {
-    attack(|a| a.send(&set(RpcTensor { dtype: 43, ..f32_tensor(1, a.buf, a.base, 4) }, 0, &[0; 4])));
+    attack("ggml_type 43", |a| {
+        a.send(&set(RpcTensor { dtype: 43, ..f32_tensor(1, a.buf, a.base, 4) }, 0, &[0; 4]))
+    });
 }
 
 #[test]
 fn n06_removed_type() {
-    attack(|a| a.send(&set(RpcTensor { dtype: 4, ..f32_tensor(1, a.buf, a.base, 4) }, 0, &[0; 4])));
+    attack("ggml_type 4 ", |a| {
+        a.send(&set(RpcTensor { dtype: 4, ..f32_tensor(1, a.buf, a.base, 4) }, 0, &[0; 4]))
+    });
 }
 
 #[test]
 fn n07_quantized_partial_block() {
-    attack(|a| {
+    attack("not a multiple of the block size", |a| {
         let q = RpcTensor {
             id: 1,
             dtype: 2,
@@ -185,7 +189,7 @@ fn n07_quantized_partial_block() {
 
 #[test]
 fn n08_element_count_overflow() {
-    attack(|a| {
+    attack("element count overflows", |a| {
         let t = RpcTensor { ne: [u32::MAX, u32::MAX, u32::MAX, 1], ..f32_tensor(1, a.buf, a.base, 4) };
         a.send(&get(t, 0, 4));
     });
@@ -193,7 +197,7 @@ fn n08_element_count_overflow() {
 
 #[test]
 fn n09_empty_tensor_allows_only_empty_access() {
-    attack(|a| {
+    attack("leaves the tensor of 0 bytes", |a| {
         let t = RpcTensor { ne: [0, 1, 1, 1], ..f32_tensor(1, a.buf, a.base, 4) };
         assert_eq!(a.c.get_tensor(&t, 0, 0).unwrap().len(), 0);
         a.send(&set(t, 0, &[1; 4]));
@@ -203,7 +207,7 @@ fn n09_empty_tensor_allows_only_empty_access() {
 #[test]
 fn n10_shapes_that_escape_are_refused() {
     // out = a + b with out twice as long as its sources.
-    graph_attack(|g, _, _| {
+    graph_attack("compute refused it", |g, _, _| {
         g.tensors[2].ne[0] = 8;
         g.tensors[2].nb = [4, 32, 32, 32];
     });
@@ -211,7 +215,7 @@ fn n10_shapes_that_escape_are_refused() {
 
 #[test]
 fn n11_get_rows_index_out_of_range() {
-    attack(|a| {
+    attack("GET_ROWS", |a| {
         // src0 f32[4 x 4] at 0, ids i32[2] = {1, 1000} at 64, out f32[4 x 2] at 128.
         let src = RpcTensor {
             id: 1,
@@ -240,7 +244,7 @@ fn n11_get_rows_index_out_of_range() {
             data: a.base + 128,
             ..Default::default()
         };
-        out.op = 41; // GET_ROWS
+        out.op = compute::GgmlOp::GetRows as u32;
         out.flags = 16;
         out.src[0] = 1;
         out.src[1] = 2;
@@ -255,25 +259,25 @@ fn n11_get_rows_index_out_of_range() {
 #[test]
 fn n12_function_pointer_ops() {
     for op in 92..=95 {
-        graph_attack(move |g, _, _| g.tensors[2].op = op);
+        graph_attack("carries host function pointers", move |g, _, _| g.tensors[2].op = op);
     }
 }
 
 #[test]
 fn n12_function_pointer_op_in_a_source() {
-    graph_attack(|g, _, _| g.tensors[0].op = 94);
+    graph_attack("carries host function pointers", |g, _, _| g.tensors[0].op = 94);
 }
 
 #[test]
 fn n12_op_out_of_range() {
-    graph_attack(|g, _, _| g.tensors[2].op = 101);
-    graph_attack(|g, _, _| g.tensors[2].op = u32::MAX);
+    graph_attack("ggml_op 101", |g, _, _| g.tensors[2].op = 101);
+    graph_attack("ggml_op 4294967295", |g, _, _| g.tensors[2].op = u32::MAX);
 }
 
 #[test]
 fn s6_unary_with_unknown_sub_op() {
-    graph_attack(|g, _, _| {
-        g.tensors[2].op = 91; // UNARY
+    graph_attack("sub-op 999", |g, _, _| {
+        g.tensors[2].op = compute::GgmlOp::Unary as u32;
         g.tensors[2].op_params[0] = 999;
         g.tensors[2].src[1] = 0;
     });
@@ -283,27 +287,27 @@ fn s6_unary_with_unknown_sub_op() {
 
 #[test]
 fn n13_node_id_zero() {
-    graph_attack(|g, _, _| g.nodes = vec![3, 0]);
+    graph_attack("node id 0", |g, _, _| g.nodes = vec![3, 0]);
 }
 
 #[test]
 fn n13_node_id_missing() {
-    graph_attack(|g, _, _| g.nodes = vec![42]);
+    graph_attack("not in the tensor table", |g, _, _| g.nodes = vec![42]);
 }
 
 #[test]
 fn n13_source_id_missing() {
-    graph_attack(|g, _, _| g.tensors[2].src[1] = 42);
+    graph_attack("source id 0x2a is not in the tensor table", |g, _, _| g.tensors[2].src[1] = 42);
 }
 
 #[test]
 fn n14_cycle_through_src() {
-    graph_attack(|g, _, _| g.tensors[0].src[0] = 3);
+    graph_attack("cycle", |g, _, _| g.tensors[0].src[0] = 3);
 }
 
 #[test]
 fn n14_cycle_through_view_src() {
-    graph_attack(|g, _, _| {
+    graph_attack("cycle", |g, _, _| {
         g.tensors[0].view_src = 2;
         g.tensors[1].view_src = 1;
     });
@@ -311,7 +315,7 @@ fn n14_cycle_through_view_src() {
 
 #[test]
 fn n14_self_loop() {
-    graph_attack(|g, _, _| g.tensors[2].src[2] = 3);
+    graph_attack("cycle", |g, _, _| g.tensors[2].src[2] = 3);
 }
 
 /// A chain of `n` storage-less views ending in one node; `cycle` links the first back to the last.
@@ -345,12 +349,12 @@ fn n14_deep_chain_is_built_without_recursion() {
 
 #[test]
 fn n14_deep_cycle() {
-    attack(|a| a.send(&Command::GraphCompute(chain(100_000, true))));
+    attack("cycle", |a| a.send(&Command::GraphCompute(chain(100_000, true))));
 }
 
 #[test]
 fn n15_duplicate_ids() {
-    graph_attack(|g, _, _| {
+    graph_attack("duplicate tensor id", |g, _, _| {
         let dup = g.tensors[0];
         g.tensors.push(dup);
     });
@@ -358,17 +362,17 @@ fn n15_duplicate_ids() {
 
 #[test]
 fn n15_table_id_zero() {
-    graph_attack(|g, _, _| g.tensors.push(RpcTensor::default()));
+    graph_attack("has id 0", |g, _, _| g.tensors.push(RpcTensor::default()));
 }
 
 #[test]
 fn n15_view_data_mismatch() {
-    attack(|a| a.send(&Command::GraphCompute(view_graph(a.buf, a.base, 0, 4))));
+    attack("does not lie at view_src", |a| a.send(&Command::GraphCompute(view_graph(a.buf, a.base, 0, 4))));
 }
 
 #[test]
 fn n15_view_outside_view_src() {
-    attack(|a| a.send(&Command::GraphCompute(view_graph(a.buf, a.base, 8, 8))));
+    attack("does not lie at view_src", |a| a.send(&Command::GraphCompute(view_graph(a.buf, a.base, 8, 8))));
 }
 
 #[test]
@@ -388,29 +392,29 @@ fn n15_consistent_view_is_accepted() {
 
 #[test]
 fn n16_counts_beyond_the_payload() {
-    attack(|a| {
+    attack("n_nodes 1000 needs", |a| {
         let (g, _) = add_graph(a.buf, a.base, 4);
         let mut p = Command::GraphCompute(g).encode_payload();
         p[4..8].copy_from_slice(&1000u32.to_le_bytes());
         a.send_raw(&frame(10, &p));
     });
-    attack(|a| {
+    attack("n_tensors 4 needs", |a| {
         let (g, _) = add_graph(a.buf, a.base, 4);
         let mut p = Command::GraphCompute(g).encode_payload();
         p[16..20].copy_from_slice(&4u32.to_le_bytes());
         a.send_raw(&frame(10, &p));
     });
-    attack(|a| {
+    attack("exceeds the limit", |a| {
         let mut p = vec![0u8; 8];
         p[4..8].copy_from_slice(&u32::MAX.to_le_bytes());
         a.send_raw(&frame(10, &p));
     });
-    attack(|a| a.send_raw(&frame(10, &[0u8; 7])));
+    attack("does not match", |a| a.send_raw(&frame(10, &[0u8; 7])));
 }
 
 #[test]
 fn n16_recompute_without_graph() {
-    attack(|a| a.send(&Command::GraphRecompute { device: 0 }));
+    attack("without a stored graph", |a| a.send(&Command::GraphRecompute { device: 0 }));
 }
 
 // ---- §14 item 17 and §16.1: sizes ----
@@ -424,13 +428,13 @@ fn header(cmd: u8, len: u64) -> Vec<u8> {
 #[test]
 fn n17_huge_graph_payload_lengths() {
     for len in [1u64 << 63, u64::MAX, (1 << 63) - 1, TEST_MEM + 1] {
-        attack(|a| a.send_raw(&header(10, len)));
+        attack("exceeds max_frame", |a| a.send_raw(&header(10, len)));
     }
 }
 
 #[test]
 fn n17_huge_set_tensor_length() {
-    attack(|a| {
+    attack("leaves the buffer", |a| {
         let mut v = header(6, u64::MAX);
         let h = Command::SetTensor(
             SetTensorHeader { tensor: f32_tensor(1, a.buf, a.base, 4), cache_flag: 0, offset: 0 },
@@ -443,7 +447,7 @@ fn n17_huge_set_tensor_length() {
 
 #[test]
 fn n17_huge_get_tensor_size() {
-    attack(|a| a.send(&get(f32_tensor(1, a.buf, a.base, 256), 0, 1 << 40)));
+    attack("leaves the buffer", |a| a.send(&get(f32_tensor(1, a.buf, a.base, 256), 0, 1 << 40)));
 }
 
 #[test]
@@ -454,7 +458,7 @@ fn n17_too_many_nodes_for_the_limit() {
         max_graph_nodes: 4,
         ..llamad::Config::default()
     });
-    attack_on(&s, |a| {
+    attack_on(&s, "n_nodes 5 exceeds the limit 4", |a| {
         let (mut g, _) = add_graph(a.buf, a.base, 4);
         g.nodes = vec![3; 5];
         a.send(&Command::GraphCompute(g));
@@ -501,8 +505,8 @@ fn n19_name_without_terminator_is_harmless() {
 #[test]
 fn n21_backend_failure_closes_only_that_connection() {
     // An op the executor refuses (SOFT_MAX_BACK with nonsense shapes) fails the graph, not the process.
-    graph_attack(|g, _, _| {
-        g.tensors[2].op = 83;
+    graph_attack("compute refused it", |g, _, _| {
+        g.tensors[2].op = compute::GgmlOp::SoftMaxBack as u32;
         g.tensors[2].ne = [4, 1, 1, 1];
         g.tensors[0].ne = [2, 1, 1, 1];
         g.tensors[0].nb = [4, 8, 8, 8];
@@ -513,18 +517,18 @@ fn n21_backend_failure_closes_only_that_connection() {
 
 #[test]
 fn s2_offset_wrapping_at_2_64() {
-    attack(|a| a.send(&set(f32_tensor(1, a.buf, a.base + 64, 4), u64::MAX - 63, &[1; 4])));
-    attack(|a| a.send(&get(f32_tensor(1, a.buf, a.base + 64, 4), u64::MAX - 63, 4)));
+    attack("overflows", |a| a.send(&set(f32_tensor(1, a.buf, a.base + 64, 4), u64::MAX - 63, &[1; 4])));
+    attack("overflows", |a| a.send(&get(f32_tensor(1, a.buf, a.base + 64, 4), u64::MAX - 63, 4)));
 }
 
 #[test]
 fn s3_descriptor_outside_buffer_in_init_tensor() {
-    attack(|a| a.send(&Command::InitTensor(f32_tensor(1, a.buf, a.base + 1020, 4))));
+    attack("leaves buffer", |a| a.send(&Command::InitTensor(f32_tensor(1, a.buf, a.base + 1020, 4))));
 }
 
 #[test]
 fn s3_descriptor_outside_buffer_in_get_alloc_size() {
-    attack(|a| {
+    attack("leaves buffer", |a| {
         a.send(&Command::GetAllocSize(Box::new(GetAllocSizeReq {
             device: 0,
             tensor: f32_tensor(1, a.buf, a.base + 1020, 4),
@@ -535,7 +539,7 @@ fn s3_descriptor_outside_buffer_in_get_alloc_size() {
 
 #[test]
 fn s3_descriptor_outside_buffer_in_copy_tensor() {
-    attack(|a| {
+    attack("leaves buffer", |a| {
         a.send(&Command::CopyTensor {
             src: f32_tensor(1, a.buf, a.base + 1020, 4),
             dst: f32_tensor(2, a.buf, a.base, 4),
@@ -545,7 +549,7 @@ fn s3_descriptor_outside_buffer_in_copy_tensor() {
 
 #[test]
 fn s4_zero_size_buffer_refuses_every_non_empty_access() {
-    attack(|a| {
+    attack("leaves buffer", |a| {
         let r = a.c.alloc_buffer(0, 0).unwrap();
         assert_ne!(r.remote_ptr, 0);
         let base = a.c.buffer_get_base(r.remote_ptr).unwrap();
