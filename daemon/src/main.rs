@@ -1,4 +1,5 @@
 //! The `llamad` binary: parse the command line, load the configuration, init tracing, run.
+#![deny(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -81,6 +82,9 @@ fn real_main(cli: Cli) -> anyhow::Result<()> {
         let listener = tokio::net::TcpListener::bind(addr).await.with_context(|| format!("binding {addr}"))?;
         if !addr.ip().is_loopback() {
             tracing::warn!(%addr, "listening beyond loopback: the RPC protocol has no authentication or encryption");
+        }
+        if cfg.cache {
+            tracing::warn!("the tensor cache is not wired into this build yet; SET_TENSOR_HASH answers 0");
         }
         llamad::lifecycle::notify("READY=1");
         llamad::run(cfg, listener, llamad::lifecycle::shutdown_signal()).await?;

@@ -18,10 +18,10 @@ use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
 use crate::error::{refuse, Error, Result};
-use crate::rpc::exec;
 use crate::rpc::server::Shared;
 use crate::rpc::session::{Reply, Session};
 use crate::rpc::stats::ConnStats;
+use crate::rpc::{cache, exec};
 
 struct Conn {
     reader: BufReader<OwnedReadHalf>,
@@ -148,11 +148,16 @@ impl Conn {
         self.reader.read_exact(&mut h).await?;
         let header = SetTensorHeader::decode(&h)?;
         let n = len - SET_TENSOR_HEADER_SIZE as u64; // accepts_len guarantees len >= 305
-        let (_buf, region) = self.session.set_tensor_target(&header, n)?;
-        // SAFETY: `region` lies inside the live buffer `_buf`, held until the end of this function;
+        let (buf, region) = self.session.set_tensor_target(&header, n)?;
+        // SAFETY: `region` lies inside the live buffer `buf`, held until the end of this function;
         // no graph is running (every run is awaited) and no other command executes meanwhile.
         let dst = unsafe { region.as_mut_slice() };
         read_exact_or_refuse(&mut self.reader, dst).await?;
+        if let Some(cache) = self.session.cache_for_store(&header) {
+            if n > 0 {
+                cache::store(cache, buf, region).await;
+            }
+        }
         Ok(0)
     }
 
@@ -165,6 +170,11 @@ impl Conn {
                 // writes buffers while a response is written.
                 let bytes = unsafe { region.as_slice() };
                 self.respond(bytes).await
+            }
+            Reply::CacheLoad(cache, hash, buf, region) => {
+                let hit = cache::load(cache, hash, buf, region).await;
+                debug!(%hash, hit, "cache lookup");
+                self.respond(&[u8::from(hit)]).await
             }
             Reply::Compute(graph) => {
                 exec::run(self.shared.executor.clone(), graph).await?;

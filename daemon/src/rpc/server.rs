@@ -20,6 +20,7 @@ use tracing::{info, warn, Instrument};
 use crate::config::Config;
 use crate::error::Result;
 use crate::rpc::buffer::MemoryAccount;
+use crate::rpc::cache::WireCache;
 use crate::rpc::conn;
 use crate::rpc::exec::SharedExecutor;
 use crate::rpc::stats::ServerStats;
@@ -43,17 +44,33 @@ pub struct Shared {
     pub limits: Limits,
     /// Largest buffered payload: `max_frame`, never above the memory budget.
     pub max_frame: u64,
+    /// The tensor cache, when enabled.
+    pub cache: Option<Arc<dyn WireCache>>,
 }
 
 impl Shared {
-    /// Shared state for `cfg`.
+    /// Shared state for `cfg`, without a cache (SET_TENSOR_HASH always misses).
     pub fn new(cfg: Config) -> Arc<Shared> {
+        Shared::with_cache(cfg, None)
+    }
+
+    /// Shared state for `cfg` with a tensor cache behind SET_TENSOR_HASH and `cache_flag`.
+    pub fn with_cache(cfg: Config, cache: Option<Arc<dyn WireCache>>) -> Arc<Shared> {
         let memory = Arc::new(MemoryAccount::new(cfg.mem));
         let max_size = memory.max_size();
         let limits = Limits { max_nodes: cfg.max_graph_nodes, max_tensors: cfg.max_graph_tensors };
         let executor = Arc::new(Mutex::new(Executor::new(cfg.threads)));
         let max_frame = cfg.max_frame.min(cfg.mem.unwrap_or(u64::MAX));
-        Arc::new(Shared { cfg, memory, max_size, executor, stats: ServerStats::default(), limits, max_frame })
+        Arc::new(Shared {
+            cfg,
+            memory,
+            max_size,
+            executor,
+            stats: ServerStats::default(),
+            limits,
+            max_frame,
+            cache,
+        })
     }
 }
 

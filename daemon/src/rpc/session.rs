@@ -12,11 +12,12 @@ use llamad_proto::msg::{
     AllocBufferRsp, Command, GetAllocSizeReq, GetTensorReq, MemsetTensorReq, SetTensorHashReq,
     SetTensorHeader,
 };
-use llamad_proto::RpcTensor;
+use llamad_proto::{RpcTensor, WireHash};
 use tracing::debug;
 
 use crate::error::{refuse, Error, Result};
 use crate::rpc::buffer::{Buffer, Region, ADVERTISED_ALIGNMENT};
+use crate::rpc::cache::WireCache;
 use crate::rpc::exec::{self, StoredGraph};
 use crate::rpc::server::Shared;
 
@@ -30,6 +31,8 @@ pub enum Reply {
     Region(Arc<Buffer>, Region),
     /// Run this graph, then send nothing.
     Compute(Arc<StoredGraph>),
+    /// Look `hash` up in the cache straight into `region`, then answer `01` (hit) or `00`.
+    CacheLoad(Arc<dyn WireCache>, WireHash, Arc<Buffer>, Region),
 }
 
 /// A validated descriptor (ref: §4.4): layout, extent and, when it has one, its place in a buffer.
@@ -120,7 +123,6 @@ impl Session {
 
     /// Validates a SET_TENSOR header for `n` data bytes and returns where they go.
     pub fn set_tensor_target(&mut self, h: &SetTensorHeader, n: u64) -> Result<(Arc<Buffer>, Region)> {
-        // The cache flag is honoured once the cache is wired in; without it the flag is ignored (§9).
         self.tensor_region(&h.tensor, h.offset, n)
     }
 
@@ -219,10 +221,30 @@ impl Session {
         }
     }
 
-    fn set_tensor_hash(&mut self, _req: &SetTensorHashReq) -> Result<Reply> {
-        // Without the cache (or until it is wired in) every hash is a miss and the descriptor is not
-        // examined, as the reference does (ref: §7 SET_TENSOR_HASH, §15 item 23).
-        Ok(Reply::Bytes(vec![0]))
+    fn set_tensor_hash(&mut self, req: &SetTensorHashReq) -> Result<Reply> {
+        // Without a cache every hash is a miss and the descriptor is not examined, as the reference
+        // does (ref: §7 SET_TENSOR_HASH, §15 item 23).
+        let Some(cache) = self.shared.cache.clone() else { return Ok(Reply::Bytes(vec![0])) };
+        // With one, the descriptor is validated and the entry must fill the tensor from `offset` to its
+        // end (whole-tensor uploads; ref: §9 hardened recommendations).
+        let (r, _, _) = self.resolve_stored(&req.tensor)?;
+        let Some(len) = r.nbytes.checked_sub(req.offset) else {
+            refuse!("SET_TENSOR_HASH offset {:#x} beyond the tensor of {} bytes", req.offset, r.nbytes);
+        };
+        if len == 0 {
+            return Ok(Reply::Bytes(vec![0]));
+        }
+        let (buf, region) = self.tensor_region(&req.tensor, req.offset, len)?;
+        Ok(Reply::CacheLoad(cache, req.hash, buf, region))
+    }
+
+    /// The cache to store a SET_TENSOR's data in, if the flag asks for it and a cache exists.
+    pub fn cache_for_store(&self, h: &SetTensorHeader) -> Option<Arc<dyn WireCache>> {
+        if h.cache_flag != 0 {
+            self.shared.cache.clone()
+        } else {
+            None
+        }
     }
 
     fn copy_tensor(&mut self, src: &RpcTensor, dst: &RpcTensor) -> Result<Reply> {

@@ -30,7 +30,10 @@ impl TestServer {
     }
 
     pub fn with_config(cfg: Config) -> TestServer {
-        let shared = Shared::new(cfg);
+        TestServer::with_shared(Shared::new(cfg))
+    }
+
+    pub fn with_shared(shared: Arc<Shared>) -> TestServer {
         let (tx_addr, rx_addr) = std::sync::mpsc::channel();
         let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
         let s = shared.clone();

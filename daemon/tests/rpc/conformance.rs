@@ -496,3 +496,45 @@ fn c28_rapid_probe_connections() {
     }
     s.assert_alive();
 }
+
+fn cached_server() -> (TestServer, std::sync::Arc<llamad::rpc::cache::MemoryCache>) {
+    let cache = std::sync::Arc::new(llamad::rpc::cache::MemoryCache::default());
+    let cfg = llamad::Config { threads: 1, mem: Some(TEST_MEM), cache: true, ..llamad::Config::default() };
+    let dyn_cache: std::sync::Arc<dyn llamad::rpc::cache::WireCache> = cache.clone();
+    (TestServer::with_shared(llamad::Shared::with_cache(cfg, Some(dyn_cache))), cache)
+}
+
+fn bytes_tensor(id: u64, buf: u64, data: u64, n: u32) -> RpcTensor {
+    RpcTensor { id, dtype: 24, buffer: buf, ne: [n, 1, 1, 1], nb: [1, n, n, n], data, ..Default::default() }
+}
+
+#[test]
+fn c24_cache_store_then_hit_on_a_new_connection() {
+    let (s, cache) = cached_server();
+    let data: Vec<u8> = (0..4096u32).map(|i| (i * 13 % 251) as u8).collect();
+    let hash = WireHash::of(&data);
+    {
+        let mut c = s.client();
+        let (buf, base) = buffer(&mut c, 4096);
+        let t = bytes_tensor(1, buf, base, 4096);
+        assert!(!c.set_tensor_hash(&t, 0, hash).unwrap());
+        c.set_tensor(&t, 0, &data, false).unwrap();
+        assert_eq!(c.device_count().unwrap(), 1);
+        assert!(cache.is_empty(), "cache_flag = 0 must not create an entry");
+        c.set_tensor(&t, 0, &data, true).unwrap();
+        assert_eq!(c.device_count().unwrap(), 1);
+        assert_eq!(cache.len(), 1);
+    }
+    let mut c = s.client();
+    let (buf, base) = buffer(&mut c, 8192);
+    let t = bytes_tensor(2, buf, base + 4096, 4096);
+    assert!(c.set_tensor_hash(&t, 0, hash).unwrap());
+    assert_eq!(c.get_tensor(&t, 0, 4096).unwrap(), data);
+    // Another hash, or a tensor of another length, is a miss.
+    assert!(!c.set_tensor_hash(&t, 0, WireHash(hash.0 ^ 1)).unwrap());
+    assert!(!c.set_tensor_hash(&bytes_tensor(3, buf, base, 2048), 0, hash).unwrap());
+    // An entry whose bytes do not hash to its key (planted by another client) is never served.
+    let planted = WireHash::of(b"something else");
+    cache.insert_raw(planted, vec![0x66; 4096]);
+    assert!(!c.set_tensor_hash(&t, 0, planted).unwrap());
+}

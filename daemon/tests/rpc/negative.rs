@@ -558,3 +558,25 @@ fn s4_zero_size_buffer_refuses_every_non_empty_access() {
         a.send(&set(f32_tensor(1, r.remote_ptr, base, 1), 0, &[1; 4]));
     });
 }
+
+#[test]
+fn n20_cache_hit_path_validates_the_descriptor() {
+    let cache: std::sync::Arc<dyn llamad::rpc::cache::WireCache> =
+        std::sync::Arc::new(llamad::rpc::cache::MemoryCache::default());
+    let cfg = llamad::Config { threads: 1, mem: Some(TEST_MEM), cache: true, ..llamad::Config::default() };
+    let s = TestServer::with_shared(llamad::Shared::with_cache(cfg, Some(cache)));
+    attack_on(&s, "leaves buffer", |a| {
+        a.send(&Command::SetTensorHash(llamad_proto::msg::SetTensorHashReq {
+            tensor: f32_tensor(1, a.buf, a.base + 1020, 4),
+            offset: 0,
+            hash: llamad_proto::WireHash(1),
+        }))
+    });
+    attack_on(&s, "beyond the tensor", |a| {
+        a.send(&Command::SetTensorHash(llamad_proto::msg::SetTensorHashReq {
+            tensor: f32_tensor(1, a.buf, a.base, 4),
+            offset: 17,
+            hash: llamad_proto::WireHash(1),
+        }))
+    });
+}
