@@ -102,3 +102,65 @@ fn shutdown_closes_connections_and_frees_buffers() {
     assert_closed(c.stream());
     assert_eq!(shared.memory.allocated(), 0);
 }
+
+/// Throughput and latency figures over loopback; run with `LLAMAD_SLOW_TESTS=1 -- --nocapture`.
+#[test]
+fn throughput_figures() {
+    if std::env::var_os("LLAMAD_SLOW_TESTS").is_none() {
+        return;
+    }
+    let s = TestServer::with_config(llamad::Config {
+        threads: 2,
+        mem: Some(1 << 30),
+        ..llamad::Config::default()
+    });
+    let mut c = s.client();
+    let n = 256u64 << 20;
+    let (buf, base) = buffer(&mut c, n);
+    let t = llamad_proto::RpcTensor {
+        id: 1,
+        dtype: 24,
+        buffer: buf,
+        ne: [(n / 4) as u32, 4, 1, 1],
+        nb: [1, (n / 4) as u32, n as u32, n as u32],
+        data: base,
+        ..Default::default()
+    };
+    let data: Vec<u8> = (0..n).map(|i| (i * 7 >> 3) as u8).collect();
+    let t0 = std::time::Instant::now();
+    c.set_tensor(&t, 0, &data, false).unwrap();
+    assert_eq!(c.device_count().unwrap(), 1);
+    let set = t0.elapsed();
+    let t0 = std::time::Instant::now();
+    let back = c.get_tensor(&t, 0, n).unwrap();
+    let get = t0.elapsed();
+    assert!(back == data);
+    let mib = (n >> 20) as f64;
+    eprintln!("SET_TENSOR {mib} MiB: {:.0} MiB/s", mib / set.as_secs_f64());
+    eprintln!("GET_TENSOR {mib} MiB: {:.0} MiB/s", mib / get.as_secs_f64());
+    let (gbuf, gbase) = buffer(&mut c, 48);
+    let (g, [_, _, out]) = add_graph(gbuf, gbase, 4);
+    let iters = 2000;
+    let t0 = std::time::Instant::now();
+    for i in 0..iters {
+        if i == 0 {
+            c.graph_compute(&g).unwrap();
+        } else {
+            c.graph_recompute(0).unwrap();
+        }
+        c.get_tensor(&out, 0, 16).unwrap();
+    }
+    eprintln!(
+        "GRAPH_RECOMPUTE + GET_TENSOR round trip: {:.1} us",
+        t0.elapsed().as_secs_f64() * 1e6 / iters as f64
+    );
+    let t0 = std::time::Instant::now();
+    for _ in 0..iters {
+        c.graph_compute(&g).unwrap();
+        c.get_tensor(&out, 0, 16).unwrap();
+    }
+    eprintln!(
+        "GRAPH_COMPUTE (3 tensors) + GET_TENSOR round trip: {:.1} us",
+        t0.elapsed().as_secs_f64() * 1e6 / iters as f64
+    );
+}
