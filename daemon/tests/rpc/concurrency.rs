@@ -126,7 +126,7 @@ fn throughput_figures() {
         data: base,
         ..Default::default()
     };
-    let data: Vec<u8> = (0..n).map(|i| (i * 7 >> 3) as u8).collect();
+    let data: Vec<u8> = (0..n).map(|i| ((i * 7) >> 3) as u8).collect();
     let t0 = std::time::Instant::now();
     c.set_tensor(&t, 0, &data, false).unwrap();
     assert_eq!(c.device_count().unwrap(), 1);
