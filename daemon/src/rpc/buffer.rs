@@ -58,11 +58,16 @@ impl MemoryAccount {
         self.budget.unwrap_or_else(|| meminfo().map(|m| m.total).unwrap_or(u64::MAX >> 1)).max(1)
     }
 
-    /// Free and total memory: budget minus allocations, or /proc/meminfo's MemAvailable and MemTotal.
+    /// Free and total memory: budget minus allocations, or /proc/meminfo's MemAvailable (capped by
+    /// MemTotal minus allocations) and MemTotal.
     pub fn report(&self) -> MemoryReport {
         match self.budget {
             Some(b) => MemoryReport { free: b.saturating_sub(self.allocated()), total: b },
-            None => meminfo().unwrap_or(MemoryReport { free: 1 << 30, total: 1 << 30 }),
+            None => match meminfo() {
+                // Untouched zeroed pages do not show in MemAvailable yet, so also count what buffers hold.
+                Some(m) => MemoryReport { free: m.free.min(m.total.saturating_sub(self.allocated())), total: m.total },
+                None => MemoryReport { free: 0, total: 0 },
+            },
         }
     }
 
@@ -75,12 +80,17 @@ impl MemoryAccount {
                 })
                 .is_ok(),
             None => {
-                let free = meminfo().map(|m| m.free).unwrap_or(u64::MAX);
-                if size > free {
+                // No explicit budget: a buffer must fit in what is available now, and all buffers together
+                // in physical memory (allocations are lazy, so MemAvailable alone would over-commit).
+                let Some(m) = meminfo() else { return false };
+                if size > m.free {
                     return false;
                 }
-                self.allocated.fetch_add(size, Ordering::AcqRel);
-                true
+                self.allocated
+                    .fetch_update(Ordering::AcqRel, Ordering::Acquire, |cur| {
+                        cur.checked_add(size).filter(|&n| n <= m.total)
+                    })
+                    .is_ok()
             }
         }
     }

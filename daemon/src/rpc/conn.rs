@@ -15,7 +15,7 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt, BufReader, BufWriter};
 use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::net::TcpStream;
 use tokio_util::sync::CancellationToken;
-use tracing::{debug, info, warn};
+use tracing::{debug, debug_span, info, warn, Instrument};
 
 use crate::error::{refuse, Error, Result};
 use crate::rpc::server::Shared;
@@ -126,20 +126,27 @@ impl Conn {
             if !cmd.accepts_len(len) {
                 refuse!("payload length {len} does not match {:?}", cmd.request_size());
             }
-            let out = if cmd == Cmd::SetTensor {
-                self.set_tensor(len).await?
-            } else {
-                if len > self.shared.max_frame {
-                    refuse!("payload of {len} bytes exceeds max_frame {}", self.shared.max_frame);
-                }
-                let payload = self.payload(len).await?;
-                let command = Command::decode(byte, &payload, &self.shared.limits)?;
-                let reply = self.session.handle(command)?;
-                self.reply(reply).await?
-            };
-            debug!(cmd = cmd.name(), len, out, "command");
+            let span = debug_span!("cmd", cmd = cmd.name(), len);
+            let out = self.command(cmd, len).instrument(span).await?;
             self.account(cmd, REQUEST_HEADER_SIZE as u64 + len, out);
         }
+    }
+
+    /// Reads and executes one command whose header has been checked; returns the response bytes sent.
+    async fn command(&mut self, cmd: Cmd, len: u64) -> Result<u64> {
+        let out = if cmd == Cmd::SetTensor {
+            self.set_tensor(len).await?
+        } else {
+            if len > self.shared.max_frame {
+                refuse!("payload of {len} bytes exceeds max_frame {}", self.shared.max_frame);
+            }
+            let payload = self.payload(len).await?;
+            let command = Command::decode(cmd as u8, &payload, &self.shared.limits)?;
+            let reply = self.session.handle(command)?;
+            self.reply(reply).await?
+        };
+        debug!(out, "done");
+        Ok(out)
     }
 
     /// SET_TENSOR: validate the 305-byte header, then read the data straight into the buffer.
