@@ -23,6 +23,9 @@ pub mod msg;
 pub mod tensor;
 mod wire;
 
+#[cfg(test)]
+mod prop_tests;
+
 pub use client::RpcClient;
 pub use cmd::Cmd;
 pub use error::{Error, Result};
