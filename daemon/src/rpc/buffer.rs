@@ -65,7 +65,10 @@ impl MemoryAccount {
             Some(b) => MemoryReport { free: b.saturating_sub(self.allocated()), total: b },
             None => match meminfo() {
                 // Untouched zeroed pages do not show in MemAvailable yet, so also count what buffers hold.
-                Some(m) => MemoryReport { free: m.free.min(m.total.saturating_sub(self.allocated())), total: m.total },
+                Some(m) => MemoryReport {
+                    free: m.free.min(m.total.saturating_sub(self.allocated())),
+                    total: m.total,
+                },
                 None => MemoryReport { free: 0, total: 0 },
             },
         }

@@ -3,6 +3,7 @@
 //! multi-connection behaviour, `cli` the binary.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
+mod chaos;
 mod cli;
 mod common;
 mod concurrency;
