@@ -278,6 +278,12 @@ pub fn fill_inputs(
     Ok(())
 }
 
+/// Sessions move between threads (a daemon's job runner, a CLI's worker thread).
+const _: () = {
+    const fn assert_send<T: Send>() {}
+    assert_send::<Session>();
+};
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -291,9 +297,3 @@ mod tests {
         assert_eq!(n_kv_for(5, 100), 100);
     }
 }
-
-/// Sessions move between threads (a daemon's job runner, a CLI's worker thread).
-const _: () = {
-    const fn assert_send<T: Send>() {}
-    assert_send::<Session>();
-};
