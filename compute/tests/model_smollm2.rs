@@ -69,3 +69,25 @@ fn smollm2_greedy_fa_on() {
 fn smollm2_greedy_fa_off() {
     run(false, 17.4569);
 }
+
+#[test]
+fn smollm2_text_in_text_out() {
+    // Text → tokenizer → Session::generate with a greedy sampler → text, as `llamactl run` does.
+    let Some(path) = model_path() else {
+        eprintln!("skipping: SmolLM2 model not found (run scripts/fetch-model.sh)");
+        return;
+    };
+    // SAFETY: the test does not modify the model file while it is mapped.
+    let gguf = std::sync::Arc::new(unsafe { compute::gguf::Gguf::open(&path) }.unwrap());
+    let tok = compute::tokenizer::Tokenizer::from_gguf(&gguf).unwrap();
+    let prompt = tok.encode("Hello world, this is", tok.add_bos(), false);
+    assert_eq!(prompt, vec![19556, 905, 28, 451, 314]);
+    let model = Model::new(gguf).unwrap();
+    let cfg = SessionConfig { n_ctx: 256, n_threads: THREADS, ..SessionConfig::default() };
+    let mut s = Session::new(model, cfg).unwrap();
+    let params = compute::sample::SamplerParams { temp: 0.0, ..Default::default() };
+    let mut sampler = compute::sample::Sampler::new(params);
+    let out = s.generate(&prompt, &mut sampler, 2, |t| tok.is_eog(t), |_| true).unwrap();
+    assert_eq!(out, vec![253, 905]);
+    assert_eq!(String::from_utf8(tok.decode(&out, false)).unwrap(), " a world");
+}
