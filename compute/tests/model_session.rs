@@ -116,3 +116,11 @@ fn decode_all_returns_every_position() {
         assert!(d <= BOUND, "position {i}: {d}");
     }
 }
+
+#[test]
+fn an_impossible_kv_cache_is_an_error_not_an_abort() {
+    let m = tiny(Spec::llama(), 3);
+    let model = Model::new(Arc::new(m.src.clone())).unwrap();
+    let mut s = Session::new(model, SessionConfig { n_ctx: 1 << 50, ..SessionConfig::default() }).unwrap();
+    assert!(s.decode(&[1]).is_err());
+}

@@ -40,7 +40,12 @@ impl AlignedBuf {
     fn new(bytes: u64) -> Result<AlignedBuf> {
         let n = usize::try_from(bytes.div_ceil(ALIGN))
             .map_err(|_| Error::Model(format!("buffer of {bytes} bytes")))?;
-        Ok(AlignedBuf { blocks: vec![Block([0; ALIGN as usize]); n] })
+        let mut blocks = Vec::new();
+        blocks
+            .try_reserve_exact(n)
+            .map_err(|_| Error::Model(format!("cannot allocate a buffer of {bytes} bytes")))?;
+        blocks.resize(n, Block([0; ALIGN as usize]));
+        Ok(AlignedBuf { blocks })
     }
 
     fn len(&self) -> u64 {
