@@ -132,7 +132,7 @@ impl GraphDef {
         &self.nodes
     }
 
-    /// The first tensor with this name and storage class `Input`.
+    /// Every graph input (storage class `Input`), in creation order.
     pub fn inputs(&self) -> impl Iterator<Item = (TensorId, &TensorDef)> {
         self.tensors
             .iter()
