@@ -1,7 +1,7 @@
 //! Hyper-parameters read from GGUF metadata (ref: ggml-compute-semantics.md §4.1, §5.1).
 
 use crate::error::{Error, Result};
-use crate::model::weights::{MetaExt, WeightSource};
+use crate::model::weights::{MetaExt, MetaValue, WeightSource};
 use crate::op::rope_mode;
 
 /// The architectures the engine builds graphs for.
@@ -111,6 +111,8 @@ pub struct HParams {
     pub n_swa: u64,
     /// Gemma 3: layer `il` is a sliding-window layer when `il % pattern < pattern - 1`.
     pub swa_pattern: u32,
+    /// Gemma 3: explicit per-layer sliding-window flags (overrides the pattern when present).
+    pub swa_layers: Option<Vec<bool>>,
     /// Gemma 3 local-layer RoPE base.
     pub rope_freq_base_swa: f32,
     /// Final logit softcapping (0 = off).
@@ -149,7 +151,7 @@ impl HParams {
         let n_vocab = match src.meta_u64(&k("vocab_size"))? {
             Some(v) => v,
             None => match src.meta("tokenizer.ggml.tokens") {
-                Some(crate::model::weights::MetaValue::Array(n)) => n as u64,
+                Some(MetaValue::Array(n)) => n as u64,
                 _ => src
                     .tensor("token_embd.weight")
                     .map(|t| t.ne[1])
@@ -188,9 +190,16 @@ impl HParams {
         let expert_weights_norm = src.meta_bool(&k("expert_weights_norm"))?.unwrap_or(n_expert > 0);
         let expert_weights_scale = src.meta_f32(&k("expert_weights_scale"))?.unwrap_or(0.0);
         let n_swa = src.meta_u64(&k("attention.sliding_window"))?.unwrap_or(0);
-        let swa_pattern = match src.meta_u64(&k("attention.sliding_window_pattern")) {
-            Ok(v) => v.unwrap_or(6) as u32,
-            Err(_) => 6,
+        // `sliding_window_pattern` is a period (u32) or one flag per layer (bool[n_layer], true =
+        // sliding-window layer); ref §5.1.
+        let key = k("attention.sliding_window_pattern");
+        let (swa_pattern, swa_layers) = match src.meta(&key) {
+            None => (6, None),
+            Some(MetaValue::Int(p)) => (u32::try_from(p).unwrap_or(6), None),
+            Some(MetaValue::IntArray(flags)) if flags.len() == n_layer as usize => {
+                (6, Some(flags.iter().map(|&f| f != 0).collect()))
+            }
+            Some(other) => return Err(Error::Model(format!("metadata {key}: unexpected {other:?}"))),
         };
         let rope_freq_base_swa = src.meta_f32(&k("rope.freq_base_swa"))?.unwrap_or(10000.0);
         let final_logit_softcap = src.meta_f32(&k("final_logit_softcapping"))?.unwrap_or(0.0);
@@ -225,6 +234,7 @@ impl HParams {
             expert_weights_scale,
             n_swa,
             swa_pattern: swa_pattern.max(1),
+            swa_layers,
             rope_freq_base_swa,
             final_logit_softcap,
             attention_scale,
@@ -243,14 +253,20 @@ impl HParams {
 
     /// True when layer `il` of a Gemma 3 model uses sliding-window attention (ref §4.6).
     pub fn is_swa_layer(&self, il: u32) -> bool {
-        self.arch == Arch::Gemma3 && self.n_swa > 0 && il % self.swa_pattern < self.swa_pattern - 1
+        if self.arch != Arch::Gemma3 || self.n_swa == 0 {
+            return false;
+        }
+        match &self.swa_layers {
+            Some(flags) => flags.get(il as usize).copied().unwrap_or(false),
+            None => il % self.swa_pattern < self.swa_pattern - 1,
+        }
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::weights::{MemWeights, MetaValue};
+    use crate::model::weights::MemWeights;
 
     fn base(arch: &str) -> MemWeights {
         let mut m = MemWeights::new();
@@ -288,6 +304,11 @@ mod tests {
         assert_eq!(hp.arch.rope_mode(), rope_mode::NEOX);
         // Pattern 6: layers 0..4 local, 5 global.
         assert!((0..5).all(|il| hp.is_swa_layer(il)) && !hp.is_swa_layer(5) && hp.is_swa_layer(6));
+        let mut flags = vec![0; 30];
+        flags[1] = 1;
+        m.set_meta("gemma3.attention.sliding_window_pattern", MetaValue::IntArray(flags));
+        let hp = HParams::from_source(&m).unwrap();
+        assert!(!hp.is_swa_layer(0) && hp.is_swa_layer(1) && !hp.is_swa_layer(2));
         let mut bad = base("llama");
         bad.set_meta("llama.attention.head_count_kv", MetaValue::Int(4));
         assert!(HParams::from_source(&bad).is_err(), "9 heads are not a multiple of 4 kv heads");
