@@ -9,6 +9,7 @@
 
 use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{self, RecvTimeoutError, Sender};
 use std::sync::Arc;
 use std::thread::JoinHandle;
@@ -103,6 +104,7 @@ pub struct Watcher {
     // Dropped first: no more events are sent once it is gone.
     notify: Option<notify::RecommendedWatcher>,
     tx: Sender<Msg>,
+    stop: Arc<AtomicBool>,
     thread: Option<JoinHandle<()>>,
 }
 
@@ -119,17 +121,20 @@ impl Watcher {
         .map_err(|source| Error::Watch { path: objects.clone(), source })?;
         w.watch(&objects, RecursiveMode::Recursive)
             .map_err(|source| Error::Watch { path: objects.clone(), source })?;
+        let stop = Arc::new(AtomicBool::new(false));
+        let thread_stop = stop.clone();
         let thread = std::thread::Builder::new()
             .name("cachestore-watch".into())
-            .spawn(move || run(&store, &rx, settle))
+            .spawn(move || run(&store, &rx, settle, &thread_stop))
             .map_err(|e| Error::io("spawn watcher thread", &objects, e))?;
-        Ok(Watcher { notify: Some(w), tx, thread: Some(thread) })
+        Ok(Watcher { notify: Some(w), tx, stop, thread: Some(thread) })
     }
 }
 
 impl Drop for Watcher {
     fn drop(&mut self) {
         self.notify.take();
+        self.stop.store(true, Ordering::Relaxed);
         let _ = self.tx.send(Msg::Stop);
         if let Some(t) = self.thread.take() {
             let _ = t.join();
@@ -151,9 +156,9 @@ fn queue_dir(dir: &Path, due: Instant, pending: &mut HashMap<PathBuf, Instant>, 
     }
 }
 
-fn run(store: &Store, rx: &mpsc::Receiver<Msg>, settle: Duration) {
+fn run(store: &Store, rx: &mpsc::Receiver<Msg>, settle: Duration, stop: &AtomicBool) {
     let mut pending: HashMap<PathBuf, Instant> = HashMap::new();
-    loop {
+    while !stop.load(Ordering::Relaxed) {
         let now = Instant::now();
         let wait =
             pending.values().min().map_or(Duration::from_secs(3600), |d| d.saturating_duration_since(now));
@@ -182,6 +187,9 @@ fn run(store: &Store, rx: &mpsc::Receiver<Msg>, settle: Duration) {
         let ready: Vec<PathBuf> =
             pending.iter().filter(|(_, d)| **d <= now).map(|(p, _)| p.clone()).collect();
         for p in ready {
+            if stop.load(Ordering::Relaxed) {
+                return;
+            }
             pending.remove(&p);
             match store.reconcile_path(&p) {
                 Ok(r) => tracing::debug!(path = %p.display(), ?r, "cache watcher reconciled"),

@@ -52,3 +52,25 @@ fn hand_added_and_removed_objects_are_tracked() {
     assert_eq!(&store.get(&own).unwrap().unwrap()[..], b"written through the store");
     assert_eq!(store.totals().count, 2);
 }
+
+#[test]
+fn removing_a_fan_out_directory_drops_its_entries() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Arc::new(Store::open(dir.path(), Options::default()).unwrap());
+    let _w = Watcher::start(store.clone(), Duration::from_millis(100)).unwrap();
+    let mut r = rng(17);
+    let ds: Vec<_> = (0..6).map(|_| store.put(&bytes(&mut r, 1000), None, None).unwrap()).collect();
+    let victim = ds[0];
+    let top = store.layout().objects.join(&victim.to_string()[0..2]);
+    let gone: Vec<_> =
+        ds.iter().filter(|d| d.to_string()[0..2] == victim.to_string()[0..2]).copied().collect();
+    std::fs::remove_dir_all(&top).unwrap();
+    assert!(
+        wait_until(WAIT, || gone.iter().all(|d| store.stat(d).unwrap().is_none())),
+        "entries of a removed directory still indexed"
+    );
+    assert_eq!(store.totals().count as usize, ds.len() - gone.len());
+    for d in ds.iter().filter(|d| !gone.contains(d)) {
+        assert!(store.get(d).unwrap().is_some());
+    }
+}
