@@ -490,6 +490,7 @@ fn smollm2_facts() {
     assert_eq!(g.version(), 3);
     assert_eq!(g.get_str("general.architecture").unwrap(), "llama");
     assert_eq!(g.get_u32("llama.block_count").unwrap(), 30);
+    assert_eq!(g.get_u32(&g.arch_key("block_count").unwrap()).unwrap(), 30);
     assert_eq!(g.get_u32("llama.embedding_length").unwrap(), 576);
     assert_eq!(g.get_u32("llama.attention.head_count").unwrap(), 9);
     assert_eq!(g.get_u32("llama.attention.head_count_kv").unwrap(), 3);

@@ -80,6 +80,9 @@ pub struct Tokenizer {
     add_eos: bool,
     /// CONTROL, USER_DEFINED and UNKNOWN tokens, longest text first.
     specials: Vec<u32>,
+    /// Special tokens that eat the whitespace before them (LSTRIP) or after them (RSTRIP).
+    lstrip: BTreeSet<u32>,
+    rstrip: BTreeSet<u32>,
     eog: BTreeSet<u32>,
     /// Each token's bytes with special tokens rendered.
     pieces: Vec<Vec<u8>>,
@@ -166,6 +169,8 @@ impl Tokenizer {
             add_bos,
             add_eos,
             specials: Vec::new(),
+            lstrip: BTreeSet::new(),
+            rstrip: BTreeSet::new(),
             eog: BTreeSet::new(),
             pieces: Vec::new(),
             chat_template: g.get_str_opt("tokenizer.chat_template")?.map(str::to_owned),
@@ -215,8 +220,34 @@ impl Tokenizer {
             .collect();
         specials.sort_by_key(|&id| std::cmp::Reverse(tok.vocab.text(id).map_or(0, str::len)));
         tok.specials = specials;
+        tok.set_strip_attributes(g)?;
         tok.pieces = (0..n as u32).map(|id| tok.render(id)).collect();
         Ok(tok)
+    }
+
+    /// LSTRIP/RSTRIP are not in the file: llama.cpp sets them from the model's name or
+    /// pre-tokenizer, and so do we. Tokens the rules name but the vocabulary lacks are skipped.
+    fn set_strip_attributes(&mut self, g: &Gguf) -> Result<()> {
+        let name = g.get_str_opt("general.name")?.unwrap_or("").to_ascii_lowercase();
+        let pre = g.get_str_opt("tokenizer.ggml.pre")?.unwrap_or("");
+        let arch = g.get_str_opt("general.architecture")?.unwrap_or("");
+        let has = |hay: &str, needles: &[&str]| needles.iter().any(|n| hay.contains(n));
+        if has(pre, &["jina-v2-de", "jina-v2-es", "jina-v2-code"])
+            || has(arch, &["nomic-bert-moe", "jina-bert-v3"])
+        {
+            self.lstrip.extend(self.vocab.id_of("<mask>"));
+        } else if has(&name, &["phi-3", "phi3"]) {
+            self.rstrip.extend(self.specials.iter().copied());
+            self.rstrip.extend(self.vocab.id_of("</s>"));
+            for t in ["<unk>", "<s>", "<|endoftext|>"] {
+                if let Some(id) = self.vocab.id_of(t) {
+                    self.rstrip.remove(&id);
+                }
+            }
+        } else if has(&name, &["modern-bert"]) {
+            self.lstrip.extend(self.vocab.id_of("[MASK]"));
+        }
+        Ok(())
     }
 
     /// The vocabulary.
@@ -329,16 +360,26 @@ impl Tokenizer {
             if !frags.iter().any(|f| matches!(f, Fragment::Text(t) if t.contains(needle))) {
                 continue;
             }
+            let (lstrip, rstrip) = (self.lstrip.contains(&id), self.rstrip.contains(&id));
+            // C's isspace: the strip attributes only eat ASCII whitespace.
+            let c_space = |c: char| matches!(c, ' ' | '\t' | '\n' | '\x0B' | '\x0C' | '\r');
             let mut next = Vec::with_capacity(frags.len() + 2);
             for f in frags {
                 match f {
                     Fragment::Text(mut t) => {
                         while let Some(pos) = t.find(needle) {
-                            if pos > 0 {
-                                next.push(Fragment::Text(&t[..pos]));
+                            let mut left = &t[..pos];
+                            if lstrip {
+                                left = left.trim_end_matches(c_space);
+                            }
+                            if !left.is_empty() {
+                                next.push(Fragment::Text(left));
                             }
                             next.push(Fragment::Token(id));
                             t = &t[pos + needle.len()..];
+                            if rstrip {
+                                t = t.trim_start_matches(c_space);
+                            }
                         }
                         if !t.is_empty() {
                             next.push(Fragment::Text(t));
