@@ -117,6 +117,8 @@ fn smollm2_pieces_eog_and_settings_match_llama_cpp() {
     assert_eq!(r["bos"].as_u64().map(|v| v as u32), tok.bos());
     assert_eq!(r["eos"].as_u64().map(|v| v as u32), tok.eos());
     assert_eq!(r["add_bos"].as_bool().unwrap(), tok.add_bos());
+    assert_eq!(r["add_eos"].as_bool().unwrap(), tok.add_eos());
+    assert_eq!(r["eot"].as_i64().unwrap(), tok.eot().map_or(-1, i64::from));
     let eog: Vec<u32> = ids(&r["eog"]);
     assert_eq!(tok.eog_tokens().collect::<Vec<_>>(), eog);
     assert!(tok.is_eog(2) && !tok.is_eog(1));
@@ -442,6 +444,14 @@ fn spm_matches_llama_cpp() {
             mismatches.join("\n")
         );
         if full {
+            // With several end-of-turn texts in the vocabulary (here <|endoftext|> and <|end|>),
+            // llama.cpp's pick follows its hash-map order and ours is the lowest id; both are
+            // end-of-generation tokens either way.
+            let eot = r["eot"].as_i64().unwrap() as u32;
+            assert!(tok.is_eog(eot) && tok.eot().is_some_and(|e| tok.is_eog(e)));
+            assert_eq!(r["bos"].as_i64().unwrap(), tok.bos().map_or(-1, i64::from));
+            assert_eq!(r["eos"].as_i64().unwrap(), tok.eos().map_or(-1, i64::from));
+            assert_eq!(r["add_bos"].as_bool().unwrap(), tok.add_bos());
             assert_eq!(r["eog"].as_array().unwrap().len(), tok.eog_tokens().count());
             assert_eq!(ids(&r["eog"]), tok.eog_tokens().collect::<Vec<_>>());
             let (pieces, plain) = (r["pieces"].as_array().unwrap(), r["pieces_plain"].as_array().unwrap());
@@ -538,5 +548,61 @@ fn random_unicode_matches_llama_cpp() {
             mismatches.len(),
             mismatches.join("\n")
         );
+    }
+}
+
+/// Long runs (whitespace, newlines, digits, punctuation, one long word) stress the regex engine's
+/// backtracking; the split must still be exactly llama.cpp's.
+#[test]
+fn long_runs_match_llama_cpp() {
+    let strings: Vec<String> = vec![
+        format!("a{}b", " ".repeat(100_000)),
+        "\n".repeat(20_000),
+        format!("x{}y", " \n".repeat(5_000)),
+        format!("{}z", "\t ".repeat(10_000)),
+        "'".repeat(5_000),
+        "9".repeat(20_000),
+        "ab".repeat(10_000),
+        format!("{} end", "!?".repeat(10_000)),
+        "日本語".repeat(3_000),
+        format!("{}\r\n", " ".repeat(70_000)),
+    ];
+    let dir = tempfile::tempdir().unwrap();
+    let corpus_path = dir.path().join("long.txt");
+    let lines: Vec<String> = strings.iter().map(|s| serde_json::to_string(s).unwrap()).collect();
+    std::fs::write(&corpus_path, lines.join("\n") + "\n").unwrap();
+    let python = std::env::var("LLAMAD_PEER_PYTHON").unwrap_or_else(|_| {
+        panic!("LLAMAD_PEER_PYTHON is not set: it must name a python with llama_cpp 0.3.36")
+    });
+    let src = Gguf::read(smollm2_path()).unwrap();
+    for pre in ["smollm", "llama-bpe", "qwen2"] {
+        let mut w = GgufWriter::new();
+        for (k, v) in src.metadata() {
+            w.add(k, v.clone());
+        }
+        w.add("tokenizer.ggml.pre", pre);
+        let path = dir.path().join(format!("{pre}.gguf"));
+        w.write_file(&path).unwrap();
+        let tok = Tokenizer::from_gguf(&Gguf::read(&path).unwrap()).unwrap();
+        let out = Command::new(&python)
+            .arg(data_dir().join("tokenize_ref.py"))
+            .arg(&path)
+            .arg(&corpus_path)
+            .arg("ids-only")
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "tokenize_ref.py failed: {}", String::from_utf8_lossy(&out.stderr));
+        let r: Json = serde_json::from_slice(&out.stdout).unwrap();
+        for (i, (s, r)) in strings.iter().zip(r["tokenize"].as_array().unwrap()).enumerate() {
+            let want = ids(&r.as_array().unwrap()[1]);
+            let got = tok.encode(s, false, false);
+            assert!(
+                got == want,
+                "pre {pre}, long string {i} ({} bytes): {} ids vs llama.cpp {}",
+                s.len(),
+                got.len(),
+                want.len()
+            );
+        }
     }
 }

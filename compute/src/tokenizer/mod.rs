@@ -270,7 +270,9 @@ impl Tokenizer {
         self.eos
     }
 
-    /// The end-of-turn token, from the file or found by text.
+    /// The end-of-turn token, from the file or found by text. When the vocabulary holds several
+    /// end-of-turn texts, this is the lowest id (llama.cpp's pick follows its hash-map order);
+    /// all of them are in the end-of-generation set regardless.
     pub fn eot(&self) -> Option<u32> {
         self.eot
     }
