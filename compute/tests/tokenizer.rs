@@ -606,3 +606,89 @@ fn long_runs_match_llama_cpp() {
         }
     }
 }
+
+/// Chat templates in the styles of the target families (written for this test), rendered by our
+/// minijinja environment and by Python's jinja2 set up as Hugging Face does: the texts must match.
+#[test]
+fn chat_templates_match_jinja2() {
+    let templates: [&str; 6] = [
+        // ChatML with a default system prompt and loop.first.
+        "{% for m in messages %}{% if loop.first and m['role'] != 'system' %}<|im_start|>system\nDefault.<|im_end|>\n{% endif %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}",
+        // Header style with bos_token, trim and whitespace control.
+        "{{- bos_token }}\n{%- for message in messages %}\n    {{- '<|start_header_id|>' + message['role'] + '<|end_header_id|>\\n\\n' + message['content'] | trim + '<|eot_id|>' }}\n{%- endfor %}\n{%- if add_generation_prompt %}\n    {{- '<|start_header_id|>assistant<|end_header_id|>\\n\\n' }}\n{%- endif %}\n",
+        // Turn style with a system message folded into the first user turn, namespace and raise_exception.
+        "{{ bos_token }}{% if messages and messages[0]['role'] == 'system' %}{% set first = messages[0]['content'] + '\\n\\n' %}{% set loop_messages = messages[1:] %}{% else %}{% set first = '' %}{% set loop_messages = messages %}{% endif %}{% set ns = namespace(n=0) %}{% for message in loop_messages %}{% if (message['role'] == 'user') != (loop.index0 % 2 == 0) %}{{ raise_exception('roles must alternate') }}{% endif %}{% set ns.n = ns.n + 1 %}{% set role = 'model' if message['role'] == 'assistant' else message['role'] %}<start_of_turn>{{ role }}\n{{ (first if loop.first else '') + message['content'] | trim }}<end_of_turn>\n{% endfor %}{% if add_generation_prompt %}<start_of_turn>model\n{% endif %}{{ ns.n }}",
+        // INST style with Python string methods.
+        "{%- for message in messages %}{%- if message['role'] == 'user' %}[INST] {{ message['content'].strip() }} [/INST]{%- elif message['role'] == 'assistant' %} {{ message['content'].strip() }}{{ eos_token }}{%- else %}{{ message['content'].upper() }}|{{ message['content'].split(' ') | length }}\n{%- endif %}{%- endfor %}",
+        // tojson of messages and string slicing/joining.
+        "{% for m in messages %}{{ loop.index }}:{{ m | tojson }}{{ ',' if not loop.last }}{% endfor %}|{{ messages | map(attribute='role') | join('/') }}|{{ (messages | length) ~ ' msgs' }}{% if messages %}|{{ messages[-1]['content'][:5] }}|{{ messages[0] | tojson(indent=2) }}{% endif %}|{{ {'a': 1, 'b': [true, none, 1.5, 2.0, 'x\\ty'], 'c': {}} | tojson }}",
+        // Loop controls and selectattr.
+        "{% for m in messages %}{% if m['role'] == 'system' %}{% continue %}{% endif %}{% if loop.index > 3 %}{% break %}{% endif %}{{ m['role'][0] }}={{ m['content'] }};{% endfor %}{{ messages | selectattr('role', 'equalto', 'user') | list | length }}",
+    ];
+    let conversations: Vec<Vec<(&str, &str)>> = vec![
+        vec![("user", "Hello!")],
+        vec![("system", "Be brief."), ("user", "What is 2+2?")],
+        vec![
+            ("user", " hi "),
+            ("assistant", "Hello! How can I help?"),
+            ("user", "Tell me a joke\nwith \"two\" lines"),
+        ],
+        vec![],
+        vec![("user", "a"), ("user", "b")],
+        vec![
+            ("system", "s"),
+            ("user", "日本語 <tag> & 'quote' \\ back"),
+            ("assistant", "ok"),
+            ("user", "x"),
+            ("assistant", "y"),
+        ],
+    ];
+    let mut cases = Vec::new();
+    for t in &templates {
+        for c in &conversations {
+            for gen in [true, false] {
+                cases.push(serde_json::json!({
+                    "template": t, "bos": "<s>", "eos": "</s>", "messages": c, "add_generation_prompt": gen,
+                }));
+            }
+        }
+    }
+    let python = std::env::var("LLAMAD_PEER_PYTHON").unwrap_or_else(|_| {
+        panic!("LLAMAD_PEER_PYTHON is not set: it must name a python with jinja2 (llama_cpp's venv)")
+    });
+    let mut child = Command::new(&python)
+        .arg(data_dir().join("chat_ref.py"))
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    {
+        use std::io::Write;
+        let mut stdin = child.stdin.take().unwrap();
+        stdin.write_all(serde_json::to_string(&cases).unwrap().as_bytes()).unwrap();
+    }
+    let out = child.wait_with_output().unwrap();
+    assert!(out.status.success());
+    let want: Vec<Json> = serde_json::from_slice(&out.stdout).unwrap();
+    let mut errors_seen = 0;
+    for (case, want) in cases.iter().zip(&want) {
+        let t = ChatTemplate::new(case["template"].as_str().unwrap(), "<s>", "</s>").unwrap();
+        let msgs: Vec<ChatMessage> = case["messages"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|m| ChatMessage::new(m[0].as_str().unwrap(), m[1].as_str().unwrap()))
+            .collect();
+        let got = t.apply(&msgs, case["add_generation_prompt"].as_bool().unwrap());
+        match want.as_str() {
+            Some(w) => assert_eq!(got.unwrap(), w, "template {} messages {msgs:?}", case["template"]),
+            None => {
+                let msg = want["error"].as_str().unwrap();
+                let err = got.expect_err("jinja2 failed, so must we").to_string();
+                assert!(err.contains(msg), "error {err:?} should carry jinja2's {msg:?}");
+                errors_seen += 1;
+            }
+        }
+    }
+    assert!(errors_seen > 0, "the alternation check never fired");
+}
