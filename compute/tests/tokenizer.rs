@@ -692,3 +692,85 @@ fn chat_templates_match_jinja2() {
     }
     assert!(errors_seen > 0, "the alternation check never fired");
 }
+
+/// Random small vocabularies (any texts, types, scores and merges, either model) and random
+/// inputs: building and encoding must succeed or fail cleanly, never panic, and BPE vocabularies
+/// that contain every byte must round-trip.
+#[test]
+fn random_vocabularies_never_panic() {
+    use proptest::prelude::*;
+    use proptest::test_runner::{Config, RngAlgorithm, TestRng, TestRunner};
+    let text = prop::collection::vec(
+        prop_oneof![
+            Just(' '),
+            Just('a'),
+            Just('b'),
+            Just('<'),
+            Just('>'),
+            Just('▁'),
+            Just('é'),
+            Just('\n'),
+            any::<char>()
+        ],
+        0..6,
+    )
+    .prop_map(|v| v.into_iter().collect::<String>());
+    let vocab = prop::collection::vec((text.clone(), 0i32..8, -10.0f32..10.0), 1..40);
+    let merges = prop::collection::vec((text.clone(), text.clone()), 0..30);
+    let pre = prop::sample::select(vec!["smollm", "llama-bpe", "qwen2", "gpt-2", "default", "tekken"]);
+    let input = prop::collection::vec(text.clone(), 0..8).prop_map(|v| v.concat());
+    let mut runner = TestRunner::new_with_rng(
+        Config { cases: 150, failure_persistence: None, ..Config::default() },
+        TestRng::from_seed(RngAlgorithm::ChaCha, &[3; 32]),
+    );
+    runner
+        .run(
+            &(vocab, merges, pre, any::<bool>(), any::<bool>(), input),
+            |(vocab, merges, pre, spm, full_bytes, input)| {
+                let mut tokens: Vec<String> = vocab.iter().map(|v| v.0.clone()).collect();
+                let mut types: Vec<i32> = vocab.iter().map(|v| v.1).collect();
+                let mut scores: Vec<f32> = vocab.iter().map(|v| v.2).collect();
+                if full_bytes && !spm {
+                    let table = compute::tokenizer::bpe::byte_to_char_table();
+                    for c in table {
+                        tokens.push(c.to_string());
+                        types.push(1);
+                        scores.push(0.0);
+                    }
+                }
+                let mut w = GgufWriter::new();
+                w.add("tokenizer.ggml.model", if spm { "llama" } else { "gpt2" });
+                w.add("tokenizer.ggml.pre", pre);
+                w.add("tokenizer.ggml.tokens", Array::String(tokens));
+                w.add("tokenizer.ggml.token_type", types);
+                w.add("tokenizer.ggml.scores", scores);
+                let merges: Vec<String> = merges.iter().map(|(a, b)| format!("{a} {b}")).collect();
+                w.add("tokenizer.ggml.merges", Array::String(merges));
+                let g = Gguf::from_bytes(w.to_bytes().unwrap()).unwrap();
+                let Ok(tok) = Tokenizer::from_gguf(&g) else { return Ok(()) };
+                for (add, parse) in [(true, true), (false, false)] {
+                    let ids = tok.encode(&input, add, parse);
+                    prop_assert!(ids.iter().all(|&i| (i as usize) < tok.n_vocab()));
+                    let _ = tok.decode(&ids, parse);
+                }
+                if full_bytes && !spm {
+                    // Text without special-token texts decodes back exactly when every byte has a token.
+                    let ids = tok.encode(&input, false, false);
+                    let specials_in_input = (0..tok.n_vocab() as u32).any(|id| {
+                        matches!(tok.vocab().token_type(id), Some(TokenType::UserDefined))
+                            && tok.vocab().text(id).is_some_and(|t| input.contains(t))
+                    });
+                    if !specials_in_input {
+                        let dec = tok.decode(&ids, true);
+                        let normal_only =
+                            ids.iter().all(|&i| tok.vocab().token_type(i) == Some(TokenType::Normal));
+                        if normal_only {
+                            prop_assert_eq!(dec, input.as_bytes());
+                        }
+                    }
+                }
+                Ok(())
+            },
+        )
+        .unwrap();
+}
