@@ -5,6 +5,26 @@
 //! ref: ggml-compute-semantics.md §5.1 (keys) and §6 (algorithms). The behaviour follows
 //! llama.cpp's `llama_tokenize` so ids match it exactly; `compute/tests/tokenizer.rs` checks that
 //! against the real llama.cpp.
+//!
+//! ```
+//! use compute::gguf::{Gguf, GgufWriter};
+//! use compute::tokenizer::{bpe::byte_to_char_table, Tokenizer};
+//! // A byte-level vocabulary: the 256 GPT-2 characters, one merge "a b" -> "ab", and a control token.
+//! let mut tokens: Vec<String> = byte_to_char_table().iter().map(|c| c.to_string()).collect();
+//! tokens.push("ab".into());
+//! tokens.push("<|end|>".into());
+//! let mut types = vec![1i32; 257];
+//! types.push(3);
+//! let mut w = GgufWriter::new();
+//! w.add("tokenizer.ggml.model", "gpt2").add("tokenizer.ggml.pre", "gpt-2");
+//! w.add_strings("tokenizer.ggml.tokens", &tokens).add("tokenizer.ggml.token_type", types);
+//! w.add_strings("tokenizer.ggml.merges", &["a b"]).add("tokenizer.ggml.eos_token_id", 257u32);
+//! let tok = Tokenizer::from_gguf(&Gguf::from_bytes(w.to_bytes().unwrap()).unwrap()).unwrap();
+//! let ids = tok.encode("abc<|end|>", true, true);
+//! assert_eq!(ids, [256, u32::from(b'c'), 257]); // token b is byte b's character
+//! assert_eq!(tok.decode(&ids, true), b"abc<|end|>");
+//! assert!(tok.is_eog(257));
+//! ```
 
 pub mod bpe;
 pub mod chat;
