@@ -192,7 +192,8 @@ impl GgufWriter {
         let zeros = vec![0u8; alignment.min(1 << 16) as usize];
         for t in &self.tensors {
             w.write_all(&t.data).map_err(WriteError::Io)?;
-            let mut pad = align(Some(t.data.len() as u64), alignment).unwrap_or(0) - t.data.len() as u64;
+            let len = t.data.len() as u64;
+            let mut pad = align(Some(len), alignment).map_or(0, |a| a - len);
             while pad > 0 {
                 let n = pad.min(zeros.len() as u64) as usize;
                 w.write_all(&zeros[..n]).map_err(WriteError::Io)?;
