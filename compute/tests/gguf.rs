@@ -298,6 +298,48 @@ fn rejects_malformed_headers() {
     let big = 1i64 << 32;
     assert!(err_of(one_tensor("t", 3, &[big, big, big], 0, 0, 100)).contains("overflows"));
     assert!(err_of(one_tensor("t", 2, &[1 << 40, 1 << 20], 0, 0, 100)).contains("beyond the end"));
+    // Duplicate keys and tensor names, written by hand.
+    let mut dup = Vec::new();
+    dup.extend_from_slice(b"GGUF");
+    dup.extend_from_slice(&3u32.to_le_bytes());
+    dup.extend_from_slice(&0i64.to_le_bytes());
+    dup.extend_from_slice(&2i64.to_le_bytes());
+    for _ in 0..2 {
+        dup.extend_from_slice(&1u64.to_le_bytes());
+        dup.push(b'k');
+        dup.extend_from_slice(&7u32.to_le_bytes());
+        dup.push(1);
+    }
+    assert!(err_of(dup).contains("duplicate key"));
+    let mut w = GgufWriter::new();
+    w.add_f32_tensor("a", &[8], &[0.0; 8]).unwrap().add_f32_tensor("b", &[8], &[0.0; 8]).unwrap();
+    let mut two = w.to_bytes().unwrap();
+    let at = two.windows(9).position(|x| x == b"\x01\0\0\0\0\0\0\0b").unwrap();
+    two[at + 8] = b'a';
+    assert!(err_of(two).contains("duplicate tensor name"));
+    // Nested arrays and unknown value types.
+    let mut nested = Vec::new();
+    nested.extend_from_slice(b"GGUF");
+    nested.extend_from_slice(&3u32.to_le_bytes());
+    nested.extend_from_slice(&0i64.to_le_bytes());
+    nested.extend_from_slice(&1i64.to_le_bytes());
+    nested.extend_from_slice(&1u64.to_le_bytes());
+    nested.push(b'k');
+    nested.extend_from_slice(&9u32.to_le_bytes());
+    nested.extend_from_slice(&9u32.to_le_bytes());
+    nested.extend_from_slice(&0u64.to_le_bytes());
+    assert!(err_of(nested.clone()).contains("nested arrays"));
+    let n = nested.len();
+    nested[n - 12..n - 8].copy_from_slice(&13u32.to_le_bytes());
+    assert!(err_of(nested.clone()).contains("unknown array element type 13"));
+    nested[n - 16..n - 12].copy_from_slice(&13u32.to_le_bytes());
+    assert!(err_of(nested).contains("unknown value type 13"));
+    let mut bool2 = with_alignment(4, &64u32.to_le_bytes());
+    bool2.truncate(bool2.len() - 8);
+    bool2.extend_from_slice(&7u32.to_le_bytes());
+    bool2.push(2);
+    assert!(err_of(bool2).contains("neither 0 nor 1"));
+
     let mut w = GgufWriter::new();
     w.add_f32_tensor("t", &[1], &[1.0]).unwrap();
     assert!(w.add_f32_tensor("t", &[1], &[1.0]).is_err());
@@ -490,6 +532,7 @@ fn smollm2_facts() {
     assert_eq!(g.version(), 3);
     assert_eq!(g.get_str("general.architecture").unwrap(), "llama");
     assert_eq!(g.get_u32("llama.block_count").unwrap(), 30);
+    assert_eq!(g.get_u32(&g.arch_key("block_count").unwrap()).unwrap(), 30);
     assert_eq!(g.get_u32("llama.embedding_length").unwrap(), 576);
     assert_eq!(g.get_u32("llama.attention.head_count").unwrap(), 9);
     assert_eq!(g.get_u32("llama.attention.head_count_kv").unwrap(), 3);

@@ -117,6 +117,8 @@ fn smollm2_pieces_eog_and_settings_match_llama_cpp() {
     assert_eq!(r["bos"].as_u64().map(|v| v as u32), tok.bos());
     assert_eq!(r["eos"].as_u64().map(|v| v as u32), tok.eos());
     assert_eq!(r["add_bos"].as_bool().unwrap(), tok.add_bos());
+    assert_eq!(r["add_eos"].as_bool().unwrap(), tok.add_eos());
+    assert_eq!(r["eot"].as_i64().unwrap(), tok.eot().map_or(-1, i64::from));
     let eog: Vec<u32> = ids(&r["eog"]);
     assert_eq!(tok.eog_tokens().collect::<Vec<_>>(), eog);
     assert!(tok.is_eog(2) && !tok.is_eog(1));
@@ -378,6 +380,10 @@ fn spm_matches_llama_cpp() {
     }
     tokens.push("<user>".into());
     types.push(TokenType::UserDefined as i32);
+    for t in ["<|endoftext|>", "<|user|>", "<|end|>", "<|assistant|>"] {
+        tokens.push(t.into());
+        types.push(TokenType::Control as i32);
+    }
     let mut seen: std::collections::HashSet<String> = tokens.iter().cloned().collect();
     for id in 0..bpe.n_vocab() as u32 {
         if bpe.vocab().token_type(id) != Some(TokenType::Normal) {
@@ -393,12 +399,16 @@ fn spm_matches_llama_cpp() {
     let scores: Vec<f32> = (0..tokens.len()).map(|i| -(i as f32)).collect();
     let dir = tempfile::tempdir().unwrap();
     let mut compared = 0;
-    for add_space_prefix in [None, Some(false)] {
+    // The third run is named like Phi-3, which gives special tokens RSTRIP in llama.cpp.
+    for (add_space_prefix, name) in [(None, None), (Some(false), None), (None, Some("Phi-3 Mini"))] {
         let mut w = GgufWriter::new();
         for (k, v) in src.metadata() {
             if !k.starts_with("tokenizer.") {
                 w.add(k, v.clone());
             }
+        }
+        if let Some(name) = name {
+            w.add("general.name", name);
         }
         w.add("llama.vocab_size", tokens.len() as u32);
         w.add("tokenizer.ggml.model", "llama");
@@ -413,7 +423,8 @@ fn spm_matches_llama_cpp() {
         let path = dir.path().join("spm.gguf");
         w.write_file(&path).unwrap();
         let tok = Tokenizer::from_gguf(&Gguf::read(&path).unwrap()).unwrap();
-        let r = run_reference(&path, add_space_prefix.is_some());
+        let full = add_space_prefix.is_none() && name.is_none();
+        let r = run_reference(&path, !full);
         let mut mismatches = Vec::new();
         for (s, r) in corpus().iter().zip(r["tokenize"].as_array().unwrap()) {
             let r = r.as_array().unwrap();
@@ -428,11 +439,19 @@ fn spm_matches_llama_cpp() {
         }
         assert!(
             mismatches.is_empty(),
-            "add_space_prefix {add_space_prefix:?}: {} mismatches:\n{}",
+            "add_space_prefix {add_space_prefix:?} name {name:?}: {} mismatches:\n{}",
             mismatches.len(),
             mismatches.join("\n")
         );
-        if add_space_prefix.is_none() {
+        if full {
+            // With several end-of-turn texts in the vocabulary (here <|endoftext|> and <|end|>),
+            // llama.cpp's pick follows its hash-map order and ours is the lowest id; both are
+            // end-of-generation tokens either way.
+            let eot = r["eot"].as_i64().unwrap() as u32;
+            assert!(tok.is_eog(eot) && tok.eot().is_some_and(|e| tok.is_eog(e)));
+            assert_eq!(r["bos"].as_i64().unwrap(), tok.bos().map_or(-1, i64::from));
+            assert_eq!(r["eos"].as_i64().unwrap(), tok.eos().map_or(-1, i64::from));
+            assert_eq!(r["add_bos"].as_bool().unwrap(), tok.add_bos());
             assert_eq!(r["eog"].as_array().unwrap().len(), tok.eog_tokens().count());
             assert_eq!(ids(&r["eog"]), tok.eog_tokens().collect::<Vec<_>>());
             let (pieces, plain) = (r["pieces"].as_array().unwrap(), r["pieces_plain"].as_array().unwrap());
@@ -530,4 +549,228 @@ fn random_unicode_matches_llama_cpp() {
             mismatches.join("\n")
         );
     }
+}
+
+/// Long runs (whitespace, newlines, digits, punctuation, one long word) stress the regex engine's
+/// backtracking; the split must still be exactly llama.cpp's.
+#[test]
+fn long_runs_match_llama_cpp() {
+    let strings: Vec<String> = vec![
+        format!("a{}b", " ".repeat(100_000)),
+        "\n".repeat(20_000),
+        format!("x{}y", " \n".repeat(5_000)),
+        format!("{}z", "\t ".repeat(10_000)),
+        "'".repeat(5_000),
+        "9".repeat(20_000),
+        "ab".repeat(10_000),
+        format!("{} end", "!?".repeat(10_000)),
+        "日本語".repeat(3_000),
+        format!("{}\r\n", " ".repeat(70_000)),
+    ];
+    let dir = tempfile::tempdir().unwrap();
+    let corpus_path = dir.path().join("long.txt");
+    let lines: Vec<String> = strings.iter().map(|s| serde_json::to_string(s).unwrap()).collect();
+    std::fs::write(&corpus_path, lines.join("\n") + "\n").unwrap();
+    let python = std::env::var("LLAMAD_PEER_PYTHON").unwrap_or_else(|_| {
+        panic!("LLAMAD_PEER_PYTHON is not set: it must name a python with llama_cpp 0.3.36")
+    });
+    let src = Gguf::read(smollm2_path()).unwrap();
+    for pre in ["smollm", "llama-bpe", "qwen2"] {
+        let mut w = GgufWriter::new();
+        for (k, v) in src.metadata() {
+            w.add(k, v.clone());
+        }
+        w.add("tokenizer.ggml.pre", pre);
+        let path = dir.path().join(format!("{pre}.gguf"));
+        w.write_file(&path).unwrap();
+        let tok = Tokenizer::from_gguf(&Gguf::read(&path).unwrap()).unwrap();
+        let out = Command::new(&python)
+            .arg(data_dir().join("tokenize_ref.py"))
+            .arg(&path)
+            .arg(&corpus_path)
+            .arg("ids-only")
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "tokenize_ref.py failed: {}", String::from_utf8_lossy(&out.stderr));
+        let r: Json = serde_json::from_slice(&out.stdout).unwrap();
+        for (i, (s, r)) in strings.iter().zip(r["tokenize"].as_array().unwrap()).enumerate() {
+            let want = ids(&r.as_array().unwrap()[1]);
+            let got = tok.encode(s, false, false);
+            assert!(
+                got == want,
+                "pre {pre}, long string {i} ({} bytes): {} ids vs llama.cpp {}",
+                s.len(),
+                got.len(),
+                want.len()
+            );
+        }
+    }
+}
+
+/// Chat templates in the styles of the target families (written for this test), rendered by our
+/// minijinja environment and by Python's jinja2 set up as Hugging Face does: the texts must match.
+#[test]
+fn chat_templates_match_jinja2() {
+    let templates: [&str; 6] = [
+        // ChatML with a default system prompt and loop.first.
+        "{% for m in messages %}{% if loop.first and m['role'] != 'system' %}<|im_start|>system\nDefault.<|im_end|>\n{% endif %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}",
+        // Header style with bos_token, trim and whitespace control.
+        "{{- bos_token }}\n{%- for message in messages %}\n    {{- '<|start_header_id|>' + message['role'] + '<|end_header_id|>\\n\\n' + message['content'] | trim + '<|eot_id|>' }}\n{%- endfor %}\n{%- if add_generation_prompt %}\n    {{- '<|start_header_id|>assistant<|end_header_id|>\\n\\n' }}\n{%- endif %}\n",
+        // Turn style with a system message folded into the first user turn, namespace and raise_exception.
+        "{{ bos_token }}{% if messages and messages[0]['role'] == 'system' %}{% set first = messages[0]['content'] + '\\n\\n' %}{% set loop_messages = messages[1:] %}{% else %}{% set first = '' %}{% set loop_messages = messages %}{% endif %}{% set ns = namespace(n=0) %}{% for message in loop_messages %}{% if (message['role'] == 'user') != (loop.index0 % 2 == 0) %}{{ raise_exception('roles must alternate') }}{% endif %}{% set ns.n = ns.n + 1 %}{% set role = 'model' if message['role'] == 'assistant' else message['role'] %}<start_of_turn>{{ role }}\n{{ (first if loop.first else '') + message['content'] | trim }}<end_of_turn>\n{% endfor %}{% if add_generation_prompt %}<start_of_turn>model\n{% endif %}{{ ns.n }}",
+        // INST style with Python string methods.
+        "{%- for message in messages %}{%- if message['role'] == 'user' %}[INST] {{ message['content'].strip() }} [/INST]{%- elif message['role'] == 'assistant' %} {{ message['content'].strip() }}{{ eos_token }}{%- else %}{{ message['content'].upper() }}|{{ message['content'].split(' ') | length }}\n{%- endif %}{%- endfor %}",
+        // tojson of messages and string slicing/joining.
+        "{% for m in messages %}{{ loop.index }}:{{ m | tojson }}{{ ',' if not loop.last }}{% endfor %}|{{ messages | map(attribute='role') | join('/') }}|{{ (messages | length) ~ ' msgs' }}{% if messages %}|{{ messages[-1]['content'][:5] }}|{{ messages[0] | tojson(indent=2) }}{% endif %}|{{ {'a': 1, 'b': [true, none, 1.5, 2.0, 'x\\ty'], 'c': {}} | tojson }}",
+        // Loop controls and selectattr.
+        "{% for m in messages %}{% if m['role'] == 'system' %}{% continue %}{% endif %}{% if loop.index > 3 %}{% break %}{% endif %}{{ m['role'][0] }}={{ m['content'] }};{% endfor %}{{ messages | selectattr('role', 'equalto', 'user') | list | length }}",
+    ];
+    let conversations: Vec<Vec<(&str, &str)>> = vec![
+        vec![("user", "Hello!")],
+        vec![("system", "Be brief."), ("user", "What is 2+2?")],
+        vec![
+            ("user", " hi "),
+            ("assistant", "Hello! How can I help?"),
+            ("user", "Tell me a joke\nwith \"two\" lines"),
+        ],
+        vec![],
+        vec![("user", "a"), ("user", "b")],
+        vec![
+            ("system", "s"),
+            ("user", "日本語 <tag> & 'quote' \\ back"),
+            ("assistant", "ok"),
+            ("user", "x"),
+            ("assistant", "y"),
+        ],
+    ];
+    let mut cases = Vec::new();
+    for t in &templates {
+        for c in &conversations {
+            for gen in [true, false] {
+                cases.push(serde_json::json!({
+                    "template": t, "bos": "<s>", "eos": "</s>", "messages": c, "add_generation_prompt": gen,
+                }));
+            }
+        }
+    }
+    let python = std::env::var("LLAMAD_PEER_PYTHON").unwrap_or_else(|_| {
+        panic!("LLAMAD_PEER_PYTHON is not set: it must name a python with jinja2 (llama_cpp's venv)")
+    });
+    let mut child = Command::new(&python)
+        .arg(data_dir().join("chat_ref.py"))
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    {
+        use std::io::Write;
+        let mut stdin = child.stdin.take().unwrap();
+        stdin.write_all(serde_json::to_string(&cases).unwrap().as_bytes()).unwrap();
+    }
+    let out = child.wait_with_output().unwrap();
+    assert!(out.status.success());
+    let want: Vec<Json> = serde_json::from_slice(&out.stdout).unwrap();
+    let mut errors_seen = 0;
+    for (case, want) in cases.iter().zip(&want) {
+        let t = ChatTemplate::new(case["template"].as_str().unwrap(), "<s>", "</s>").unwrap();
+        let msgs: Vec<ChatMessage> = case["messages"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|m| ChatMessage::new(m[0].as_str().unwrap(), m[1].as_str().unwrap()))
+            .collect();
+        let got = t.apply(&msgs, case["add_generation_prompt"].as_bool().unwrap());
+        match want.as_str() {
+            Some(w) => assert_eq!(got.unwrap(), w, "template {} messages {msgs:?}", case["template"]),
+            None => {
+                let msg = want["error"].as_str().unwrap();
+                let err = got.expect_err("jinja2 failed, so must we").to_string();
+                assert!(err.contains(msg), "error {err:?} should carry jinja2's {msg:?}");
+                errors_seen += 1;
+            }
+        }
+    }
+    assert!(errors_seen > 0, "the alternation check never fired");
+}
+
+/// Random small vocabularies (any texts, types, scores and merges, either model) and random
+/// inputs: building and encoding must succeed or fail cleanly, never panic, and BPE vocabularies
+/// that contain every byte must round-trip.
+#[test]
+fn random_vocabularies_never_panic() {
+    use proptest::prelude::*;
+    use proptest::test_runner::{Config, RngAlgorithm, TestRng, TestRunner};
+    let text = prop::collection::vec(
+        prop_oneof![
+            Just(' '),
+            Just('a'),
+            Just('b'),
+            Just('<'),
+            Just('>'),
+            Just('▁'),
+            Just('é'),
+            Just('\n'),
+            any::<char>()
+        ],
+        0..6,
+    )
+    .prop_map(|v| v.into_iter().collect::<String>());
+    let vocab = prop::collection::vec((text.clone(), 0i32..8, -10.0f32..10.0), 1..40);
+    let merges = prop::collection::vec((text.clone(), text.clone()), 0..30);
+    let pre = prop::sample::select(vec!["smollm", "llama-bpe", "qwen2", "gpt-2", "default", "tekken"]);
+    let input = prop::collection::vec(text.clone(), 0..8).prop_map(|v| v.concat());
+    let mut runner = TestRunner::new_with_rng(
+        Config { cases: 150, failure_persistence: None, ..Config::default() },
+        TestRng::from_seed(RngAlgorithm::ChaCha, &[3; 32]),
+    );
+    runner
+        .run(
+            &(vocab, merges, pre, any::<bool>(), any::<bool>(), input),
+            |(vocab, merges, pre, spm, full_bytes, input)| {
+                let mut tokens: Vec<String> = vocab.iter().map(|v| v.0.clone()).collect();
+                let mut types: Vec<i32> = vocab.iter().map(|v| v.1).collect();
+                let mut scores: Vec<f32> = vocab.iter().map(|v| v.2).collect();
+                if full_bytes && !spm {
+                    let table = compute::tokenizer::bpe::byte_to_char_table();
+                    for c in table {
+                        tokens.push(c.to_string());
+                        types.push(1);
+                        scores.push(0.0);
+                    }
+                }
+                let mut w = GgufWriter::new();
+                w.add("tokenizer.ggml.model", if spm { "llama" } else { "gpt2" });
+                w.add("tokenizer.ggml.pre", pre);
+                w.add("tokenizer.ggml.tokens", Array::String(tokens));
+                w.add("tokenizer.ggml.token_type", types);
+                w.add("tokenizer.ggml.scores", scores);
+                let merges: Vec<String> = merges.iter().map(|(a, b)| format!("{a} {b}")).collect();
+                w.add("tokenizer.ggml.merges", Array::String(merges));
+                let g = Gguf::from_bytes(w.to_bytes().unwrap()).unwrap();
+                let Ok(tok) = Tokenizer::from_gguf(&g) else { return Ok(()) };
+                for (add, parse) in [(true, true), (false, false)] {
+                    let ids = tok.encode(&input, add, parse);
+                    prop_assert!(ids.iter().all(|&i| (i as usize) < tok.n_vocab()));
+                    let _ = tok.decode(&ids, parse);
+                }
+                if full_bytes && !spm {
+                    // Text without special-token texts decodes back exactly when every byte has a token.
+                    let ids = tok.encode(&input, false, false);
+                    let specials_in_input = (0..tok.n_vocab() as u32).any(|id| {
+                        matches!(tok.vocab().token_type(id), Some(TokenType::UserDefined))
+                            && tok.vocab().text(id).is_some_and(|t| input.contains(t))
+                    });
+                    if !specials_in_input {
+                        let dec = tok.decode(&ids, true);
+                        let normal_only =
+                            ids.iter().all(|&i| tok.vocab().token_type(i) == Some(TokenType::Normal));
+                        if normal_only {
+                            prop_assert_eq!(dec, input.as_bytes());
+                        }
+                    }
+                }
+                Ok(())
+            },
+        )
+        .unwrap();
 }

@@ -263,6 +263,17 @@ impl Gguf {
         }
     }
 
+    /// `general.architecture` (`llama`, `qwen2`, ...).
+    pub fn architecture(&self) -> Result<&str> {
+        self.get_str("general.architecture")
+    }
+
+    /// The key `{architecture}.{suffix}`, for the per-architecture hyper-parameters of §5.1
+    /// (`g.get_u32(&g.arch_key("block_count")?)`).
+    pub fn arch_key(&self, suffix: &str) -> Result<String> {
+        Ok(format!("{}.{suffix}", self.architecture()?))
+    }
+
     /// An integer value that fits in `u32`; an error if missing or of another type.
     pub fn get_u32(&self, key: &str) -> Result<u32> {
         self.require(key)?;

@@ -134,21 +134,34 @@ impl GgufWriter {
         }
     }
 
-    /// Serializes the file into `w`.
+    /// Serializes the file into `w`, streaming the tensor data (the header is built in memory).
     pub fn write_to(&self, w: &mut impl Write) -> Result<()> {
-        let bytes = self.to_bytes()?;
-        w.write_all(&bytes).map_err(|source| Error::Io { path: "<gguf writer>".into(), source })
+        self.write_inner(w).map_err(|e| match e {
+            WriteError::Gguf(e) => e,
+            WriteError::Io(source) => Error::Io { path: "<gguf writer>".into(), source },
+        })
     }
 
     /// Writes the file to `path` (created or truncated).
     pub fn write_file(&self, path: impl AsRef<Path>) -> Result<()> {
         let path = path.as_ref();
-        let bytes = self.to_bytes()?;
-        std::fs::write(path, bytes).map_err(|source| Error::Io { path: path.display().to_string(), source })
+        let io = |source| Error::Io { path: path.display().to_string(), source };
+        let file = std::fs::File::create(path).map_err(io)?;
+        let mut w = std::io::BufWriter::new(file);
+        self.write_inner(&mut w).and_then(|()| w.flush().map_err(WriteError::Io)).map_err(|e| match e {
+            WriteError::Gguf(e) => e,
+            WriteError::Io(source) => io(source),
+        })
     }
 
     /// Serializes the file into memory.
     pub fn to_bytes(&self) -> Result<Vec<u8>> {
+        let mut out = Vec::new();
+        self.write_to(&mut out)?;
+        Ok(out)
+    }
+
+    fn write_inner(&self, w: &mut impl Write) -> std::result::Result<(), WriteError> {
         let alignment = self.alignment_value()?;
         let mut out = Vec::new();
         out.extend_from_slice(GGUF_MAGIC);
@@ -158,10 +171,9 @@ impl GgufWriter {
         for (k, v) in &self.metadata {
             put_str(&mut out, k);
             out.extend_from_slice(&(v.value_type() as u32).to_le_bytes());
-            put_value(&mut out, v)?;
+            put_value(&mut out, v);
         }
         let mut offset = 0u64;
-        let mut offsets = Vec::with_capacity(self.tensors.len());
         for t in &self.tensors {
             put_str(&mut out, &t.name);
             out.extend_from_slice(&(t.ne.len() as u32).to_le_bytes());
@@ -170,20 +182,36 @@ impl GgufWriter {
             }
             out.extend_from_slice(&(t.dtype as u32).to_le_bytes());
             out.extend_from_slice(&offset.to_le_bytes());
-            offsets.push(offset);
             offset = align(offset.checked_add(t.data.len() as u64), alignment)
                 .ok_or_else(|| bad("file too large"))?;
         }
         let data_start = align(Some(out.len() as u64), alignment).ok_or_else(|| bad("file too large"))?;
         out.resize(data_start as usize, 0);
-        for (t, off) in self.tensors.iter().zip(offsets) {
-            out.resize((data_start + off) as usize, 0);
-            out.extend_from_slice(&t.data);
+        w.write_all(&out).map_err(WriteError::Io)?;
+        // Each blob is padded to the alignment, the last one too, as ggml's writer does.
+        let zeros = vec![0u8; alignment.min(1 << 16) as usize];
+        for t in &self.tensors {
+            w.write_all(&t.data).map_err(WriteError::Io)?;
+            let len = t.data.len() as u64;
+            let mut pad = align(Some(len), alignment).map_or(0, |a| a - len);
+            while pad > 0 {
+                let n = pad.min(zeros.len() as u64) as usize;
+                w.write_all(&zeros[..n]).map_err(WriteError::Io)?;
+                pad -= n as u64;
+            }
         }
-        // Pad the last blob too, as ggml's writer does.
-        let end = align(Some(out.len() as u64), alignment).ok_or_else(|| bad("file too large"))?;
-        out.resize(end as usize, 0);
-        Ok(out)
+        Ok(())
+    }
+}
+
+enum WriteError {
+    Gguf(Error),
+    Io(std::io::Error),
+}
+
+impl From<Error> for WriteError {
+    fn from(e: Error) -> Self {
+        WriteError::Gguf(e)
     }
 }
 
@@ -199,7 +227,7 @@ fn put_str(out: &mut Vec<u8>, s: &str) {
     out.extend_from_slice(s.as_bytes());
 }
 
-fn put_value(out: &mut Vec<u8>, v: &Value) -> Result<()> {
+fn put_value(out: &mut Vec<u8>, v: &Value) {
     match v {
         Value::U8(x) => out.push(*x),
         Value::I8(x) => out.extend_from_slice(&x.to_le_bytes()),
@@ -243,5 +271,4 @@ fn put_value(out: &mut Vec<u8>, v: &Value) -> Result<()> {
             }
         }
     }
-    Ok(())
 }

@@ -5,6 +5,7 @@
 //! Python string methods, `raise_exception`, `strftime_now`), so templates written for it render
 //! the same here.
 
+use minijinja::value::{Kwargs, ValueKind};
 use minijinja::{context, Environment, ErrorKind, Value};
 
 use super::Tokenizer;
@@ -65,6 +66,7 @@ impl ChatTemplate {
             Err(minijinja::Error::new(ErrorKind::InvalidOperation, msg))
         });
         env.add_function("strftime_now", |fmt: String| strftime_now(&fmt));
+        env.add_filter("tojson", tojson);
         env.add_template_owned("chat", source.to_owned()).map_err(model_err)?;
         Ok(ChatTemplate { env, bos: bos_token.to_owned(), eos: eos_token.to_owned() })
     }
@@ -100,6 +102,119 @@ fn messages_value(messages: &[ChatMessage]) -> Value {
         })
         .collect();
     Value::from(list)
+}
+
+/// `tojson` as Hugging Face defines it: Python's `json.dumps` with `ensure_ascii=False` (`", "` and
+/// `": "` separators, no HTML escaping, keys in insertion order), optionally indented.
+fn tojson(value: Value, kwargs: Kwargs) -> std::result::Result<Value, minijinja::Error> {
+    let indent: Option<usize> = kwargs.get("indent")?;
+    // Accepted for compatibility; ensure_ascii=False and unsorted keys are what chat templates use.
+    let _: Option<Value> = kwargs.get("ensure_ascii")?;
+    let _: Option<Value> = kwargs.get("sort_keys")?;
+    kwargs.assert_all_used()?;
+    let mut out = String::new();
+    write_json(&value, indent, 0, &mut out)?;
+    Ok(Value::from(out))
+}
+
+fn write_json_str(s: &str, out: &mut String) {
+    out.push('"');
+    for c in s.chars() {
+        match c {
+            '"' => out.push_str("\\\""),
+            '\\' => out.push_str("\\\\"),
+            '\n' => out.push_str("\\n"),
+            '\r' => out.push_str("\\r"),
+            '\t' => out.push_str("\\t"),
+            '\u{8}' => out.push_str("\\b"),
+            '\u{c}' => out.push_str("\\f"),
+            c if (c as u32) < 0x20 => out.push_str(&format!("\\u{:04x}", c as u32)),
+            c => out.push(c),
+        }
+    }
+    out.push('"');
+}
+
+fn write_json(
+    v: &Value,
+    indent: Option<usize>,
+    level: usize,
+    out: &mut String,
+) -> std::result::Result<(), minijinja::Error> {
+    let newline = |out: &mut String, level: usize| {
+        if let Some(n) = indent {
+            out.push('\n');
+            out.push_str(&" ".repeat(n * level));
+        }
+    };
+    let item_sep = if indent.is_some() { "," } else { ", " };
+    match v.kind() {
+        ValueKind::Undefined | ValueKind::None => out.push_str("null"),
+        ValueKind::Bool => out.push_str(if v.is_true() { "true" } else { "false" }),
+        ValueKind::Number => {
+            if v.is_integer() {
+                out.push_str(&v.to_string());
+            } else {
+                let f = f64::try_from(v.clone()).unwrap_or(f64::NAN);
+                if f.is_nan() {
+                    out.push_str("NaN");
+                } else if f.is_infinite() {
+                    out.push_str(if f > 0.0 { "Infinity" } else { "-Infinity" });
+                } else if f.fract() == 0.0 && f.abs() < 1e16 {
+                    out.push_str(&format!("{f:.1}"));
+                } else {
+                    out.push_str(&format!("{f}"));
+                }
+            }
+        }
+        ValueKind::String => write_json_str(v.as_str().unwrap_or(""), out),
+        ValueKind::Map => {
+            let keys: Vec<Value> = v.try_iter()?.collect();
+            if keys.is_empty() {
+                out.push_str("{}");
+                return Ok(());
+            }
+            out.push('{');
+            for (i, k) in keys.iter().enumerate() {
+                if i > 0 {
+                    out.push_str(item_sep);
+                }
+                newline(out, level + 1);
+                match k.as_str() {
+                    Some(s) => write_json_str(s, out),
+                    None => write_json_str(&k.to_string(), out),
+                }
+                out.push_str(": ");
+                write_json(&v.get_item(k)?, indent, level + 1, out)?;
+            }
+            newline(out, level);
+            out.push('}');
+        }
+        ValueKind::Seq | ValueKind::Iterable => {
+            let items: Vec<Value> = v.try_iter()?.collect();
+            if items.is_empty() {
+                out.push_str("[]");
+                return Ok(());
+            }
+            out.push('[');
+            for (i, item) in items.iter().enumerate() {
+                if i > 0 {
+                    out.push_str(item_sep);
+                }
+                newline(out, level + 1);
+                write_json(item, indent, level + 1, out)?;
+            }
+            newline(out, level);
+            out.push(']');
+        }
+        kind => {
+            return Err(minijinja::Error::new(
+                ErrorKind::InvalidOperation,
+                format!("tojson cannot serialize a {kind}"),
+            ))
+        }
+    }
+    Ok(())
 }
 
 /// `strftime_now(fmt)` for the handful of fields chat templates use (`%d %b %Y %m %B %H %M %S %%`),

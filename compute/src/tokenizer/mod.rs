@@ -5,6 +5,26 @@
 //! ref: ggml-compute-semantics.md §5.1 (keys) and §6 (algorithms). The behaviour follows
 //! llama.cpp's `llama_tokenize` so ids match it exactly; `compute/tests/tokenizer.rs` checks that
 //! against the real llama.cpp.
+//!
+//! ```
+//! use compute::gguf::{Gguf, GgufWriter};
+//! use compute::tokenizer::{bpe::byte_to_char_table, Tokenizer};
+//! // A byte-level vocabulary: the 256 GPT-2 characters, one merge "a b" -> "ab", and a control token.
+//! let mut tokens: Vec<String> = byte_to_char_table().iter().map(|c| c.to_string()).collect();
+//! tokens.push("ab".into());
+//! tokens.push("<|end|>".into());
+//! let mut types = vec![1i32; 257];
+//! types.push(3);
+//! let mut w = GgufWriter::new();
+//! w.add("tokenizer.ggml.model", "gpt2").add("tokenizer.ggml.pre", "gpt-2");
+//! w.add_strings("tokenizer.ggml.tokens", &tokens).add("tokenizer.ggml.token_type", types);
+//! w.add_strings("tokenizer.ggml.merges", &["a b"]).add("tokenizer.ggml.eos_token_id", 257u32);
+//! let tok = Tokenizer::from_gguf(&Gguf::from_bytes(w.to_bytes().unwrap()).unwrap()).unwrap();
+//! let ids = tok.encode("abc<|end|>", true, true);
+//! assert_eq!(ids, [256, u32::from(b'c'), 257]); // token b is byte b's character
+//! assert_eq!(tok.decode(&ids, true), b"abc<|end|>");
+//! assert!(tok.is_eog(257));
+//! ```
 
 pub mod bpe;
 pub mod chat;
@@ -80,6 +100,9 @@ pub struct Tokenizer {
     add_eos: bool,
     /// CONTROL, USER_DEFINED and UNKNOWN tokens, longest text first.
     specials: Vec<u32>,
+    /// Special tokens that eat the whitespace before them (LSTRIP) or after them (RSTRIP).
+    lstrip: BTreeSet<u32>,
+    rstrip: BTreeSet<u32>,
     eog: BTreeSet<u32>,
     /// Each token's bytes with special tokens rendered.
     pieces: Vec<Vec<u8>>,
@@ -166,6 +189,8 @@ impl Tokenizer {
             add_bos,
             add_eos,
             specials: Vec::new(),
+            lstrip: BTreeSet::new(),
+            rstrip: BTreeSet::new(),
             eog: BTreeSet::new(),
             pieces: Vec::new(),
             chat_template: g.get_str_opt("tokenizer.chat_template")?.map(str::to_owned),
@@ -215,8 +240,34 @@ impl Tokenizer {
             .collect();
         specials.sort_by_key(|&id| std::cmp::Reverse(tok.vocab.text(id).map_or(0, str::len)));
         tok.specials = specials;
+        tok.set_strip_attributes(g)?;
         tok.pieces = (0..n as u32).map(|id| tok.render(id)).collect();
         Ok(tok)
+    }
+
+    /// LSTRIP/RSTRIP are not in the file: llama.cpp sets them from the model's name or
+    /// pre-tokenizer, and so do we. Tokens the rules name but the vocabulary lacks are skipped.
+    fn set_strip_attributes(&mut self, g: &Gguf) -> Result<()> {
+        let name = g.get_str_opt("general.name")?.unwrap_or("").to_ascii_lowercase();
+        let pre = g.get_str_opt("tokenizer.ggml.pre")?.unwrap_or("");
+        let arch = g.get_str_opt("general.architecture")?.unwrap_or("");
+        let has = |hay: &str, needles: &[&str]| needles.iter().any(|n| hay.contains(n));
+        if has(pre, &["jina-v2-de", "jina-v2-es", "jina-v2-code"])
+            || has(arch, &["nomic-bert-moe", "jina-bert-v3"])
+        {
+            self.lstrip.extend(self.vocab.id_of("<mask>"));
+        } else if has(&name, &["phi-3", "phi3"]) {
+            self.rstrip.extend(self.specials.iter().copied());
+            self.rstrip.extend(self.vocab.id_of("</s>"));
+            for t in ["<unk>", "<s>", "<|endoftext|>"] {
+                if let Some(id) = self.vocab.id_of(t) {
+                    self.rstrip.remove(&id);
+                }
+            }
+        } else if has(&name, &["modern-bert"]) {
+            self.lstrip.extend(self.vocab.id_of("[MASK]"));
+        }
+        Ok(())
     }
 
     /// The vocabulary.
@@ -239,7 +290,9 @@ impl Tokenizer {
         self.eos
     }
 
-    /// The end-of-turn token, from the file or found by text.
+    /// The end-of-turn token, from the file or found by text. When the vocabulary holds several
+    /// end-of-turn texts, this is the lowest id (llama.cpp's pick follows its hash-map order);
+    /// all of them are in the end-of-generation set regardless.
     pub fn eot(&self) -> Option<u32> {
         self.eot
     }
@@ -329,16 +382,26 @@ impl Tokenizer {
             if !frags.iter().any(|f| matches!(f, Fragment::Text(t) if t.contains(needle))) {
                 continue;
             }
+            let (lstrip, rstrip) = (self.lstrip.contains(&id), self.rstrip.contains(&id));
+            // C's isspace: the strip attributes only eat ASCII whitespace.
+            let c_space = |c: char| matches!(c, ' ' | '\t' | '\n' | '\x0B' | '\x0C' | '\r');
             let mut next = Vec::with_capacity(frags.len() + 2);
             for f in frags {
                 match f {
                     Fragment::Text(mut t) => {
                         while let Some(pos) = t.find(needle) {
-                            if pos > 0 {
-                                next.push(Fragment::Text(&t[..pos]));
+                            let mut left = &t[..pos];
+                            if lstrip {
+                                left = left.trim_end_matches(c_space);
+                            }
+                            if !left.is_empty() {
+                                next.push(Fragment::Text(left));
                             }
                             next.push(Fragment::Token(id));
                             t = &t[pos + needle.len()..];
+                            if rstrip {
+                                t = t.trim_start_matches(c_space);
+                            }
                         }
                         if !t.is_empty() {
                             next.push(Fragment::Text(t));

@@ -5,7 +5,7 @@ CORPUS holds one JSON string per line. Prints one JSON object on stdout:
   tokenize: for each corpus string, [ids with add_bos=True, special=True, ids with add_bos=False, special=False]
   pieces / pieces_plain: hex bytes of every token's piece with special rendering on / off
   eog: ids llama.cpp treats as end of generation
-  bos, eos, add_bos, n_vocab: the vocabulary's settings
+  bos, eos, eot, add_bos, add_eos, n_vocab: the vocabulary's settings (-1 = none)
   chat: the chat template rendered by Python's jinja2 with Hugging Face's settings, for a few conversations
 """
 
@@ -46,6 +46,8 @@ def main():
     out["bos"] = llama_cpp.llama_vocab_bos(vocab)
     out["eos"] = llama_cpp.llama_vocab_eos(vocab)
     out["add_bos"] = bool(llama_cpp.llama_vocab_get_add_bos(vocab))
+    out["add_eos"] = bool(llama_cpp.llama_vocab_get_add_eos(vocab))
+    out["eot"] = llama_cpp.llama_vocab_eot(vocab)
     out["n_vocab"] = n
 
     template = llm.metadata.get("tokenizer.chat_template")
