@@ -23,6 +23,9 @@ use crate::rpc::session::{Reply, Session};
 use crate::rpc::stats::ConnStats;
 use crate::rpc::{cache, exec};
 
+/// Fills and copies at least this large run on a blocking thread, not on the runtime.
+const BLOCKING_BYTES: usize = 1 << 20;
+
 struct Conn {
     reader: BufReader<OwnedReadHalf>,
     writer: BufWriter<OwnedWriteHalf>,
@@ -182,6 +185,19 @@ impl Conn {
                 let hit = cache::load(cache, hash, buf, region).await;
                 debug!(%hash, hit, "cache lookup");
                 self.respond(&[u8::from(hit)]).await
+            }
+            Reply::Job(job, rsp) => {
+                if job.len() >= BLOCKING_BYTES {
+                    tokio::task::spawn_blocking(move || job.run())
+                        .await
+                        .map_err(|e| Error::Refused(format!("memory job failed: {e}")))?;
+                } else {
+                    job.run();
+                }
+                match rsp {
+                    Some(b) => self.respond(&b).await,
+                    None => Ok(0),
+                }
             }
             Reply::Compute(graph) => {
                 exec::run(self.shared.executor.clone(), graph).await?;
