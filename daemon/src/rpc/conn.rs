@@ -106,7 +106,12 @@ impl Conn {
 
     async fn run(&mut self, cancel: &CancellationToken) -> Result<&'static str> {
         // HELLO first, exactly 24 bytes (ref: §6; §15 items 1–2).
-        let Some((cmd, len)) = self.header().await? else { return Ok("peer left before HELLO") };
+        let hello_timeout = self.shared.cfg.hello_timeout;
+        let first = match tokio::time::timeout(hello_timeout, self.header()).await {
+            Ok(h) => h?,
+            Err(_) => refuse!("no HELLO within {hello_timeout:?}"),
+        };
+        let Some((cmd, len)) = first else { return Ok("peer left before HELLO") };
         self.current = Cmd::from_u8(cmd);
         if cmd != Cmd::Hello as u8 {
             refuse!("expected HELLO, got command byte {cmd}");
