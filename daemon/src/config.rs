@@ -75,6 +75,19 @@ pub struct RawLimits {
     pub max_graph_tensors: Option<u32>,
 }
 
+/// `[cache]`: the tensor cache (enabled by `server.cache` or `-c`).
+#[derive(Clone, Debug, Default, Deserialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct RawCache {
+    /// Cache root; llamad keeps its own versioned layout inside. Default: `$LLAMA_CACHE/rpc`, else the XDG
+    /// cache directory + `llama.cpp/rpc` (where llama.cpp's own server keeps its cache).
+    pub dir: Option<PathBuf>,
+    /// Upper bound on the cache's size; least recently used unpinned objects are evicted. Default: no limit.
+    pub max_size: Option<RawSize>,
+    /// Re-hash (BLAKE3) every object before serving it. Default true.
+    pub verify_on_read: Option<bool>,
+}
+
 /// The configuration file, every field optional.
 #[derive(Clone, Debug, Default, Deserialize, PartialEq, Eq)]
 #[serde(deny_unknown_fields)]
@@ -85,6 +98,9 @@ pub struct RawConfig {
     /// `[limits]`.
     #[serde(default)]
     pub limits: RawLimits,
+    /// `[cache]`.
+    #[serde(default)]
+    pub cache: RawCache,
 }
 
 /// Command-line values; each one set overrides the file and the environment.
@@ -102,6 +118,10 @@ pub struct Overrides {
     pub cache: bool,
     /// `--mem`.
     pub mem: Option<String>,
+    /// `--cache-dir`.
+    pub cache_dir: Option<PathBuf>,
+    /// `--cache-max-size`.
+    pub cache_max_size: Option<String>,
 }
 
 /// The validated configuration.
@@ -131,6 +151,12 @@ pub struct Config {
     pub max_graph_nodes: u32,
     /// Largest `n_tensors`.
     pub max_graph_tensors: u32,
+    /// Cache root; `None` = llama.cpp's default location (`cachestore::default_root`).
+    pub cache_dir: Option<PathBuf>,
+    /// Cache size limit in bytes; `None` = unlimited.
+    pub cache_max_size: Option<u64>,
+    /// Verify every cache object's BLAKE3 hash before serving it.
+    pub cache_verify: bool,
 }
 
 impl Default for Config {
@@ -148,6 +174,9 @@ impl Default for Config {
             hello_timeout: std::time::Duration::from_secs(10),
             max_graph_nodes: 1 << 18,
             max_graph_tensors: 1 << 18,
+            cache_dir: None,
+            cache_max_size: None,
+            cache_verify: true,
         }
     }
 }
@@ -186,6 +215,12 @@ impl Config {
         let d = Config::default();
         let s = raw.server;
         let l = raw.limits;
+        let c = raw.cache;
+        let cache_max_size = match (&flags.cache_max_size, &c.max_size) {
+            (Some(m), _) => Some(RawSize::Text(m.clone()).bytes("cache-max-size")?),
+            (None, Some(m)) => Some(m.bytes("cache.max_size")?),
+            (None, None) => None,
+        };
         let host = flags.host.clone().or(s.host).unwrap_or(d.host);
         let port = flags.port.or(s.port).unwrap_or(d.port);
         if port == 0 {
@@ -241,6 +276,9 @@ impl Config {
             max_connections,
             max_graph_nodes: l.max_graph_nodes.unwrap_or(d.max_graph_nodes),
             max_graph_tensors: l.max_graph_tensors.unwrap_or(d.max_graph_tensors),
+            cache_dir: flags.cache_dir.clone().or(c.dir),
+            cache_max_size,
+            cache_verify: c.verify_on_read.unwrap_or(d.cache_verify),
         })
     }
 }

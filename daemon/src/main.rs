@@ -31,6 +31,12 @@ struct Cli {
     /// Memory budget for buffers (e.g. 8G) [default: available memory].
     #[arg(long, global = true, value_name = "SIZE")]
     mem: Option<String>,
+    /// Cache root [default: $LLAMA_CACHE/rpc, else ~/.cache/llama.cpp/rpc].
+    #[arg(long, global = true, value_name = "DIR")]
+    cache_dir: Option<PathBuf>,
+    /// Cache size limit (e.g. 50G); least recently used objects are evicted [default: unlimited].
+    #[arg(long, global = true, value_name = "SIZE")]
+    cache_max_size: Option<String>,
     /// Configuration file [default: /etc/llamad/llamad.toml when present].
     #[arg(long, global = true, value_name = "FILE")]
     config: Option<PathBuf>,
@@ -63,6 +69,8 @@ fn real_main(cli: Cli) -> anyhow::Result<()> {
         device: cli.device,
         cache: cli.cache,
         mem: cli.mem,
+        cache_dir: cli.cache_dir,
+        cache_max_size: cli.cache_max_size,
     };
     let cfg =
         Config::load(cli.config.as_deref(), std::env::vars(), &flags).context("loading the configuration")?;
@@ -83,11 +91,37 @@ fn real_main(cli: Cli) -> anyhow::Result<()> {
         if !addr.ip().is_loopback() {
             tracing::warn!(%addr, "listening beyond loopback: the RPC protocol has no authentication or encryption");
         }
-        if cfg.cache {
-            tracing::warn!("the tensor cache is not wired into this build yet; SET_TENSOR_HASH answers 0");
-        }
+        let cache = if cfg.cache { Some(open_cache(&cfg)?) } else { None };
+        let _watcher = match &cache {
+            Some(c) => Some(
+                cachestore::watch::Watcher::start(c.store().clone(), std::time::Duration::from_secs(2))
+                    .context("watching the cache directory")?,
+            ),
+            None => None,
+        };
+        let wire_cache = cache.map(|c| c as std::sync::Arc<dyn llamad::rpc::cache::WireCache>);
+        let shared = llamad::Shared::with_cache(cfg, wire_cache);
         llamad::lifecycle::notify("READY=1");
-        llamad::run(cfg, listener, llamad::lifecycle::shutdown_signal()).await?;
+        llamad::serve(shared, listener, llamad::lifecycle::shutdown_signal()).await?;
         Ok(())
     })
+}
+
+/// Opens the tensor cache where llama.cpp would keep it (or `cache_dir`), in llamad's own layout.
+fn open_cache(cfg: &Config) -> anyhow::Result<std::sync::Arc<llamad::rpc::store_cache::StoreCache>> {
+    let root = match &cfg.cache_dir {
+        Some(d) => d.clone(),
+        None => cachestore::try_default_root().context("finding the cache directory (set LLAMA_CACHE)")?,
+    };
+    let opts = cachestore::Options {
+        max_size: cfg.cache_max_size,
+        verify_on_read: cfg.cache_verify,
+        wire_hasher: Some(llamad::rpc::store_cache::wire_hasher()),
+        ..cachestore::Options::default()
+    };
+    let store = cachestore::Store::open(&root, opts)
+        .with_context(|| format!("opening the cache in {}", root.display()))?;
+    let totals = store.totals();
+    tracing::info!(dir = %root.display(), objects = totals.count, bytes = totals.bytes, "tensor cache open");
+    Ok(std::sync::Arc::new(llamad::rpc::store_cache::StoreCache::new(std::sync::Arc::new(store))))
 }

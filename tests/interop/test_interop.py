@@ -206,7 +206,6 @@ def test_reference_cache_second_load_hits(model, report):
     assert sorted(files) == sorted(h["hash"] for h in first["hash_requests"])
 
 
-@pytest.mark.xfail(strict=True, reason="llamad's SET_TENSOR_HASH is not yet wired to cachestore (issue 4)")
 def test_llamad_cache_second_load_hits(model, report):
     """Same assertions for llamad with `-c` (cache under $LLAMA_CACHE, as ggml-rpc-server does)."""
     peer.llamad_bin()

@@ -9,3 +9,4 @@ pub mod exec;
 pub mod server;
 pub mod session;
 pub mod stats;
+pub mod store_cache;
