@@ -9,8 +9,10 @@ use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 
-/// Spin iterations before a waiter parks.
-const SPIN_LIMIT: u32 = 1 << 14;
+/// Spin iterations before a waiter starts yielding.
+const SPIN_LIMIT: u32 = 1 << 12;
+/// Yields (giving the core to a descheduled peer on a busy machine) before a waiter parks.
+const YIELD_LIMIT: u32 = 32;
 
 /// Locks a mutex, ignoring poisoning (the guarded data is `()` or plain values).
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -55,11 +57,15 @@ impl Barrier {
             }
             return;
         }
-        for _ in 0..SPIN_LIMIT {
+        for i in 0..SPIN_LIMIT + YIELD_LIMIT {
             if self.generation.load(Ordering::SeqCst) != gen {
                 return;
             }
-            std::hint::spin_loop();
+            if i < SPIN_LIMIT {
+                std::hint::spin_loop();
+            } else {
+                std::thread::yield_now();
+            }
         }
         let mut g = lock(&self.lock);
         self.sleepers.fetch_add(1, Ordering::SeqCst);
@@ -158,9 +164,13 @@ impl Pool {
         job(0);
         let mut spins = 0u32;
         while self.shared.pending.load(Ordering::SeqCst) != 0 {
-            if spins < SPIN_LIMIT {
+            if spins < SPIN_LIMIT + YIELD_LIMIT {
                 spins += 1;
-                std::hint::spin_loop();
+                if spins < SPIN_LIMIT {
+                    std::hint::spin_loop();
+                } else {
+                    std::thread::yield_now();
+                }
                 continue;
             }
             let g = lock(&self.shared.done_lock);
@@ -188,9 +198,13 @@ fn worker(s: &Shared, ith: usize) {
             if s.generation.load(Ordering::SeqCst) != seen {
                 break;
             }
-            if spins < SPIN_LIMIT {
+            if spins < SPIN_LIMIT + YIELD_LIMIT {
                 spins += 1;
-                std::hint::spin_loop();
+                if spins < SPIN_LIMIT {
+                    std::hint::spin_loop();
+                } else {
+                    std::thread::yield_now();
+                }
                 continue;
             }
             let mut st = lock(&s.state);

@@ -223,6 +223,20 @@ pub(crate) fn check_overlap(op: GgmlOp, dst: &Tv, s: &Tv, alias: Alias) -> Resul
 /// # Safety
 /// Every tensor of `n` must satisfy the contract of `Graph::new`.
 pub(crate) unsafe fn prepare(n: &Node) -> Result<Plan> {
+    if n.op.carries_function_pointer() {
+        return Err(Error::UnsupportedOp {
+            op: n.op,
+            detail: "ops with callbacks are never executed".into(),
+        });
+    }
+    // SAFETY: forwarded contract.
+    let dst = unsafe { Tv::new(&n.dst)? };
+    if !dst.self_disjoint() {
+        return Err(shape_err(
+            n.op,
+            format!("destination elements overlap (ne {:?}, nb {:?})", dst.ne, dst.nb),
+        ));
+    }
     // SAFETY: forwarded contract (every prepare_* only wraps the node's tensors).
     unsafe {
         match n.op {
@@ -251,9 +265,6 @@ pub(crate) unsafe fn prepare(n: &Node) -> Result<Plan> {
             GgmlOp::Sum | GgmlOp::SumRows | GgmlOp::Mean | GgmlOp::Argmax => reduce::prepare(n),
             GgmlOp::Argsort | GgmlOp::TopK => reduce::prepare_sort(n),
             GgmlOp::Concat | GgmlOp::Pad | GgmlOp::Repeat => layout::prepare(n),
-            op if op.carries_function_pointer() => {
-                Err(Error::UnsupportedOp { op, detail: "ops with callbacks are never executed".into() })
-            }
             op => Err(Error::UnsupportedOp { op, detail: "not implemented by this backend".into() }),
         }
     }

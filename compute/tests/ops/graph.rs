@@ -55,6 +55,10 @@ fn malformed_layouts_are_refused() {
     let s = buf.view([4, 1, 1, 1], [4, 16, 16, 16], 0);
     let o = buf.view([4, 1, 1, 1], [4, 16, 16, 16], 8);
     assert!(matches!(validate(vec![node(GgmlOp::Scale, o, &[s])]), Err(Error::Shape { .. })));
+    // A destination whose rows share memory (nb[1] = 0): threads would write the same bytes.
+    let src = T::new(GgmlType::F32, [4, 3, 1, 1]);
+    let squashed = buf.view([4, 3, 1, 1], [4, 0, 16, 16], 0);
+    assert!(matches!(validate(vec![node(GgmlOp::Scale, squashed, &[src.t()])]), Err(Error::Shape { .. })));
     // Missing source.
     assert!(validate(vec![node(GgmlOp::Add, d.t(), &[d.t()])]).is_err());
     // Binary op whose src1 does not repeat.

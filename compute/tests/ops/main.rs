@@ -5,5 +5,6 @@ mod attention;
 mod elementwise;
 mod graph;
 mod harness;
+mod llama;
 mod matmul;
 mod rows;
