@@ -133,7 +133,7 @@ impl Tv {
             if nb < extent {
                 return false;
             }
-            extent = nb * (n - 1) + extent;
+            extent += nb * (n - 1);
         }
         true
     }
