@@ -239,7 +239,7 @@ pub(crate) unsafe fn prepare_mul_mat_id(n: &Node) -> Result<Plan> {
     // Expert lists: n_exp + 1 offsets, then n_used * n_tok pair indices (u32 each).
     let lists = (n_exp + 1 + n_used * n_tok) * 4;
     let shared_bytes = lists_off + lists;
-    let local = a.ne[0].max(n_exp + 1);
+    let local = a.ne[0].max(2 * (n_exp + 1));
     Ok(Plan {
         phases: 2,
         shared_bytes,
@@ -296,7 +296,10 @@ impl MulMatId {
         let ids = &self.ids;
         let n_exp = self.a.ne[2];
         let (n_used, n_tok) = (ids.ne[0], ids.ne[1]);
-        let mut counts = vec![0u32; n_exp + 1];
+        // Counts and fill cursors live in this thread's scratch (no allocation per run).
+        let words: &mut [u32] = bytemuck::cast_slice_mut(&mut ctx.local[..2 * (n_exp + 1)]);
+        let (counts, fill) = words.split_at_mut(n_exp + 1);
+        counts.fill(0);
         let mut bad = 0usize;
         for t in 0..n_tok {
             for s in 0..n_used {
@@ -311,12 +314,13 @@ impl MulMatId {
         for e in 0..n_exp {
             counts[e + 1] += counts[e];
         }
-        let offs = ctx.shared_mut(self.lists_off, (n_exp + 1) * 4);
+        let sh = ctx.sh;
+        let offs = sh.bytes_mut(self.lists_off, (n_exp + 1) * 4);
         for (o, c) in offs.chunks_exact_mut(4).zip(counts.iter()) {
             o.copy_from_slice(&c.to_le_bytes());
         }
-        let list = ctx.shared_mut(self.lists_off + (n_exp + 1) * 4, n_used * n_tok * 4);
-        let mut fill = counts.clone();
+        let list = sh.bytes_mut(self.lists_off + (n_exp + 1) * 4, n_used * n_tok * 4);
+        fill.copy_from_slice(counts);
         for t in 0..n_tok {
             for s in 0..n_used {
                 let id = ids.get_index(s, t, 0, 0);

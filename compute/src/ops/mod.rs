@@ -151,12 +151,6 @@ impl<'a> Ctx<'a> {
     pub fn shared(&self, off: usize, len: usize) -> &[u8] {
         self.sh.bytes(off, len)
     }
-
-    /// Shared scratch bytes for writing (see [`SharedScratch::bytes_mut`]).
-    #[allow(clippy::mut_from_ref)]
-    pub fn shared_mut(&self, off: usize, len: usize) -> &mut [u8] {
-        self.sh.bytes_mut(off, len)
-    }
 }
 
 /// Helper: the source `i` of `n`, or a shape error.
