@@ -281,7 +281,7 @@ pub(crate) fn run(n: &Node, plan: &Plan, phase: u8, ctx: &mut Ctx<'_>) {
         Kind::Rope(p) => p.run(ctx),
         Kind::SoftMax(p) => p.run(ctx),
         Kind::DiagMaskInf(p) => p.run(ctx),
-        Kind::FlashAttn(p) => p.run(ctx),
+        Kind::FlashAttn(p) => p.run(phase, ctx),
         Kind::Reduce(p) => p.run(ctx),
         Kind::Sort(p) => p.run(ctx),
         Kind::Layout(p) => p.run(ctx),

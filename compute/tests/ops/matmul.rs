@@ -192,3 +192,25 @@ fn mul_mat_id_out_of_range_expert_is_reported() {
     // The valid token was still computed.
     assert_eq!(&d.values()[..4], &[32.0; 4]);
 }
+
+#[test]
+fn mul_mat_half_precision_activations() {
+    // src1 F16/BF16: widened (F32 weights) or converted to the weight's vec_dot type.
+    for (wt, at) in [
+        (GgmlType::F32, GgmlType::F16),
+        (GgmlType::F16, GgmlType::F16),
+        (GgmlType::Q4_0, GgmlType::F16),
+        (GgmlType::F32, GgmlType::BF16),
+    ] {
+        if !has_matmul_kernels(wt) {
+            continue;
+        }
+        let mut r = rng(60);
+        let a = T::from_f32(wt, [128, 6, 1, 1], &randv(&mut r, 768, 1.0));
+        let b = T::from_f32(at, [128, 3, 1, 1], &randv(&mut r, 384, 1.0));
+        let want = reference(&a.t(), &b.t());
+        let d = T::new(GgmlType::F32, [6, 3, 1, 1]);
+        run(vec![node(GgmlOp::MulMat, d.t(), &[a.t(), b.t()])], 2).unwrap();
+        check(&format!("mul_mat {wt} x {at}"), &d.values(), &want, bound(wt).max(1e-10));
+    }
+}
