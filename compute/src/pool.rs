@@ -44,11 +44,19 @@ impl Barrier {
 
     /// Blocks until all `n` threads have called `wait` for this round.
     pub fn wait(&self) {
+        self.wait_then(|| {});
+    }
+
+    /// As [`Barrier::wait`]; the last thread to arrive runs `last` before releasing the others
+    /// (used to reset shared state for the next round).
+    pub fn wait_then(&self, last: impl FnOnce()) {
         if self.n == 1 {
+            last();
             return;
         }
         let gen = self.generation.load(Ordering::SeqCst);
         if self.count.fetch_add(1, Ordering::SeqCst) + 1 == self.n {
+            last();
             self.count.store(0, Ordering::SeqCst);
             self.generation.fetch_add(1, Ordering::SeqCst);
             if self.sleepers.load(Ordering::SeqCst) > 0 {

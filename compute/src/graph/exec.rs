@@ -6,6 +6,7 @@
 //! allocates nothing.
 
 use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 use super::Graph;
 use crate::error::{Error, Result};
@@ -71,6 +72,7 @@ impl Executor {
             local_len: self.local_len,
         };
         let errors = ErrorSink::new();
+        let work = AtomicUsize::new(0);
         let barrier = &self.barrier;
         let job = |ith: usize| {
             let s = scratch;
@@ -80,7 +82,7 @@ impl Executor {
                 unsafe { std::slice::from_raw_parts_mut(s.local.add(ith * s.local_len), s.local_len) };
             // SAFETY: the shared scratch is valid for `shared_len` bytes for the whole run; the ops
             // write disjoint parts of it per thread within a phase.
-            let mut ctx = unsafe { Ctx::new(ith, nth, s.shared, s.shared_len, local, &errors) };
+            let mut ctx = unsafe { Ctx::new(ith, nth, s.shared, s.shared_len, local, &errors, &work) };
             for (i, plan) in &graph.plans {
                 let node = &graph.nodes[*i];
                 for phase in 0..plan.phases {
@@ -91,7 +93,7 @@ impl Executor {
                             detail: "kernel fault (internal check failed)".into(),
                         });
                     }
-                    barrier.wait();
+                    barrier.wait_then(|| work.store(0, Ordering::Relaxed));
                 }
             }
         };

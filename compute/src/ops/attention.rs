@@ -175,12 +175,17 @@ impl FlashAttn {
         if self.softcap != 0.0 {
             scale /= self.softcap;
         }
+        let work = ctx.work;
         let (qf, rest) = ctx.local.split_at_mut(dk);
         let (kf, rest) = rest.split_at_mut(dk);
         let (acc, rest) = rest.split_at_mut(dv);
         let (vf, conv) = rest.split_at_mut(dv);
         let total = nq * h * q.ne[3];
-        for u in split(total, ctx.ith, ctx.nth) {
+        loop {
+            let u = work.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            if u >= total {
+                break;
+            }
             let iq1 = u % nq;
             let iq2 = (u / nq) % h;
             let iq3 = u / (nq * h);

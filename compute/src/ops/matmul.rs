@@ -152,8 +152,13 @@ impl MulMat {
         let batches = b.ne[2] * b.ne[3];
         let r2 = b.ne[2] / a.ne[2];
         let r3 = b.ne[3] / a.ne[3];
-        // Split the (batch, row block) units: prefer splitting rows when there is one batch.
-        for u in split(batches * row_blocks, ctx.ith, ctx.nth) {
+        // (batch, row block) units, handed out dynamically.
+        let total = batches * row_blocks;
+        loop {
+            let u = ctx.next_unit();
+            if u >= total {
+                break;
+            }
             let batch = u / row_blocks;
             let rb = u % row_blocks;
             let (i12, i13) = (batch % b.ne[2], batch / b.ne[2]);
@@ -267,7 +272,12 @@ impl MulMatId {
         let m = a.ne[1];
         let k = a.ne[0];
         let row_blocks = m.div_ceil(ROW_BLOCK);
-        for u in split(n_exp * row_blocks, ctx.ith, ctx.nth) {
+        let total = n_exp * row_blocks;
+        loop {
+            let u = ctx.next_unit();
+            if u >= total {
+                break;
+            }
             let e = u / row_blocks;
             let (p0, p1) = (u32_at(offs, e) as usize, u32_at(offs, e + 1) as usize);
             if p0 >= p1 || p1 > pairs {

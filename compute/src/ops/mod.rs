@@ -19,7 +19,7 @@ mod rows;
 mod softmax;
 mod unary;
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Mutex;
 
 use crate::error::{Error, Result};
@@ -128,6 +128,8 @@ pub(crate) struct Ctx<'a> {
     pub local: &'a mut [f32],
     /// Where run-time errors go.
     pub errors: &'a ErrorSink,
+    /// Shared work counter, zero at the start of every phase.
+    work: &'a AtomicUsize,
 }
 
 impl<'a> Ctx<'a> {
@@ -143,8 +145,15 @@ impl<'a> Ctx<'a> {
         shared_len: usize,
         local: &'a mut [f32],
         errors: &'a ErrorSink,
+        work: &'a AtomicUsize,
     ) -> Ctx<'a> {
-        Ctx { ith, nth, sh: SharedScratch { ptr: shared, len: shared_len }, local, errors }
+        Ctx { ith, nth, sh: SharedScratch { ptr: shared, len: shared_len }, local, errors, work }
+    }
+
+    /// The next unit of work of this phase (dynamic split: threads that run faster, or are not
+    /// descheduled on a busy machine, take more units). Every unit goes to exactly one thread.
+    pub fn next_unit(&self) -> usize {
+        self.work.fetch_add(1, Ordering::Relaxed)
     }
 
     /// Shared scratch bytes for reading (see [`SharedScratch::bytes`]).
@@ -231,6 +240,20 @@ pub(crate) unsafe fn prepare(n: &Node) -> Result<Plan> {
             format!("destination elements overlap (ne {:?}, nb {:?})", dst.ne, dst.nb),
         ));
     }
+    // SAFETY: forwarded contract (every prepare_* only wraps the node's tensors).
+    let plan = unsafe { prepare_op(n)? };
+    // A node with an empty destination has nothing to write (its inputs were still validated).
+    if dst.is_empty() {
+        return Ok(Plan { phases: 0, shared_bytes: 0, local_f32: 0, kind: Kind::Nop });
+    }
+    Ok(plan)
+}
+
+/// The per-op part of [`prepare`].
+///
+/// # Safety
+/// As [`prepare`].
+unsafe fn prepare_op(n: &Node) -> Result<Plan> {
     // SAFETY: forwarded contract (every prepare_* only wraps the node's tensors).
     unsafe {
         match n.op {
