@@ -10,7 +10,7 @@ use crate::error::Result;
 use crate::graph::Node;
 use crate::quant::{self, FromF32Fn, VecDotFn};
 
-use super::access::{is_float, split, Tv};
+use super::access::{is_float, Tv};
 use super::rows::check_loadable;
 use super::softmax::alibi_slope;
 use super::{check_overlap, opt_tv, param_f32, shape_err, src, tv, types_err, Alias, Ctx, Kind, Plan};
@@ -141,7 +141,9 @@ pub(crate) unsafe fn prepare(n: &Node) -> Result<Plan> {
         v_conv,
     };
     let phases = if v_conv { 2 } else { 1 };
-    Ok(Plan { phases, shared_bytes, local_f32: local, kind: Kind::FlashAttn(Box::new(plan)) })
+    let rows = nq * h * ne3;
+    let units = if v_conv { [v.nrows().clamp(1, super::MAX_UNITS), rows] } else { [rows, 0] };
+    Ok(Plan { phases, units, shared_bytes, local_f32: local, kind: Kind::FlashAttn(Box::new(plan)) })
 }
 
 impl FlashAttn {
@@ -151,7 +153,7 @@ impl FlashAttn {
         let v = &self.v;
         let dv = v.ne[0];
         let sh = ctx.sh;
-        for r in split(v.nrows(), ctx.ith, ctx.nth) {
+        for r in ctx.range(v.nrows()) {
             let (i1, i2, i3) = v.unravel_row(r);
             let tmp = &mut ctx.local[..dv];
             v.load_row(i1, i2, i3, tmp);
@@ -175,17 +177,13 @@ impl FlashAttn {
         if self.softcap != 0.0 {
             scale /= self.softcap;
         }
-        let work = ctx.work;
         let (qf, rest) = ctx.local.split_at_mut(dk);
         let (kf, rest) = rest.split_at_mut(dk);
         let (acc, rest) = rest.split_at_mut(dv);
         let (vf, conv) = rest.split_at_mut(dv);
-        let total = nq * h * q.ne[3];
-        loop {
-            let u = work.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-            if u >= total {
-                break;
-            }
+        // One unit = one query row (query, head, sequence).
+        {
+            let u = ctx.unit;
             let iq1 = u % nq;
             let iq2 = (u / nq) % h;
             let iq3 = u / (nq * h);

@@ -12,7 +12,7 @@ use crate::graph::Node;
 use crate::op::GgmlOp;
 use crate::quant::{self, FromF32Fn, VecDotFn};
 
-use super::access::{split, Tv};
+use super::access::{self, Tv};
 use super::{check_overlap, shape_err, src, tv, types_err, Alias, Ctx, Kind, Plan};
 
 /// Weight rows per work unit.
@@ -55,9 +55,8 @@ fn plan_activations(op: GgmlOp, a: &Tv, b: &Tv) -> Result<(VecDotFn, Activations
 }
 
 /// Phase 0: converts the rows `rows` (flat indices over `b`) into shared scratch.
-fn convert_rows(b: &Tv, act: &Activations, ctx: &mut Ctx<'_>) {
-    let range = split(b.nrows(), ctx.ith, ctx.nth);
-    for r in range {
+fn convert_rows(b: &Tv, act: &Activations, rows: std::ops::Range<usize>, ctx: &mut Ctx<'_>) {
+    for r in rows {
         let (i1, i2, i3) = b.unravel_row(r);
         let k = b.ne[0];
         let local = &mut ctx.local[..k];
@@ -130,8 +129,11 @@ pub(crate) unsafe fn prepare_mul_mat(n: &Node) -> Result<Plan> {
     };
     let phases = if act.convert { 2 } else { 1 };
     let local = if act.convert { a.ne[0] } else { 0 };
+    let work = b.ne[2] * b.ne[3] * a.ne[1].div_ceil(ROW_BLOCK);
+    let units = if act.convert { [b.nrows().clamp(1, super::MAX_UNITS), work] } else { [work, 0] };
     Ok(Plan {
         phases,
+        units,
         shared_bytes,
         local_f32: local,
         kind: Kind::MulMat(MulMat { a, b, dst, vec_dot, act }),
@@ -141,7 +143,8 @@ pub(crate) unsafe fn prepare_mul_mat(n: &Node) -> Result<Plan> {
 impl MulMat {
     pub(crate) fn run(&self, phase: u8, ctx: &mut Ctx<'_>) {
         if self.act.convert && phase == 0 {
-            convert_rows(&self.b, &self.act, ctx);
+            let rows = ctx.range(self.b.nrows());
+            convert_rows(&self.b, &self.act, rows, ctx);
             return;
         }
         let (a, b, dst) = (&self.a, &self.b, &self.dst);
@@ -149,16 +152,11 @@ impl MulMat {
         let n = b.ne[1];
         let k = a.ne[0];
         let row_blocks = m.div_ceil(ROW_BLOCK);
-        let batches = b.ne[2] * b.ne[3];
         let r2 = b.ne[2] / a.ne[2];
         let r3 = b.ne[3] / a.ne[3];
-        // (batch, row block) units, handed out dynamically.
-        let total = batches * row_blocks;
-        loop {
-            let u = ctx.next_unit();
-            if u >= total {
-                break;
-            }
+        // One unit = one block of weight rows of one batch, against every activation row.
+        {
+            let u = ctx.unit;
             let batch = u / row_blocks;
             let rb = u % row_blocks;
             let (i12, i13) = (batch % b.ne[2], batch / b.ne[2]);
@@ -245,8 +243,11 @@ pub(crate) unsafe fn prepare_mul_mat_id(n: &Node) -> Result<Plan> {
     let lists = (n_exp + 1 + n_used * n_tok) * 4;
     let shared_bytes = lists_off + lists;
     let local = a.ne[0].max(2 * (n_exp + 1));
+    let conv_units = if act.convert { b.nrows().clamp(1, super::MAX_UNITS) } else { 0 };
+    let units = [conv_units + 1, n_exp * a.ne[1].div_ceil(ROW_BLOCK)];
     Ok(Plan {
         phases: 2,
+        units,
         shared_bytes,
         local_f32: local,
         kind: Kind::MulMatId(MulMatId { a, b, ids, dst, vec_dot, act, lists_off }),
@@ -260,11 +261,12 @@ impl MulMatId {
         let (n_used, n_tok) = (ids.ne[0], ids.ne[1]);
         let pairs = n_used * n_tok;
         if phase == 0 {
-            if self.act.convert {
-                convert_rows(b, &self.act, ctx);
-            }
-            if ctx.ith == 0 {
+            // Units 0..units-1 convert activation rows; the last one sorts the pairs by expert.
+            if ctx.unit + 1 == ctx.units {
                 self.build_lists(op, ctx);
+            } else {
+                let rows = access::split(b.nrows(), ctx.unit, ctx.units - 1);
+                convert_rows(b, &self.act, rows, ctx);
             }
             return;
         }
@@ -272,16 +274,12 @@ impl MulMatId {
         let m = a.ne[1];
         let k = a.ne[0];
         let row_blocks = m.div_ceil(ROW_BLOCK);
-        let total = n_exp * row_blocks;
-        loop {
-            let u = ctx.next_unit();
-            if u >= total {
-                break;
-            }
+        {
+            let u = ctx.unit;
             let e = u / row_blocks;
             let (p0, p1) = (u32_at(offs, e) as usize, u32_at(offs, e + 1) as usize);
             if p0 >= p1 || p1 > pairs {
-                continue;
+                return;
             }
             let list = ctx.shared(self.lists_off + (n_exp + 1 + p0) * 4, (p1 - p0) * 4);
             let r0 = (u % row_blocks) * ROW_BLOCK;

@@ -19,7 +19,7 @@ mod rows;
 mod softmax;
 mod unary;
 
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Mutex;
 
 use crate::error::{Error, Result};
@@ -29,8 +29,11 @@ use access::Tv;
 
 /// What one node needs at run time, decided by [`prepare`].
 pub(crate) struct Plan {
-    /// Number of phases (barrier-separated steps); 0 for nothing to do.
+    /// Number of phases (steps that all finish before the next begins); 0 for nothing to do.
     pub phases: u8,
+    /// Units of work per phase (each unit runs on one thread); 0 = one per destination row
+    /// chunk, filled in by [`prepare`].
+    pub units: [usize; 2],
     /// Bytes of scratch shared by all threads (written in one phase, read in a later one).
     pub shared_bytes: usize,
     /// f32 words of scratch each thread needs for itself.
@@ -116,44 +119,38 @@ impl SharedScratch {
     }
 }
 
-/// Per-thread execution context of one phase.
+/// Per-thread execution context: which unit of which phase this thread is running.
 pub(crate) struct Ctx<'a> {
-    /// This thread's index.
-    pub ith: usize,
-    /// Number of threads.
-    pub nth: usize,
+    /// The unit being run.
+    pub unit: usize,
+    /// Units in this phase.
+    pub units: usize,
     /// Scratch shared by all threads.
     pub sh: SharedScratch,
     /// This thread's own scratch.
     pub local: &'a mut [f32],
     /// Where run-time errors go.
     pub errors: &'a ErrorSink,
-    /// Shared work counter, zero at the start of every phase.
-    work: &'a AtomicUsize,
 }
 
 impl<'a> Ctx<'a> {
     /// A context over the shared scratch `[shared, shared + shared_len)`.
     ///
     /// # Safety
-    /// The shared scratch must be valid for `shared_len` bytes during the phase, and the phases of
-    /// the ops only write disjoint parts of it from different threads (each op documents its split).
+    /// The shared scratch must be valid for `shared_len` bytes while the context is used, and the
+    /// units of a phase only write disjoint parts of it (each op documents its split).
     pub(crate) unsafe fn new(
-        ith: usize,
-        nth: usize,
         shared: *mut u8,
         shared_len: usize,
         local: &'a mut [f32],
         errors: &'a ErrorSink,
-        work: &'a AtomicUsize,
     ) -> Ctx<'a> {
-        Ctx { ith, nth, sh: SharedScratch { ptr: shared, len: shared_len }, local, errors, work }
+        Ctx { unit: 0, units: 1, sh: SharedScratch { ptr: shared, len: shared_len }, local, errors }
     }
 
-    /// The next unit of work of this phase (dynamic split: threads that run faster, or are not
-    /// descheduled on a busy machine, take more units). Every unit goes to exactly one thread.
-    pub fn next_unit(&self) -> usize {
-        self.work.fetch_add(1, Ordering::Relaxed)
+    /// The part of `0..n` this unit handles (the units of a phase partition `0..n`).
+    pub fn range(&self, n: usize) -> std::ops::Range<usize> {
+        access::split(n, self.unit, self.units)
     }
 
     /// Shared scratch bytes for reading (see [`SharedScratch::bytes`]).
@@ -241,10 +238,15 @@ pub(crate) unsafe fn prepare(n: &Node) -> Result<Plan> {
         ));
     }
     // SAFETY: forwarded contract (every prepare_* only wraps the node's tensors).
-    let plan = unsafe { prepare_op(n)? };
+    let mut plan = unsafe { prepare_op(n)? };
     // A node with an empty destination has nothing to write (its inputs were still validated).
     if dst.is_empty() {
-        return Ok(Plan { phases: 0, shared_bytes: 0, local_f32: 0, kind: Kind::Nop });
+        return Ok(Plan { phases: 0, units: [0; 2], shared_bytes: 0, local_f32: 0, kind: Kind::Nop });
+    }
+    for u in plan.units.iter_mut() {
+        if *u == 0 {
+            *u = dst.nrows().clamp(1, MAX_UNITS);
+        }
     }
     Ok(plan)
 }
@@ -311,9 +313,13 @@ pub(crate) fn run(n: &Node, plan: &Plan, phase: u8, ctx: &mut Ctx<'_>) {
     }
 }
 
-/// A plan with one phase and no scratch.
+/// Most units a row-wise phase is cut into (enough for any thread count we run with, few enough
+/// that claiming a unit costs nothing next to its work).
+pub(crate) const MAX_UNITS: usize = 64;
+
+/// A plan with one phase of row-chunk units and no shared scratch.
 pub(crate) fn simple(kind: Kind, local_f32: usize) -> Plan {
-    Plan { phases: 1, shared_bytes: 0, local_f32, kind }
+    Plan { phases: 1, units: [0; 2], shared_bytes: 0, local_f32, kind }
 }
 
 /// Reads f32 op_param `i`.
