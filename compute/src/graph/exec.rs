@@ -182,7 +182,7 @@ impl Executor {
                 }
             }
         };
-        self.pool.run(&job);
+        self.pool.run_joinable(&job);
         match errors.take() {
             Some(e) => Err(e),
             None => Ok(()),
