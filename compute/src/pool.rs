@@ -1,9 +1,12 @@
-//! A persistent pool of worker threads and the barrier they meet at between graph nodes.
+//! A persistent pool of worker threads, and a reusable [`Barrier`].
 //!
 //! The pool is created once with `n` threads (the caller's thread counts as thread 0, so `n - 1`
 //! OS threads are spawned). [`Pool::run`] hands every thread the same job and returns when all of
-//! them have finished it. Waiting (for a new job or at a [`Barrier`]) spins briefly and then parks
-//! on a condition variable, so idle workers do not burn CPU between graphs.
+//! them have finished it; [`Pool::run_joinable`] waits only for the workers that picked the job up
+//! while the caller was still running it (the graph executor claims work dynamically, so a worker
+//! the OS left descheduled is not waited for). Waiting (for a new job or at a [`Barrier`]) spins
+//! briefly, yields, and then parks on a condition variable, so idle workers do not burn CPU
+//! between graphs.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};

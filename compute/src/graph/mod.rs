@@ -2,7 +2,8 @@
 //!
 //! This is the API the daemon and the model engine build on. [`Graph::new`] validates and plans
 //! every node that will run (`crate::ops`); [`Executor`] runs a graph on a persistent thread pool
-//! (`crate::pool`), all threads in lockstep over the nodes with a barrier between them.
+//! (`crate::pool`): each node's phases are cut into units of work that the threads claim, and a
+//! phase starts only when the previous one is complete.
 
 mod exec;
 

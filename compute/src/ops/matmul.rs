@@ -1,7 +1,7 @@
 //! MUL_MAT and MUL_MAT_ID.
 //!
 //! ref: ggml-compute-semantics.md §3.3 MUL_MAT, MUL_MAT_ID and §2.3. Rows of `src1` are first
-//! converted to the weight type's `vec_dot_type` (phase 0, rows split across threads, into shared
+//! converted to the weight type's `vec_dot_type` (phase 0, rows split across units, into shared
 //! scratch); then (phase 1) every output element is one `vec_dot` of a weight row with a converted
 //! row, the work split in tiles of weight rows so each tile stays in cache while it meets every
 //! activation row.

@@ -3,8 +3,9 @@
 //!
 //! Each family lives in its own module. `prepare` checks everything a kernel relies on (types,
 //! shapes, strides, op_params) so that no kernel can address memory outside a tensor, and records
-//! the scratch memory the node needs. `run` executes one phase of a node on one thread; the
-//! executor puts a barrier between phases and between nodes.
+//! the scratch memory the node needs and how many units of work each phase has. `run` executes one
+//! unit of one phase on the calling thread; the executor starts a phase only when every unit of
+//! the previous one is done, and the units of a phase write disjoint memory.
 
 pub(crate) mod access;
 mod attention;
