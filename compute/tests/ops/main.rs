@@ -3,6 +3,7 @@
 
 mod attention;
 mod elementwise;
+mod fuzz;
 mod graph;
 mod harness;
 mod llama;
