@@ -7,9 +7,9 @@
 
 mod float;
 mod kquants;
-mod legacy;
+pub(super) mod legacy;
 mod quantize;
-mod util;
+pub(super) mod util;
 
 use crate::dtype::GgmlType;
 use crate::quant::dispatch::Kernels;
