@@ -124,9 +124,16 @@ pub fn table() -> &'static Kernels {
 
 /// The best available ISA, or the one `LLAMAD_KERNELS` forces.
 fn choose() -> Isa {
+    let isa = choose_from(std::env::var("LLAMAD_KERNELS").ok().as_deref());
+    tracing::info!(isa = isa.name(), "quant kernels chosen");
+    isa
+}
+
+/// The ISA for a `LLAMAD_KERNELS` value: the named set if this CPU runs it, else the best one.
+fn choose_from(requested: Option<&str>) -> Isa {
     let best = *Isa::all_available().last().unwrap_or(&Isa::Scalar);
-    match std::env::var("LLAMAD_KERNELS") {
-        Ok(s) if !s.is_empty() => match Isa::parse(&s) {
+    match requested {
+        Some(s) if !s.is_empty() => match Isa::parse(s) {
             Some(isa) if isa.available() => isa,
             _ => {
                 tracing::warn!(requested = %s, using = best.name(), "LLAMAD_KERNELS names no kernel set this CPU runs");
@@ -181,4 +188,38 @@ fn build_scalar() -> Kernels {
         t[ty as usize].vec_dot_type = Q8_K;
     }
     Kernels { isa: Isa::Scalar, types: t }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn llamad_kernels_forces_an_available_set() {
+        let best = *Isa::all_available().last().unwrap();
+        assert_eq!(choose_from(None), best);
+        assert_eq!(choose_from(Some("")), best);
+        assert_eq!(choose_from(Some("scalar")), Isa::Scalar);
+        assert_eq!(choose_from(Some("no-such-set")), best);
+        for isa in [Isa::Avx2, Isa::Avx512, Isa::Neon] {
+            let want = if isa.available() { isa } else { best };
+            assert_eq!(choose_from(Some(isa.name())), want);
+        }
+    }
+
+    #[test]
+    fn tables_name_their_set_and_differ_from_scalar() {
+        for isa in Isa::all_available() {
+            let k = Kernels::build(isa);
+            assert_eq!(k.isa(), isa);
+            // Every SIMD set replaces at least the Q8_0 quantizer.
+            if isa != Isa::Scalar {
+                let (a, b) = (
+                    k.get(GgmlType::Q8_0).from_f32.unwrap(),
+                    build_scalar().get(GgmlType::Q8_0).from_f32.unwrap(),
+                );
+                assert_ne!(a as usize, b as usize, "{}", isa.name());
+            }
+        }
+    }
 }

@@ -93,8 +93,8 @@ unsafe fn q4_k_block(bx: &BlockQ4K, by: &BlockQ8K) -> Part {
             let ph = _mm256_madd_epi16(ph, _mm256_set1_epi16(sm[2 * c + 1].0 as i16));
             sumi = _mm256_add_epi32(sumi, _mm256_add_epi32(pl, ph));
         }
-        let dy = q8k_d(by);
-        Part { sumi, scale: dy * f16(bx.d), minus: dy * f16(bx.dmin) * k4_min_term(&sm, by) as f32 }
+        let (dy, (d, dmin)) = (q8k_d(by), f16_pair(bx.d, bx.dmin));
+        Part { sumi, scale: dy * d, minus: dy * dmin * k4_min_term(&sm, by) as f32 }
     }
 }
 
@@ -121,8 +121,8 @@ unsafe fn q5_k_block(bx: &BlockQ5K, by: &BlockQ8K) -> Part {
             let ph = _mm256_madd_epi16(ph, _mm256_set1_epi16(sm[2 * c + 1].0 as i16));
             sumi = _mm256_add_epi32(sumi, _mm256_add_epi32(pl, ph));
         }
-        let dy = q8k_d(by);
-        Part { sumi, scale: dy * f16(bx.d), minus: dy * f16(bx.dmin) * k4_min_term(&sm, by) as f32 }
+        let (dy, (d, dmin)) = (q8k_d(by), f16_pair(bx.d, bx.dmin));
+        Part { sumi, scale: dy * d, minus: dy * dmin * k4_min_term(&sm, by) as f32 }
     }
 }
 
@@ -164,7 +164,8 @@ unsafe fn q6_k_block(bx: &BlockQ6K, by: &BlockQ8K) -> Part {
                 sumi = _mm256_add_epi32(sumi, p);
             }
         }
-        Part { sumi, scale: q8k_d(by) * f16(bx.d), minus: 0.0 }
+        let (d, _) = f16_pair(bx.d, bx.d);
+        Part { sumi, scale: q8k_d(by) * d, minus: 0.0 }
     }
 }
 
@@ -186,8 +187,8 @@ unsafe fn q2_k_block(bx: &BlockQ2K, by: &BlockQ8K) -> Part {
                 sumi = _mm256_add_epi32(sumi, scaled_pair(q, zero, y, s0, s1));
             }
         }
-        let dy = q8k_d(by);
-        Part { sumi, scale: dy * f16(bx.d), minus: dy * f16(bx.dmin) * mins as f32 }
+        let (dy, (d, dmin)) = (q8k_d(by), f16_pair(bx.d, bx.dmin));
+        Part { sumi, scale: dy * d, minus: dy * dmin * mins as f32 }
     }
 }
 
@@ -213,7 +214,8 @@ unsafe fn q3_k_block(bx: &BlockQ3K, by: &BlockQ8K) -> Part {
                 sumi = _mm256_add_epi32(sumi, scaled_pair(q, off, y, sc[g] as i16, sc[g + 1] as i16));
             }
         }
-        Part { sumi, scale: q8k_d(by) * f16(bx.d), minus: 0.0 }
+        let (d, _) = f16_pair(bx.d, bx.d);
+        Part { sumi, scale: q8k_d(by) * d, minus: 0.0 }
     }
 }
 
@@ -230,6 +232,7 @@ unsafe fn iq4_xs_block(bx: &BlockIq4Xs, by: &BlockQ8K) -> Part {
             let ls = (iq4xs_scale(bx, ib) - 32) as i16;
             sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(p, _mm256_set1_epi16(ls)));
         }
-        Part { sumi, scale: q8k_d(by) * f16(bx.d), minus: 0.0 }
+        let (d, _) = f16_pair(bx.d, bx.d);
+        Part { sumi, scale: q8k_d(by) * d, minus: 0.0 }
     }
 }

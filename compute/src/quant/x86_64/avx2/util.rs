@@ -64,13 +64,6 @@ pub(in crate::quant::x86_64) unsafe fn bytes_from_bits(bits: u32) -> __m256i {
     }
 }
 
-/// f16 little-endian bytes to f32 through F16C.
-#[inline(always)]
-pub(in crate::quant::x86_64) unsafe fn f16(b: [u8; 2]) -> f32 {
-    // SAFETY: register conversion under F16C.
-    unsafe { _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128(u16::from_le_bytes(b) as i32))) }
-}
-
 /// The product of two f16 values (little-endian bytes) through F16C. Both are packed into one
 /// 32-bit integer first: converting each alone lets LLVM insert it into a register it happens to
 /// hold (the accumulator), a false dependency that serializes the block loop.
@@ -81,6 +74,18 @@ pub(in crate::quant::x86_64) unsafe fn f16_mul(a: [u8; 2], b: [u8; 2]) -> f32 {
     unsafe {
         let v = _mm_cvtph_ps(_mm_cvtsi32_si128(packed as i32));
         _mm_cvtss_f32(_mm_mul_ss(v, _mm_movehdup_ps(v)))
+    }
+}
+
+/// Two f16 values (little-endian bytes) to f32, converted together for the reason given at
+/// [`f16_mul`].
+#[inline(always)]
+pub(in crate::quant::x86_64) unsafe fn f16_pair(a: [u8; 2], b: [u8; 2]) -> (f32, f32) {
+    let packed = u16::from_le_bytes(a) as u32 | (u16::from_le_bytes(b) as u32) << 16;
+    // SAFETY: register conversion under F16C.
+    unsafe {
+        let v = _mm_cvtph_ps(_mm_cvtsi32_si128(packed as i32));
+        (_mm_cvtss_f32(v), _mm_cvtss_f32(_mm_movehdup_ps(v)))
     }
 }
 
