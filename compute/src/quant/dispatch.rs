@@ -104,6 +104,11 @@ impl Kernels {
         self.types[t as usize].vec_dot = Some(f);
     }
 
+    /// Sets the four-row dot product of `t`.
+    pub(crate) fn set_vec_dot_x4(&mut self, t: GgmlType, f: super::VecDotX4Fn) {
+        self.types[t as usize].vec_dot_x4 = Some(f);
+    }
+
     /// Replaces the quantizer (or narrowing) of `t`.
     pub(crate) fn set_from_f32(&mut self, t: GgmlType, f: FromF32Fn) {
         self.types[t as usize].from_f32 = Some(f);
@@ -145,13 +150,14 @@ fn choose_from(requested: Option<&str>) -> Isa {
 }
 
 fn entry(to: ToF32Fn, from: Option<FromF32Fn>, dot: Option<VecDotFn>, vdt: GgmlType) -> TypeKernels {
-    TypeKernels { to_f32: Some(to), from_f32: from, vec_dot: dot, vec_dot_type: vdt }
+    TypeKernels { to_f32: Some(to), from_f32: from, vec_dot: dot, vec_dot_type: vdt, vec_dot_x4: None }
 }
 
 fn build_scalar() -> Kernels {
     use scalar as s;
     use GgmlType::*;
-    let empty = TypeKernels { to_f32: None, from_f32: None, vec_dot: None, vec_dot_type: F32 };
+    let empty =
+        TypeKernels { to_f32: None, from_f32: None, vec_dot: None, vec_dot_type: F32, vec_dot_x4: None };
     let mut t = [empty; GGML_TYPE_COUNT as usize];
     // ref: ggml-compute-semantics.md §2.3, the vec_dot_type table.
     let rows: [(GgmlType, TypeKernels); 24] = [

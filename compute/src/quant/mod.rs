@@ -29,6 +29,11 @@ pub type FromF32Fn = fn(src: &[f32], dst: &mut [u8]);
 /// Dot product of `n` elements: `x` is a row of the weight type, `y` a row of its `vec_dot_type`.
 pub type VecDotFn = fn(n: usize, x: &[u8], y: &[u8]) -> f32;
 
+/// Dot products of one weight row `x` with four rows `y[0..4]` of its `vec_dot_type`, each of
+/// `n` elements: the same four values as four [`VecDotFn`] calls (up to summation order), with the
+/// weight blocks decoded once. For matrix-matrix products (prompt processing).
+pub type VecDotX4Fn = fn(n: usize, x: &[u8], y: [&[u8]; 4]) -> [f32; 4];
+
 /// The kernels of one type.
 #[derive(Clone, Copy, Debug)]
 pub struct TypeKernels {
@@ -40,6 +45,9 @@ pub struct TypeKernels {
     pub vec_dot: Option<VecDotFn>,
     /// The type activations are converted to before `vec_dot` (ref: ggml-compute-semantics.md §2.3).
     pub vec_dot_type: GgmlType,
+    /// Optional faster form of four `vec_dot` calls sharing the weight row (`None`: call
+    /// `vec_dot` four times).
+    pub vec_dot_x4: Option<VecDotX4Fn>,
 }
 
 /// The kernel table of `t`, for the instruction set chosen at start-up.
