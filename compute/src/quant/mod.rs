@@ -2,7 +2,25 @@
 //!
 //! Every type has a scalar reference kernel in [`scalar`] (the specification) and, where it pays,
 //! SIMD twins chosen once at run time by [`dispatch`]. Callers only ever see the [`TypeKernels`]
-//! table returned by [`kernels`].
+//! table returned by [`kernels`]; [`active_isa`] names the kernel set in use, and
+//! `LLAMAD_KERNELS=scalar|avx2|avx512|neon` forces one (falling back to the best available set).
+//!
+//! What exists (ref: ggml-compute-semantics.md §2.2, §2.3):
+//!
+//! | type | to_f32 | from_f32 | vec_dot (scalar) | SIMD vec_dot |
+//! |---|---|---|---|---|
+//! | F32, F16, BF16 | ✓ | ✓ (RNE) | ✓ | AVX2 (F32, F16, BF16), NEON (F16) |
+//! | Q4_0, Q4_1, Q5_0, Q5_1, Q8_0 | ✓ | ggml reference quantizers | ✓ | AVX2 all; AVX-512 VNNI Q4_0, Q4_1, Q8_0; NEON Q4_0, Q4_1, Q8_0 |
+//! | Q8_1, Q8_K (activations) | ✓ | ggml reference rounding, bitwise in every SIMD set | — | — |
+//! | Q2_K … Q6_K | ✓ | min/max + least-squares fit (ggml's error budgets hold) | ✓ | AVX2 all; NEON Q4_K, Q6_K |
+//! | IQ4_NL, IQ4_XS | ✓ | searched-scale codebook fit | ✓ | AVX2 both; AVX-512 VNNI IQ4_NL |
+//! | MXFP4 | ✓ | best of two shared exponents | ✓ | AVX2 |
+//! | Q1_0, Q2_0, NVFP4, TQ2_0 | ✓ | — (read-only) | ✓ | — |
+//!
+//! [`TypeKernels::vec_dot_x4`] (one weight row against four activation rows) exists on AVX2 for
+//! Q4_0, Q4_1, Q8_0 and Q4_K. Row arguments are checked with `assert!` before any vector code
+//! runs: a short row panics in the kernel rather than reading out of bounds, so callers validate
+//! shapes first.
 
 // Block layouts are easiest to check against the reference with explicit indices.
 #![allow(clippy::needless_range_loop)]

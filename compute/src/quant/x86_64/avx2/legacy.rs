@@ -161,3 +161,23 @@ unsafe fn q5_1_q8_1(xs: &[BlockQ5_1], ys: &[BlockQ8_1]) -> f32 {
         dot + summs
     }
 }
+
+/// MXFP4 · Q8_0.
+pub(super) fn vec_dot_mxfp4_q8_0(n: usize, x: &[u8], y: &[u8]) -> f32 {
+    let (xs, ys) = rows::<BlockMxfp4, BlockQ8_0>(n, x, y);
+    // SAFETY: installed only after AVX2/FMA/F16C detection; slices checked above.
+    unsafe { mxfp4_q8_0(xs, ys) }
+}
+
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn mxfp4_q8_0(xs: &[BlockMxfp4], ys: &[BlockQ8_0]) -> f32 {
+    // SAFETY: register arithmetic and in-bounds block reads; features enabled on this fn.
+    unsafe {
+        let lut = _mm256_broadcastsi128_si256(_mm_loadu_si128(KVALUES_MXFP4.as_ptr().cast()));
+        let one = [0x00u8, 0x3c];
+        block_loop!(xs, ys, |bx, by| {
+            let q = _mm256_shuffle_epi8(lut, nibbles32(&bx.qs));
+            (e8m0_half(bx.e) * f16_mul(by.d, one), _mm256_cvtepi32_ps(dot_i8i8_epi32(q, load32(&by.qs))))
+        })
+    }
+}

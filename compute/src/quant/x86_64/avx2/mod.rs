@@ -32,6 +32,7 @@ pub fn install(k: &mut Kernels) {
     k.set_vec_dot(Q5_1, legacy::vec_dot_q5_1_q8_1);
     k.set_vec_dot(Q8_0, legacy::vec_dot_q8_0_q8_0);
     k.set_vec_dot(IQ4_NL, legacy::vec_dot_iq4_nl_q8_0);
+    k.set_vec_dot(MXFP4, legacy::vec_dot_mxfp4_q8_0);
     k.set_vec_dot(Q2_K, kquants::vec_dot_q2_k_q8_k);
     k.set_vec_dot(Q3_K, kquants::vec_dot_q3_k_q8_k);
     k.set_vec_dot(Q4_K, kquants::vec_dot_q4_k_q8_k);
