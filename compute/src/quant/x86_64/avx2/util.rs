@@ -15,6 +15,18 @@ pub(in crate::quant::x86_64) unsafe fn hsum_ps(v: __m256) -> f32 {
     }
 }
 
+/// Sum of the 8 i32 lanes.
+#[inline(always)]
+pub(in crate::quant::x86_64) unsafe fn hsum_epi32(v: __m256i) -> i32 {
+    // SAFETY: pure register arithmetic under AVX2.
+    unsafe {
+        let s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
+        let s = _mm_add_epi32(s, _mm_unpackhi_epi64(s, s));
+        let s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0b01));
+        _mm_cvtsi128_si32(s)
+    }
+}
+
 /// Pairwise i16 sums of unsigned `a` (0..=127 in practice) times signed `b`, widened to 8 i32.
 #[inline(always)]
 pub(in crate::quant::x86_64) unsafe fn dot_u8i8_epi32(a: __m256i, b: __m256i) -> __m256i {
@@ -87,13 +99,6 @@ pub(in crate::quant::x86_64) unsafe fn f16_pair(a: [u8; 2], b: [u8; 2]) -> (f32,
         let v = _mm_cvtph_ps(_mm_cvtsi32_si128(packed as i32));
         (_mm_cvtss_f32(v), _mm_cvtss_f32(_mm_movehdup_ps(v)))
     }
-}
-
-/// A 256-bit vector of 16 i16 with `lo` in the low lane and `hi` in the high lane.
-#[inline(always)]
-pub(in crate::quant::x86_64) unsafe fn lanes_epi16(lo: i16, hi: i16) -> __m256i {
-    // SAFETY: register construction under AVX.
-    unsafe { _mm256_set_m128i(_mm_set1_epi16(hi), _mm_set1_epi16(lo)) }
 }
 
 /// Loads 32 bytes.
