@@ -105,7 +105,7 @@ unsafe fn k4_scales_mins(scales: &[u8; 12], by: &BlockQ8K) -> (__m256i, i32) {
 /// i16 element `j` (0..8) of each 128-bit lane of `v`, broadcast across that lane.
 #[inline(always)]
 unsafe fn pick16(v: __m256i, j_lo: i32, j_hi: i32) -> __m256i {
-    let m = |j: i32| ((2 * j + 1) << 8 | 2 * j) as i16;
+    let m = |j: i32| (((2 * j + 1) << 8) | (2 * j)) as i16;
     // SAFETY: register arithmetic under AVX2.
     unsafe { _mm256_shuffle_epi8(v, _mm256_set_m128i(_mm_set1_epi16(m(j_hi)), _mm_set1_epi16(m(j_lo)))) }
 }
