@@ -167,7 +167,7 @@ unsafe fn q6_k_block(bx: &BlockQ6K, by: &BlockQ8K) -> Part {
     // SAFETY: in-bounds 32-byte loads (checked by `load32_at`) and register arithmetic.
     unsafe {
         let m4 = _mm256_set1_epi8(0x0F);
-        let m2 = _mm256_set1_epi8(0x03);
+        let m30 = _mm256_set1_epi8(0x30);
         let mut sumi = _mm256_setzero_si256();
         for n in 0..2 {
             let sv8 = _mm_loadl_epi64(bx.scales[n * 8..].as_ptr().cast());
@@ -175,13 +175,16 @@ unsafe fn q6_k_block(bx: &BlockQ6K, by: &BlockQ8K) -> Part {
             let l0 = load32_at(&bx.ql, n * 64);
             let l1 = load32_at(&bx.ql, n * 64 + 32);
             let h = load32_at(&bx.qh, n * 32);
-            let hb = |k: i32| {
-                _mm256_slli_epi16(_mm256_and_si256(_mm256_srl_epi16(h, _mm_cvtsi32_si128(k)), m2), 4)
-            };
-            let q0 = _mm256_or_si256(_mm256_and_si256(l0, m4), hb(0));
-            let q1 = _mm256_or_si256(_mm256_and_si256(l1, m4), hb(2));
-            let q2 = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l0, 4), m4), hb(4));
-            let q3 = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l1, 4), m4), hb(6));
+            // Bit pairs 0-1, 2-3, 4-5, 6-7 of `h` moved to bits 4-5 (the 16-bit shifts leak bits
+            // across bytes, which the 0x30 mask removes).
+            let h0 = _mm256_and_si256(_mm256_slli_epi16(h, 4), m30);
+            let h1 = _mm256_and_si256(_mm256_slli_epi16(h, 2), m30);
+            let h2 = _mm256_and_si256(h, m30);
+            let h3 = _mm256_and_si256(_mm256_srli_epi16(h, 2), m30);
+            let q0 = _mm256_or_si256(_mm256_and_si256(l0, m4), h0);
+            let q1 = _mm256_or_si256(_mm256_and_si256(l1, m4), h1);
+            let q2 = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l0, 4), m4), h2);
+            let q3 = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l1, 4), m4), h3);
             for (k, q) in [q0, q1, q2, q3].into_iter().enumerate() {
                 let y = load32_at(&by.qs, n * 128 + 32 * k);
                 let p =
