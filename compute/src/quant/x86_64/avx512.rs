@@ -119,12 +119,13 @@ unsafe fn q4_0_q8_0(xs: &[BlockQ4_0], ys: &[BlockQ8_0]) -> f32 {
 unsafe fn q4_1_q8_1(xs: &[BlockQ4_1], ys: &[BlockQ8_1]) -> f32 {
     // SAFETY: register arithmetic and whole-block reads; features enabled on this fn.
     unsafe {
-        let mut summs = 0.0f32;
+        let mut ms = _mm_setzero_ps();
         let dot = block_loop!(xs, ys, |bx, by| {
-            summs += f16_mul(bx.m, by.s);
-            (f16_mul(bx.d, by.d), dpbusd(_mm256_setzero_si256(), nibbles32(&bx.qs), load32(&by.qs)))
+            let p = dm_products(bytemuck::bytes_of(bx), bytemuck::bytes_of(by));
+            ms = _mm_add_ps(ms, p);
+            (_mm_cvtss_f32(p), dpbusd(_mm256_setzero_si256(), nibbles32(&bx.qs), load32(&by.qs)))
         });
-        dot + summs
+        dot + _mm_cvtss_f32(_mm_movehdup_ps(ms))
     }
 }
 

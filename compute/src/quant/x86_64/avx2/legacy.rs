@@ -130,13 +130,14 @@ pub(super) fn vec_dot_q4_1_q8_1(n: usize, x: &[u8], y: &[u8]) -> f32 {
 unsafe fn q4_1_q8_1(xs: &[BlockQ4_1], ys: &[BlockQ8_1]) -> f32 {
     // SAFETY: register arithmetic and in-bounds block reads; features enabled on this fn.
     unsafe {
-        let mut summs = 0.0f32;
+        let mut ms = _mm_setzero_ps();
         let dot = block_loop!(xs, ys, |bx, by| {
-            summs += f16_mul(bx.m, by.s);
+            let p = dm_products(bytemuck::bytes_of(bx), bytemuck::bytes_of(by));
+            ms = _mm_add_ps(ms, p);
             let v = _mm256_cvtepi32_ps(dot_u8i8_epi32(nibbles32(&bx.qs), load32(&by.qs)));
-            (f16_mul(bx.d, by.d), v)
+            (_mm_cvtss_f32(p), v)
         });
-        dot + summs
+        dot + _mm_cvtss_f32(_mm_movehdup_ps(ms))
     }
 }
 
@@ -151,14 +152,15 @@ pub(super) fn vec_dot_q5_1_q8_1(n: usize, x: &[u8], y: &[u8]) -> f32 {
 unsafe fn q5_1_q8_1(xs: &[BlockQ5_1], ys: &[BlockQ8_1]) -> f32 {
     // SAFETY: register arithmetic and in-bounds block reads; features enabled on this fn.
     unsafe {
-        let mut summs = 0.0f32;
+        let mut ms = _mm_setzero_ps();
         let dot = block_loop!(xs, ys, |bx, by| {
-            summs += f16_mul(bx.m, by.s);
+            let p = dm_products(bytemuck::bytes_of(bx), bytemuck::bytes_of(by));
+            ms = _mm_add_ps(ms, p);
             let hi = _mm256_and_si256(bytes_from_bits(u32::from_le_bytes(bx.qh)), _mm256_set1_epi8(0x10));
             let q = _mm256_or_si256(nibbles32(&bx.qs), hi);
-            (f16_mul(bx.d, by.d), _mm256_cvtepi32_ps(dot_u8i8_epi32(q, load32(&by.qs))))
+            (_mm_cvtss_f32(p), _mm256_cvtepi32_ps(dot_u8i8_epi32(q, load32(&by.qs))))
         });
-        dot + summs
+        dot + _mm_cvtss_f32(_mm_movehdup_ps(ms))
     }
 }
 

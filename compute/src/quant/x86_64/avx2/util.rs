@@ -115,3 +115,15 @@ pub(in crate::quant::x86_64) unsafe fn load32_at<T: Copy>(s: &[T], at: usize) ->
     // SAFETY: checked above: 32 readable bytes at `at`.
     unsafe { _mm256_loadu_si256(s.as_ptr().add(at).cast()) }
 }
+
+/// For Q4_1/Q5_1 · Q8_1: `[d_x·d_y, m_x·s_y, …]` from the first four bytes of each block (`d, m` and
+/// `d, s`, adjacent f16 pairs), converted with a single `vcvtph2ps`.
+#[inline(always)]
+pub(in crate::quant::x86_64) unsafe fn dm_products(x: &[u8], y: &[u8]) -> __m128 {
+    let w = |b: &[u8]| i32::from_le_bytes([b[0], b[1], b[2], b[3]]);
+    // SAFETY: register construction and conversion under F16C.
+    unsafe {
+        let v = _mm_cvtph_ps(_mm_set_epi32(0, 0, w(y), w(x)));
+        _mm_mul_ps(v, _mm_movehl_ps(v, v))
+    }
+}
