@@ -97,18 +97,19 @@ unsafe fn q4_1_x4(xs: &[BlockQ4_1], ys: [&[BlockQ8_1]; 4]) -> [f32; 4] {
     // SAFETY: all block slices have xs.len() blocks (checked by the wrapper); register arithmetic.
     unsafe {
         let mut acc = [_mm256_setzero_ps(); 4];
-        let mut summs = [0.0f32; 4];
+        let mut ms = [_mm_setzero_ps(); 4];
         for (i, bx) in xs.iter().enumerate() {
             let q = nibbles32(&bx.qs);
             for c in 0..4 {
                 let by = &ys[c][i];
+                let p = dm_products(bytemuck::bytes_of(bx), bytemuck::bytes_of(by));
+                ms[c] = _mm_add_ps(ms[c], p);
                 let v = _mm256_cvtepi32_ps(dot_u8i8_epi32(q, load32(&by.qs)));
-                acc[c] = _mm256_fmadd_ps(_mm256_set1_ps(f16_mul(bx.d, by.d)), v, acc[c]);
-                summs[c] += f16_mul(bx.m, by.s);
+                acc[c] = _mm256_fmadd_ps(_mm256_set1_ps(_mm_cvtss_f32(p)), v, acc[c]);
             }
         }
         let d = hsum4(acc);
-        [d[0] + summs[0], d[1] + summs[1], d[2] + summs[2], d[3] + summs[3]]
+        std::array::from_fn(|c| d[c] + _mm_cvtss_f32(_mm_movehdup_ps(ms[c])))
     }
 }
 
