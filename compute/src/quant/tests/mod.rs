@@ -1,6 +1,7 @@
 //! Tests of the quant kernels: hand-built blocks, quantization error budgets, dot products against
 //! f64, property tests, and every SIMD kernel set against the scalar reference.
 
+mod bench;
 mod dequant;
 mod dot;
 mod prop;
