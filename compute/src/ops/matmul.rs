@@ -10,7 +10,7 @@ use crate::dtype::GgmlType;
 use crate::error::{Error, Result};
 use crate::graph::Node;
 use crate::op::GgmlOp;
-use crate::quant::{self, FromF32Fn, VecDotFn};
+use crate::quant::{self, FromF32Fn, VecDotFn, VecDotX4Fn};
 
 use super::access::{self, Tv};
 use super::{check_overlap, shape_err, src, tv, types_err, Alias, Ctx, Kind, Plan};
@@ -90,6 +90,8 @@ pub(crate) struct MulMat {
     b: Tv,
     dst: Tv,
     vec_dot: VecDotFn,
+    /// One weight row against four activation rows, when the type has it.
+    vec_dot_x4: Option<VecDotX4Fn>,
     act: Activations,
 }
 
@@ -136,7 +138,14 @@ pub(crate) unsafe fn prepare_mul_mat(n: &Node) -> Result<Plan> {
         units,
         shared_bytes,
         local_f32: local,
-        kind: Kind::MulMat(MulMat { a, b, dst, vec_dot, act }),
+        kind: Kind::MulMat(MulMat {
+            a,
+            b,
+            dst,
+            vec_dot,
+            vec_dot_x4: quant::kernels(a.dtype()).vec_dot_x4,
+            act,
+        }),
     })
 }
 
@@ -168,10 +177,22 @@ impl MulMat {
                 let c1 = (c0 + COL_BLOCK).min(n);
                 for r in r0..r1 {
                     let x = a.row_bytes(r, i02, i03);
-                    for c in c0..c1 {
+                    let mut c = c0;
+                    // Groups of four start at fixed columns, so results do not depend on threads.
+                    if let Some(x4) = self.vec_dot_x4 {
+                        while c + 4 <= c1 {
+                            let y = [0, 1, 2, 3].map(|j| act_row(b, &self.act, ctx, c + j, i12, i13));
+                            let v = x4(k, x, y);
+                            for (j, v) in v.into_iter().enumerate() {
+                                dst.set_f32(r, c + j, i12, i13, v);
+                            }
+                            c += 4;
+                        }
+                    }
+                    while c < c1 {
                         let y = act_row(b, &self.act, ctx, c, i12, i13);
-                        let v = (self.vec_dot)(k, x, y);
-                        dst.set_f32(r, c, i12, i13, v);
+                        dst.set_f32(r, c, i12, i13, (self.vec_dot)(k, x, y));
+                        c += 1;
                     }
                 }
                 c0 = c1;
