@@ -208,6 +208,7 @@ pub(crate) struct MulMatId {
     ids: Tv,
     dst: Tv,
     vec_dot: VecDotFn,
+    vec_dot_x4: Option<VecDotX4Fn>,
     act: Activations,
     /// Offset of the expert lists in shared scratch.
     lists_off: usize,
@@ -271,7 +272,16 @@ pub(crate) unsafe fn prepare_mul_mat_id(n: &Node) -> Result<Plan> {
         units,
         shared_bytes,
         local_f32: local,
-        kind: Kind::MulMatId(MulMatId { a, b, ids, dst, vec_dot, act, lists_off }),
+        kind: Kind::MulMatId(MulMatId {
+            a,
+            b,
+            ids,
+            dst,
+            vec_dot,
+            vec_dot_x4: quant::kernels(a.dtype()).vec_dot_x4,
+            act,
+            lists_off,
+        }),
     })
 }
 
@@ -308,11 +318,28 @@ impl MulMatId {
             for chunk in list.chunks(COL_BLOCK * 4) {
                 for r in r0..r1 {
                     let x = a.row_bytes(r, e, 0);
-                    for pb in chunk.chunks_exact(4) {
-                        let p = u32_at(pb, 0) as usize;
-                        let (slot, t) = (p % n_used, p / n_used);
+                    // Pairs in groups of four (fixed by the list order, not by the threads).
+                    let n_pairs = chunk.len() / 4;
+                    let pair = |i: usize| {
+                        let p = u32_at(chunk, i) as usize;
+                        (p % n_used, p / n_used)
+                    };
+                    let mut i = 0;
+                    if let Some(x4) = self.vec_dot_x4 {
+                        while i + 4 <= n_pairs {
+                            let ps = [0, 1, 2, 3].map(|j| pair(i + j));
+                            let y = ps.map(|(slot, t)| act_row(b, &self.act, ctx, slot % b.ne[1], t, 0));
+                            for ((slot, t), v) in ps.into_iter().zip(x4(k, x, y)) {
+                                dst.set_f32(r, slot, t, 0, v);
+                            }
+                            i += 4;
+                        }
+                    }
+                    while i < n_pairs {
+                        let (slot, t) = pair(i);
                         let y = act_row(b, &self.act, ctx, slot % b.ne[1], t, 0);
                         dst.set_f32(r, slot, t, 0, (self.vec_dot)(k, x, y));
+                        i += 1;
                     }
                 }
             }

@@ -146,7 +146,7 @@ fn mul_mat_id_routes_tokens_to_experts() {
         .filter(|t| has_matmul_kernels(*t))
         .collect();
     for (ti, t) in types.into_iter().enumerate() {
-        let (k, m, n_exp, n_used, n_tok) = (256u64, 9u64, 5u64, 2u64, 4u64);
+        let (k, m, n_exp, n_used, n_tok) = (256u64, 9u64, 5u64, 2u64, 13u64);
         let mut r = rng(50 + ti as u64);
         let a = T::from_f32(t, [k, m, n_exp, 1], &randv(&mut r, (k * m * n_exp) as usize, 1.0));
         for n_b in [1u64, n_used] {
