@@ -2,7 +2,7 @@
 //! SmolLM2 and 7B shapes, for the common weight types, at 1 and 2 threads.
 //!
 //! Run with `cargo bench -p compute --bench matmul` (add `-- --quick` for the SmolLM2 shapes only,
-//! `-- --threads 1,2,4` to choose thread counts). Weights are quantized from random data with the
+//! `-- --threads 1,2,4` to choose thread counts, `-- --overhead` for the per-node executor cost). Weights are quantized from random data with the
 //! type's `from_f32`. Reported: GB/s of weights streamed (weight bytes / time per MUL_MAT) and
 //! GFLOP/s (2·K·M·N / time).
 
@@ -71,6 +71,28 @@ fn time(ex: &mut Executor, g: &Graph, min_time: Duration, warmup: bool) -> f64 {
     start.elapsed().as_secs_f64() / runs as f64
 }
 
+/// Per-node executor overhead: a chain of `n` tiny SCALE nodes (the barrier dominates).
+fn overhead(threads: &[usize]) {
+    let n = 1000;
+    let bufs: Vec<Buf> = (0..=n).map(|_| Buf::new(GgmlType::F32, [64, 1, 1, 1])).collect();
+    let nodes: Vec<Node> = (0..n)
+        .map(|i| {
+            let mut src: [Option<Tensor>; MAX_SRC] = [None; MAX_SRC];
+            src[0] = Some(bufs[i].tensor());
+            let mut op_params = [0i32; 16];
+            op_params[0] = 1.0f32.to_bits() as i32;
+            Node { op: GgmlOp::Scale, op_params, flags: flags::COMPUTE, dst: bufs[i + 1].tensor(), src }
+        })
+        .collect();
+    // SAFETY: the buffers outlive the graph and nothing else touches them.
+    let g = unsafe { Graph::new(nodes).expect("valid graph") };
+    for &nth in threads {
+        let mut ex = Executor::new(nth);
+        let s = time(&mut ex, &g, Duration::from_millis(500), true);
+        println!("executor overhead: {nth} threads, {:.2} us per node ({n} tiny nodes)", s * 1e6 / n as f64);
+    }
+}
+
 fn main() {
     let args: Vec<String> = std::env::args().collect();
     let quick = args.iter().any(|a| a == "--quick");
@@ -80,6 +102,10 @@ fn main() {
         .and_then(|i| args.get(i + 1))
         .map(|s| s.split(',').filter_map(|t| t.parse().ok()).collect())
         .unwrap_or_else(|| vec![1, 2]);
+    if args.iter().any(|a| a == "--overhead") {
+        overhead(&threads);
+        return;
+    }
     let mut shapes: Vec<(&str, u64, u64)> =
         vec![("smollm2 ffn_up", 576, 1536), ("smollm2 ffn_down", 1536, 576), ("smollm2 output", 576, 49152)];
     if !quick {

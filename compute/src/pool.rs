@@ -1,16 +1,21 @@
-//! A persistent pool of worker threads and the barrier they meet at between graph nodes.
+//! A persistent pool of worker threads, and a reusable [`Barrier`].
 //!
 //! The pool is created once with `n` threads (the caller's thread counts as thread 0, so `n - 1`
 //! OS threads are spawned). [`Pool::run`] hands every thread the same job and returns when all of
-//! them have finished it. Waiting (for a new job or at a [`Barrier`]) spins briefly and then parks
-//! on a condition variable, so idle workers do not burn CPU between graphs.
+//! them have finished it; [`Pool::run_joinable`] waits only for the workers that picked the job up
+//! while the caller was still running it (the graph executor claims work dynamically, so a worker
+//! the OS left descheduled is not waited for). Waiting (for a new job or at a [`Barrier`]) spins
+//! briefly, yields, and then parks on a condition variable, so idle workers do not burn CPU
+//! between graphs.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 
-/// Spin iterations before a waiter parks.
-const SPIN_LIMIT: u32 = 1 << 14;
+/// Spin iterations before a waiter starts yielding.
+const SPIN_LIMIT: u32 = 1 << 12;
+/// Yields (giving the core to a descheduled peer on a busy machine) before a waiter parks.
+const YIELD_LIMIT: u32 = 32;
 
 /// Locks a mutex, ignoring poisoning (the guarded data is `()` or plain values).
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -42,11 +47,19 @@ impl Barrier {
 
     /// Blocks until all `n` threads have called `wait` for this round.
     pub fn wait(&self) {
+        self.wait_then(|| {});
+    }
+
+    /// As [`Barrier::wait`]; the last thread to arrive runs `last` before releasing the others
+    /// (used to reset shared state for the next round).
+    pub fn wait_then(&self, last: impl FnOnce()) {
         if self.n == 1 {
+            last();
             return;
         }
         let gen = self.generation.load(Ordering::SeqCst);
         if self.count.fetch_add(1, Ordering::SeqCst) + 1 == self.n {
+            last();
             self.count.store(0, Ordering::SeqCst);
             self.generation.fetch_add(1, Ordering::SeqCst);
             if self.sleepers.load(Ordering::SeqCst) > 0 {
@@ -55,11 +68,15 @@ impl Barrier {
             }
             return;
         }
-        for _ in 0..SPIN_LIMIT {
+        for i in 0..SPIN_LIMIT + YIELD_LIMIT {
             if self.generation.load(Ordering::SeqCst) != gen {
                 return;
             }
-            std::hint::spin_loop();
+            if i < SPIN_LIMIT {
+                std::hint::spin_loop();
+            } else {
+                std::thread::yield_now();
+            }
         }
         let mut g = lock(&self.lock);
         self.sleepers.fetch_add(1, Ordering::SeqCst);
@@ -84,11 +101,16 @@ unsafe impl Send for JobPtr {}
 struct State {
     job: Option<JobPtr>,
     shutdown: bool,
+    /// No more workers may join the current job.
+    closed: bool,
+    /// Workers that joined the current job.
+    entered: usize,
 }
 
 struct Shared {
     generation: AtomicU64,
-    pending: AtomicUsize,
+    /// Workers that finished the current job.
+    finished: AtomicUsize,
     shutdown: AtomicBool,
     state: Mutex<State>,
     cv: Condvar,
@@ -109,9 +131,9 @@ impl Pool {
         let n_threads = n_threads.max(1);
         let shared = Arc::new(Shared {
             generation: AtomicU64::new(0),
-            pending: AtomicUsize::new(0),
+            finished: AtomicUsize::new(0),
             shutdown: AtomicBool::new(false),
-            state: Mutex::new(State { job: None, shutdown: false }),
+            state: Mutex::new(State { job: None, shutdown: false, closed: false, entered: 0 }),
             cv: Condvar::new(),
             done_lock: Mutex::new(()),
             done_cv: Condvar::new(),
@@ -141,30 +163,55 @@ impl Pool {
     /// Runs `job(ith)` on every thread (`ith` in `0..n_threads`, 0 on the caller) and returns
     /// when all have returned. `job` must not panic (callers catch panics inside it).
     pub fn run(&self, job: &(dyn Fn(usize) + Sync)) {
+        self.run_impl(job, true);
+    }
+
+    /// Runs `job(ith)` on the caller (`ith` 0) and on the workers that pick it up before the
+    /// caller's own call returns; returns when those have finished. For jobs whose work is
+    /// claimed dynamically, so a worker that is late (descheduled) is simply not waited for.
+    pub fn run_joinable(&self, job: &(dyn Fn(usize) + Sync)) {
+        self.run_impl(job, false);
+    }
+
+    fn run_impl(&self, job: &(dyn Fn(usize) + Sync), wait_all: bool) {
         if self.n_threads == 1 {
             job(0);
             return;
         }
         // SAFETY: only the lifetime is erased; this function does not return before every worker
-        // has finished calling the job (`pending` drops to zero after each worker's call returns).
+        // that took the job has finished calling it, and no worker can take it afterwards (the job
+        // is closed and cleared under the state lock first).
         let ptr: *const Job = unsafe { std::mem::transmute::<&(dyn Fn(usize) + Sync), &'static Job>(job) };
-        self.shared.pending.store(self.n_threads - 1, Ordering::SeqCst);
         {
             let mut st = lock(&self.shared.state);
             st.job = Some(JobPtr(ptr));
+            st.closed = false;
+            st.entered = 0;
+            self.shared.finished.store(0, Ordering::SeqCst);
             self.shared.generation.fetch_add(1, Ordering::SeqCst);
             self.shared.cv.notify_all();
         }
         job(0);
+        let target = if wait_all {
+            self.n_threads - 1
+        } else {
+            let mut st = lock(&self.shared.state);
+            st.closed = true;
+            st.entered
+        };
         let mut spins = 0u32;
-        while self.shared.pending.load(Ordering::SeqCst) != 0 {
-            if spins < SPIN_LIMIT {
+        while self.shared.finished.load(Ordering::SeqCst) < target {
+            if spins < SPIN_LIMIT + YIELD_LIMIT {
                 spins += 1;
-                std::hint::spin_loop();
+                if spins < SPIN_LIMIT {
+                    std::hint::spin_loop();
+                } else {
+                    std::thread::yield_now();
+                }
                 continue;
             }
             let g = lock(&self.shared.done_lock);
-            if self.shared.pending.load(Ordering::SeqCst) != 0 {
+            if self.shared.finished.load(Ordering::SeqCst) < target {
                 let _g = self
                     .shared
                     .done_cv
@@ -172,7 +219,9 @@ impl Pool {
                     .unwrap_or_else(|e| e.into_inner());
             }
         }
-        lock(&self.shared.state).job = None;
+        let mut st = lock(&self.shared.state);
+        st.closed = true;
+        st.job = None;
     }
 }
 
@@ -188,9 +237,13 @@ fn worker(s: &Shared, ith: usize) {
             if s.generation.load(Ordering::SeqCst) != seen {
                 break;
             }
-            if spins < SPIN_LIMIT {
+            if spins < SPIN_LIMIT + YIELD_LIMIT {
                 spins += 1;
-                std::hint::spin_loop();
+                if spins < SPIN_LIMIT {
+                    std::hint::spin_loop();
+                } else {
+                    std::thread::yield_now();
+                }
                 continue;
             }
             let mut st = lock(&s.state);
@@ -203,17 +256,22 @@ fn worker(s: &Shared, ith: usize) {
             break;
         }
         let job = {
-            let st = lock(&s.state);
+            let mut st = lock(&s.state);
             seen = s.generation.load(Ordering::SeqCst);
-            st.job
+            match st.job {
+                Some(j) if !st.closed => {
+                    st.entered += 1;
+                    Some(j)
+                }
+                _ => None,
+            }
         };
         if let Some(JobPtr(p)) = job {
-            // SAFETY: `Pool::run` keeps the job alive until `pending` reaches zero, which happens
-            // only after this call returns.
+            // SAFETY: the job was taken while open, so `Pool::run_impl` waits for this worker's
+            // `finished` increment, which happens only after this call returns.
             let f = unsafe { &*p };
             f(ith);
-        }
-        if s.pending.fetch_sub(1, Ordering::SeqCst) == 1 {
+            s.finished.fetch_add(1, Ordering::SeqCst);
             let _g = lock(&s.done_lock);
             s.done_cv.notify_all();
         }
@@ -263,5 +321,35 @@ mod tests {
             }
         }
         assert_eq!(hits.load(Ordering::SeqCst), 50 * n);
+    }
+
+    #[test]
+    fn joinable_jobs_wait_for_every_worker_that_joined() {
+        let pool = Pool::new(3);
+        for round in 0..20 {
+            let joined = AtomicUsize::new(0);
+            let finished = AtomicUsize::new(0);
+            pool.run_joinable(&|ith| {
+                joined.fetch_add(1, Ordering::SeqCst);
+                if ith == 0 && round % 2 == 0 {
+                    // Give the workers time to join: at least one must get in.
+                    let t = std::time::Instant::now();
+                    while joined.load(Ordering::SeqCst) < 2 && t.elapsed() < std::time::Duration::from_secs(5)
+                    {
+                        std::thread::yield_now();
+                    }
+                }
+                std::thread::sleep(std::time::Duration::from_millis(1));
+                finished.fetch_add(1, Ordering::SeqCst);
+            });
+            let j = joined.load(Ordering::SeqCst);
+            // Everyone who joined has finished when run_joinable returns, and nobody joins later.
+            assert_eq!(finished.load(Ordering::SeqCst), j);
+            if round % 2 == 0 {
+                assert!(j >= 2, "round {round}: no worker joined");
+            }
+            std::thread::sleep(std::time::Duration::from_millis(2));
+            assert_eq!(joined.load(Ordering::SeqCst), j, "a worker joined a finished job");
+        }
     }
 }

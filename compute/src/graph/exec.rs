@@ -1,26 +1,83 @@
-//! The executor: a persistent thread pool running a graph's nodes in lockstep.
+//! The executor: a persistent thread pool running a graph's nodes in order.
 //!
-//! Every thread walks the same list of planned nodes; each node runs in one or more phases, each
-//! phase split across the threads by the op, with a barrier after it. Scratch memory is owned by
+//! Every node runs in one or more phases; each phase is cut into units of work (row chunks,
+//! blocks of weight rows, query rows) that threads claim from an atomic counter. A thread moves on
+//! to the next phase once every unit of the current one is done (spin briefly, then park). There
+//! is no all-threads barrier: a thread that is descheduled on a busy machine simply claims fewer
+//! units, and catches up by skipping phases that are already finished. Scratch memory is owned by
 //! the executor and grows only at the start of a `compute` (never per op), so recomputing a graph
 //! allocates nothing.
 
 use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Condvar, Mutex};
 
 use super::Graph;
 use crate::error::{Error, Result};
 use crate::ops::{self, Ctx, ErrorSink};
-use crate::pool::{Barrier, Pool};
+use crate::pool::Pool;
+
+/// Spin iterations while waiting for a phase, before yielding.
+const SPIN_LIMIT: u32 = 1 << 12;
+/// Yields before parking.
+const YIELD_LIMIT: u32 = 16;
+
+/// Claim and completion counters of one phase.
+#[derive(Default)]
+struct PhaseSync {
+    claimed: AtomicUsize,
+    done: AtomicUsize,
+}
+
+/// Where threads park while the last units of a phase finish.
+#[derive(Default)]
+struct Parking {
+    sleepers: AtomicUsize,
+    lock: Mutex<()>,
+    cv: Condvar,
+}
+
+impl Parking {
+    /// Waits until `s.done == units`: spin, yield, then park.
+    fn wait(&self, s: &PhaseSync, units: usize) {
+        for i in 0..SPIN_LIMIT + YIELD_LIMIT {
+            if s.done.load(Ordering::SeqCst) >= units {
+                return;
+            }
+            if i < SPIN_LIMIT {
+                std::hint::spin_loop();
+            } else {
+                std::thread::yield_now();
+            }
+        }
+        let mut g = self.lock.lock().unwrap_or_else(|e| e.into_inner());
+        self.sleepers.fetch_add(1, Ordering::SeqCst);
+        while s.done.load(Ordering::SeqCst) < units {
+            g = self.cv.wait(g).unwrap_or_else(|e| e.into_inner());
+        }
+        self.sleepers.fetch_sub(1, Ordering::SeqCst);
+    }
+
+    /// Wakes parked threads (called by whoever completes the last unit of a phase).
+    fn wake(&self) {
+        if self.sleepers.load(Ordering::SeqCst) > 0 {
+            let _g = self.lock.lock().unwrap_or_else(|e| e.into_inner());
+            self.cv.notify_all();
+        }
+    }
+}
 
 /// Runs graphs on a fixed number of threads.
 pub struct Executor {
     pool: Pool,
-    barrier: Barrier,
     /// Scratch shared by all threads (u64 words for alignment).
     shared: Vec<u64>,
     /// Per-thread scratch, `local_len` f32 words per thread.
     local: Vec<f32>,
     local_len: usize,
+    /// One entry per phase of the graph being run.
+    sync: Vec<PhaseSync>,
+    parking: Parking,
 }
 
 /// Raw scratch pointers handed to the threads.
@@ -33,15 +90,21 @@ struct Scratch {
 }
 
 // SAFETY: the pointers address the executor's scratch, which outlives `Pool::run`; each thread
-// uses its own `local` slice and the ops split the shared part between threads (see `Ctx`).
+// uses its own `local` slice and the units of a phase write disjoint parts of the shared one.
 unsafe impl Sync for Scratch {}
 
 impl Executor {
     /// An executor with `n_threads` threads (at least one), created once and reused.
     pub fn new(n_threads: usize) -> Executor {
         let pool = Pool::new(n_threads);
-        let barrier = Barrier::new(pool.n_threads());
-        Executor { pool, barrier, shared: Vec::new(), local: Vec::new(), local_len: 0 }
+        Executor {
+            pool,
+            shared: Vec::new(),
+            local: Vec::new(),
+            local_len: 0,
+            sync: Vec::new(),
+            parking: Parking::default(),
+        }
     }
 
     /// Number of threads.
@@ -64,6 +127,14 @@ impl Executor {
             self.local_len = local_len;
             self.local = vec![0.0; local_len * nth];
         }
+        let n_phases: usize = graph.plans.iter().map(|(_, p)| p.phases as usize).sum();
+        if self.sync.len() < n_phases {
+            self.sync.resize_with(n_phases, PhaseSync::default);
+        }
+        for s in &self.sync[..n_phases] {
+            s.claimed.store(0, Ordering::Relaxed);
+            s.done.store(0, Ordering::Relaxed);
+        }
         let scratch = Scratch {
             shared: self.shared.as_mut_ptr() as *mut u8,
             shared_len: self.shared.len() * 8,
@@ -71,31 +142,47 @@ impl Executor {
             local_len: self.local_len,
         };
         let errors = ErrorSink::new();
-        let barrier = &self.barrier;
+        let sync = &self.sync[..n_phases];
+        let parking = &self.parking;
         let job = |ith: usize| {
             let s = scratch;
             // SAFETY: thread `ith < nth` owns local words `[ith * local_len, (ith + 1) * local_len)`,
             // inside the executor's `local` vector, which lives until `Pool::run` returns.
             let local =
                 unsafe { std::slice::from_raw_parts_mut(s.local.add(ith * s.local_len), s.local_len) };
-            // SAFETY: the shared scratch is valid for `shared_len` bytes for the whole run; the ops
-            // write disjoint parts of it per thread within a phase.
-            let mut ctx = unsafe { Ctx::new(ith, nth, s.shared, s.shared_len, local, &errors) };
+            // SAFETY: the shared scratch is valid for `shared_len` bytes for the whole run; the
+            // units of a phase write disjoint parts of it.
+            let mut ctx = unsafe { Ctx::new(s.shared, s.shared_len, local, &errors) };
+            let mut k = 0;
             for (i, plan) in &graph.plans {
                 let node = &graph.nodes[*i];
                 for phase in 0..plan.phases {
-                    let r = catch_unwind(AssertUnwindSafe(|| ops::run(node, plan, phase, &mut ctx)));
-                    if r.is_err() {
-                        errors.report(Error::Shape {
-                            op: node.op,
-                            detail: "kernel fault (internal check failed)".into(),
-                        });
+                    let ps = &sync[k];
+                    k += 1;
+                    let units = plan.units[phase as usize];
+                    loop {
+                        let u = ps.claimed.fetch_add(1, Ordering::Relaxed);
+                        if u >= units {
+                            break;
+                        }
+                        ctx.unit = u;
+                        ctx.units = units;
+                        let r = catch_unwind(AssertUnwindSafe(|| ops::run(node, plan, phase, &mut ctx)));
+                        if r.is_err() {
+                            errors.report(Error::Shape {
+                                op: node.op,
+                                detail: "kernel fault (internal check failed)".into(),
+                            });
+                        }
+                        if ps.done.fetch_add(1, Ordering::SeqCst) + 1 == units {
+                            parking.wake();
+                        }
                     }
-                    barrier.wait();
+                    parking.wait(ps, units);
                 }
             }
         };
-        self.pool.run(&job);
+        self.pool.run_joinable(&job);
         match errors.take() {
             Some(e) => Err(e),
             None => Ok(()),

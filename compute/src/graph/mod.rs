@@ -2,7 +2,24 @@
 //!
 //! This is the API the daemon and the model engine build on. [`Graph::new`] validates and plans
 //! every node that will run (`crate::ops`); [`Executor`] runs a graph on a persistent thread pool
-//! (`crate::pool`), all threads in lockstep over the nodes with a barrier between them.
+//! (`crate::pool`): each node's phases are cut into units of work that the threads claim, and a
+//! phase starts only when the previous one is complete.
+//!
+//! Expectations and gotchas for callers:
+//! - `Graph::new` is the security boundary. It refuses (`UnsupportedOp`, `UnsupportedTypes`,
+//!   `Shape`, `Layout`) anything a kernel could not run inside the tensors' own extents, including
+//!   destinations that overlap a source (except the exact in-place aliasing ggml-alloc produces for
+//!   row-wise ops) and destinations whose elements overlap each other. Nodes without the COMPUTE
+//!   flag and view ops are not validated and never run.
+//! - Indices read from tensor data (GET_ROWS/SET_ROWS rows, MUL_MAT_ID/ADD_ID expert ids) are
+//!   checked while the graph runs: a bad one skips its row, the rest of the graph still runs, and
+//!   `compute` returns `IndexOutOfRange` at the end. A kernel that trips an internal check reports
+//!   `Shape` ("kernel fault") instead of crashing the process.
+//! - A `Graph` may be computed any number of times (new input data each time); nothing is
+//!   re-validated and, once the executor's scratch has grown to the graph's needs, nothing is
+//!   allocated. `Graph::scratch_bytes` tells how much scratch that is.
+//! - Results do not depend on the thread count (each output element is computed by one unit with
+//!   the same arithmetic), so 1-thread and N-thread runs are bit-identical.
 
 mod exec;
 

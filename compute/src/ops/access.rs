@@ -116,6 +116,28 @@ impl Tv {
         (self.data as usize, self.l.nbytes().unwrap_or(0) as usize)
     }
 
+    /// True when no two elements (blocks) of the tensor share memory: sorted by stride, every
+    /// dimension steps over the whole extent of the smaller ones. Destinations must satisfy this,
+    /// so that threads writing different elements never write the same bytes.
+    pub fn self_disjoint(&self) -> bool {
+        if self.is_empty() {
+            return true;
+        }
+        let mut dims: Vec<(usize, usize)> = (0..4)
+            .map(|i| (self.nb[i], if i == 0 { self.ne[0] / self.bs } else { self.ne[i] }))
+            .filter(|&(_, n)| n > 1)
+            .collect();
+        dims.sort_unstable();
+        let mut extent = self.ts;
+        for (nb, n) in dims {
+            if nb < extent {
+                return false;
+            }
+            extent += nb * (n - 1);
+        }
+        true
+    }
+
     /// Splits a flat row index into `(i1, i2, i3)`.
     pub fn unravel_row(&self, r: usize) -> (usize, usize, usize) {
         let i1 = r % self.ne[1];

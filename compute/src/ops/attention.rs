@@ -10,7 +10,7 @@ use crate::error::Result;
 use crate::graph::Node;
 use crate::quant::{self, FromF32Fn, VecDotFn};
 
-use super::access::{is_float, split, Tv};
+use super::access::{is_float, Tv};
 use super::rows::check_loadable;
 use super::softmax::alibi_slope;
 use super::{check_overlap, opt_tv, param_f32, shape_err, src, tv, types_err, Alias, Ctx, Kind, Plan};
@@ -35,6 +35,8 @@ pub(crate) struct FlashAttn {
     max_bias: f32,
     softcap: f32,
     scores: Scores,
+    /// V rows are widened to f32 once, in phase 0, into shared scratch.
+    v_conv: bool,
 }
 
 /// Validates FLASH_ATTN_EXT.
@@ -119,6 +121,12 @@ pub(crate) unsafe fn prepare(n: &Node) -> Result<Plan> {
     if !softcap.is_finite() {
         softcap = 0.0;
     }
+    let v_conv = v.dtype() != GgmlType::F32;
+    let shared_bytes = if v_conv {
+        v.nrows().checked_mul(dv * 4).ok_or_else(|| shape_err(op, "scratch size overflows"))?
+    } else {
+        0
+    };
     let plan = FlashAttn {
         q,
         k,
@@ -130,12 +138,35 @@ pub(crate) unsafe fn prepare(n: &Node) -> Result<Plan> {
         max_bias: param_f32(n, 1),
         softcap,
         scores,
+        v_conv,
     };
-    Ok(super::simple(Kind::FlashAttn(Box::new(plan)), local))
+    let phases = if v_conv { 2 } else { 1 };
+    let rows = nq * h * ne3;
+    let units = if v_conv { [v.nrows().clamp(1, super::MAX_UNITS), rows] } else { [rows, 0] };
+    Ok(Plan { phases, units, shared_bytes, local_f32: local, kind: Kind::FlashAttn(Box::new(plan)) })
 }
 
 impl FlashAttn {
-    pub(crate) fn run(&self, ctx: &mut Ctx<'_>) {
+    /// Phase 0 (when V is not f32): widens every V row into shared scratch, rows split across
+    /// threads.
+    fn convert_v(&self, ctx: &mut Ctx<'_>) {
+        let v = &self.v;
+        let dv = v.ne[0];
+        let sh = ctx.sh;
+        for r in ctx.range(v.nrows()) {
+            let (i1, i2, i3) = v.unravel_row(r);
+            let tmp = &mut ctx.local[..dv];
+            v.load_row(i1, i2, i3, tmp);
+            sh.bytes_mut(r * dv * 4, dv * 4).copy_from_slice(bytemuck::cast_slice(tmp));
+        }
+    }
+
+    pub(crate) fn run(&self, phase: u8, ctx: &mut Ctx<'_>) {
+        if self.v_conv && phase == 0 {
+            self.convert_v(ctx);
+            return;
+        }
+        let sh = ctx.sh;
         let (q, k, v) = (&self.q, &self.k, &self.v);
         let (dk, nq, h) = (q.ne[0], q.ne[1], q.ne[2]);
         let dv = v.ne[0];
@@ -150,8 +181,9 @@ impl FlashAttn {
         let (kf, rest) = rest.split_at_mut(dk);
         let (acc, rest) = rest.split_at_mut(dv);
         let (vf, conv) = rest.split_at_mut(dv);
-        let total = nq * h * q.ne[3];
-        for u in split(total, ctx.ith, ctx.nth) {
+        // One unit = one query row (query, head, sequence).
+        {
+            let u = ctx.unit;
             let iq1 = u % nq;
             let iq2 = (u / nq) % h;
             let iq3 = u / (nq * h);
@@ -207,8 +239,14 @@ impl FlashAttn {
                 } else {
                     vs = (s - m).exp();
                 }
-                v.load_row(j, ik2, ik3, vf);
-                acc.iter_mut().zip(vf.iter()).for_each(|(a, x)| *a += x * vs);
+                let vrow: &[f32] = if self.v_conv {
+                    let r = j + v.ne[1] * (ik2 + v.ne[2] * ik3);
+                    bytemuck::cast_slice(sh.bytes(r * dv * 4, dv * 4))
+                } else {
+                    v.load_row(j, ik2, ik3, vf);
+                    vf
+                };
+                acc.iter_mut().zip(vrow.iter()).for_each(|(a, x)| *a += x * vs);
                 s_sum = s_sum * ms + vs;
             }
             if let Some(sk) = &self.sinks {

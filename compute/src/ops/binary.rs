@@ -8,7 +8,7 @@ use crate::error::{Error, Result};
 use crate::graph::Node;
 use crate::op::GgmlOp;
 
-use super::access::{split, Tv};
+use super::access::Tv;
 use super::rows::{check_loadable, check_storable};
 use super::{check_overlap, shape_err, src, tv, types_err, Alias, Ctx, Kind, Plan};
 
@@ -71,7 +71,7 @@ impl Binary {
         let (a, b, d) = (&self.a, &self.b, &self.dst);
         let n0 = a.ne[0];
         let nb0 = b.ne[0];
-        for r in split(d.nrows(), ctx.ith, ctx.nth) {
+        for r in ctx.range(d.nrows()) {
             let (i1, i2, i3) = d.unravel_row(r);
             let (x, y) = ctx.local.split_at_mut(n0);
             a.load_row(i1, i2, i3, x);
@@ -143,7 +143,7 @@ impl AddId {
     pub(crate) fn run(&self, op: GgmlOp, ctx: &mut Ctx<'_>) {
         let n0 = self.a.ne[0];
         let mut bad = 0usize;
-        for r in split(self.dst.nrows(), ctx.ith, ctx.nth) {
+        for r in ctx.range(self.dst.nrows()) {
             let (e, t, _) = self.dst.unravel_row(r);
             let id = self.ids.get_index(e, t, 0, 0);
             if id < 0 || id as usize >= self.b.ne[1] {

@@ -7,7 +7,7 @@
 use crate::error::Result;
 use crate::graph::Node;
 
-use super::access::{is_elem_type, split, Tv};
+use super::access::{is_elem_type, Tv};
 use super::rows::{check_loadable, check_storable};
 use super::{check_overlap, shape_err, src, tv, types_err, Alias, Ctx, Kind, Plan};
 
@@ -75,7 +75,7 @@ pub(crate) unsafe fn prepare(n: &Node) -> Result<Plan> {
 impl Copy {
     pub(crate) fn run(&self, ctx: &mut Ctx<'_>) {
         let (a, d) = (&self.a, &self.dst);
-        let rows = split(a.nrows(), ctx.ith, ctx.nth);
+        let rows = ctx.range(a.nrows());
         if rows.is_empty() {
             return;
         }

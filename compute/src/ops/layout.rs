@@ -6,7 +6,7 @@ use crate::error::Result;
 use crate::graph::Node;
 use crate::op::GgmlOp;
 
-use super::access::{is_elem_type, is_float, split, Tv};
+use super::access::{is_elem_type, is_float, Tv};
 use super::{check_overlap, shape_err, src, tv, types_err, Alias, Ctx, Kind, Plan};
 
 enum Which {
@@ -91,7 +91,7 @@ pub(crate) unsafe fn prepare(n: &Node) -> Result<Plan> {
 impl LayoutOp {
     pub(crate) fn run(&self, ctx: &mut Ctx<'_>) {
         let (a, d) = (&self.a, &self.dst);
-        for r in split(d.nrows(), ctx.ith, ctx.nth) {
+        for r in ctx.range(d.nrows()) {
             let (i1, i2, i3) = d.unravel_row(r);
             for i0 in 0..d.ne[0] {
                 let i = [i0, i1, i2, i3];

@@ -1,7 +1,7 @@
 //! MUL_MAT and MUL_MAT_ID.
 //!
 //! ref: ggml-compute-semantics.md §3.3 MUL_MAT, MUL_MAT_ID and §2.3. Rows of `src1` are first
-//! converted to the weight type's `vec_dot_type` (phase 0, rows split across threads, into shared
+//! converted to the weight type's `vec_dot_type` (phase 0, rows split across units, into shared
 //! scratch); then (phase 1) every output element is one `vec_dot` of a weight row with a converted
 //! row, the work split in tiles of weight rows so each tile stays in cache while it meets every
 //! activation row.
@@ -10,9 +10,9 @@ use crate::dtype::GgmlType;
 use crate::error::{Error, Result};
 use crate::graph::Node;
 use crate::op::GgmlOp;
-use crate::quant::{self, FromF32Fn, VecDotFn};
+use crate::quant::{self, FromF32Fn, VecDotFn, VecDotX4Fn};
 
-use super::access::{split, Tv};
+use super::access::{self, Tv};
 use super::{check_overlap, shape_err, src, tv, types_err, Alias, Ctx, Kind, Plan};
 
 /// Weight rows per work unit.
@@ -55,9 +55,8 @@ fn plan_activations(op: GgmlOp, a: &Tv, b: &Tv) -> Result<(VecDotFn, Activations
 }
 
 /// Phase 0: converts the rows `rows` (flat indices over `b`) into shared scratch.
-fn convert_rows(b: &Tv, act: &Activations, ctx: &mut Ctx<'_>) {
-    let range = split(b.nrows(), ctx.ith, ctx.nth);
-    for r in range {
+fn convert_rows(b: &Tv, act: &Activations, rows: std::ops::Range<usize>, ctx: &mut Ctx<'_>) {
+    for r in rows {
         let (i1, i2, i3) = b.unravel_row(r);
         let k = b.ne[0];
         let local = &mut ctx.local[..k];
@@ -91,6 +90,8 @@ pub(crate) struct MulMat {
     b: Tv,
     dst: Tv,
     vec_dot: VecDotFn,
+    /// One weight row against four activation rows, when the type has it.
+    vec_dot_x4: Option<VecDotX4Fn>,
     act: Activations,
 }
 
@@ -130,18 +131,29 @@ pub(crate) unsafe fn prepare_mul_mat(n: &Node) -> Result<Plan> {
     };
     let phases = if act.convert { 2 } else { 1 };
     let local = if act.convert { a.ne[0] } else { 0 };
+    let work = b.ne[2] * b.ne[3] * a.ne[1].div_ceil(ROW_BLOCK);
+    let units = if act.convert { [b.nrows().clamp(1, super::MAX_UNITS), work] } else { [work, 0] };
     Ok(Plan {
         phases,
+        units,
         shared_bytes,
         local_f32: local,
-        kind: Kind::MulMat(MulMat { a, b, dst, vec_dot, act }),
+        kind: Kind::MulMat(MulMat {
+            a,
+            b,
+            dst,
+            vec_dot,
+            vec_dot_x4: quant::kernels(a.dtype()).vec_dot_x4,
+            act,
+        }),
     })
 }
 
 impl MulMat {
     pub(crate) fn run(&self, phase: u8, ctx: &mut Ctx<'_>) {
         if self.act.convert && phase == 0 {
-            convert_rows(&self.b, &self.act, ctx);
+            let rows = ctx.range(self.b.nrows());
+            convert_rows(&self.b, &self.act, rows, ctx);
             return;
         }
         let (a, b, dst) = (&self.a, &self.b, &self.dst);
@@ -149,11 +161,11 @@ impl MulMat {
         let n = b.ne[1];
         let k = a.ne[0];
         let row_blocks = m.div_ceil(ROW_BLOCK);
-        let batches = b.ne[2] * b.ne[3];
         let r2 = b.ne[2] / a.ne[2];
         let r3 = b.ne[3] / a.ne[3];
-        // Split the (batch, row block) units: prefer splitting rows when there is one batch.
-        for u in split(batches * row_blocks, ctx.ith, ctx.nth) {
+        // One unit = one block of weight rows of one batch, against every activation row.
+        {
+            let u = ctx.unit;
             let batch = u / row_blocks;
             let rb = u % row_blocks;
             let (i12, i13) = (batch % b.ne[2], batch / b.ne[2]);
@@ -165,10 +177,22 @@ impl MulMat {
                 let c1 = (c0 + COL_BLOCK).min(n);
                 for r in r0..r1 {
                     let x = a.row_bytes(r, i02, i03);
-                    for c in c0..c1 {
+                    let mut c = c0;
+                    // Groups of four start at fixed columns, so results do not depend on threads.
+                    if let Some(x4) = self.vec_dot_x4 {
+                        while c + 4 <= c1 {
+                            let y = [0, 1, 2, 3].map(|j| act_row(b, &self.act, ctx, c + j, i12, i13));
+                            let v = x4(k, x, y);
+                            for (j, v) in v.into_iter().enumerate() {
+                                dst.set_f32(r, c + j, i12, i13, v);
+                            }
+                            c += 4;
+                        }
+                    }
+                    while c < c1 {
                         let y = act_row(b, &self.act, ctx, c, i12, i13);
-                        let v = (self.vec_dot)(k, x, y);
-                        dst.set_f32(r, c, i12, i13, v);
+                        dst.set_f32(r, c, i12, i13, (self.vec_dot)(k, x, y));
+                        c += 1;
                     }
                 }
                 c0 = c1;
@@ -184,6 +208,7 @@ pub(crate) struct MulMatId {
     ids: Tv,
     dst: Tv,
     vec_dot: VecDotFn,
+    vec_dot_x4: Option<VecDotX4Fn>,
     act: Activations,
     /// Offset of the expert lists in shared scratch.
     lists_off: usize,
@@ -239,12 +264,24 @@ pub(crate) unsafe fn prepare_mul_mat_id(n: &Node) -> Result<Plan> {
     // Expert lists: n_exp + 1 offsets, then n_used * n_tok pair indices (u32 each).
     let lists = (n_exp + 1 + n_used * n_tok) * 4;
     let shared_bytes = lists_off + lists;
-    let local = a.ne[0].max(n_exp + 1);
+    let local = a.ne[0].max(2 * (n_exp + 1));
+    let conv_units = if act.convert { b.nrows().clamp(1, super::MAX_UNITS) } else { 0 };
+    let units = [conv_units + 1, n_exp * a.ne[1].div_ceil(ROW_BLOCK)];
     Ok(Plan {
         phases: 2,
+        units,
         shared_bytes,
         local_f32: local,
-        kind: Kind::MulMatId(MulMatId { a, b, ids, dst, vec_dot, act, lists_off }),
+        kind: Kind::MulMatId(MulMatId {
+            a,
+            b,
+            ids,
+            dst,
+            vec_dot,
+            vec_dot_x4: quant::kernels(a.dtype()).vec_dot_x4,
+            act,
+            lists_off,
+        }),
     })
 }
 
@@ -255,11 +292,12 @@ impl MulMatId {
         let (n_used, n_tok) = (ids.ne[0], ids.ne[1]);
         let pairs = n_used * n_tok;
         if phase == 0 {
-            if self.act.convert {
-                convert_rows(b, &self.act, ctx);
-            }
-            if ctx.ith == 0 {
+            // Units 0..units-1 convert activation rows; the last one sorts the pairs by expert.
+            if ctx.unit + 1 == ctx.units {
                 self.build_lists(op, ctx);
+            } else {
+                let rows = access::split(b.nrows(), ctx.unit, ctx.units - 1);
+                convert_rows(b, &self.act, rows, ctx);
             }
             return;
         }
@@ -267,11 +305,12 @@ impl MulMatId {
         let m = a.ne[1];
         let k = a.ne[0];
         let row_blocks = m.div_ceil(ROW_BLOCK);
-        for u in split(n_exp * row_blocks, ctx.ith, ctx.nth) {
+        {
+            let u = ctx.unit;
             let e = u / row_blocks;
             let (p0, p1) = (u32_at(offs, e) as usize, u32_at(offs, e + 1) as usize);
             if p0 >= p1 || p1 > pairs {
-                continue;
+                return;
             }
             let list = ctx.shared(self.lists_off + (n_exp + 1 + p0) * 4, (p1 - p0) * 4);
             let r0 = (u % row_blocks) * ROW_BLOCK;
@@ -279,11 +318,28 @@ impl MulMatId {
             for chunk in list.chunks(COL_BLOCK * 4) {
                 for r in r0..r1 {
                     let x = a.row_bytes(r, e, 0);
-                    for pb in chunk.chunks_exact(4) {
-                        let p = u32_at(pb, 0) as usize;
-                        let (slot, t) = (p % n_used, p / n_used);
+                    // Pairs in groups of four (fixed by the list order, not by the threads).
+                    let n_pairs = chunk.len() / 4;
+                    let pair = |i: usize| {
+                        let p = u32_at(chunk, i) as usize;
+                        (p % n_used, p / n_used)
+                    };
+                    let mut i = 0;
+                    if let Some(x4) = self.vec_dot_x4 {
+                        while i + 4 <= n_pairs {
+                            let ps = [0, 1, 2, 3].map(|j| pair(i + j));
+                            let y = ps.map(|(slot, t)| act_row(b, &self.act, ctx, slot % b.ne[1], t, 0));
+                            for ((slot, t), v) in ps.into_iter().zip(x4(k, x, y)) {
+                                dst.set_f32(r, slot, t, 0, v);
+                            }
+                            i += 4;
+                        }
+                    }
+                    while i < n_pairs {
+                        let (slot, t) = pair(i);
                         let y = act_row(b, &self.act, ctx, slot % b.ne[1], t, 0);
                         dst.set_f32(r, slot, t, 0, (self.vec_dot)(k, x, y));
+                        i += 1;
                     }
                 }
             }
@@ -296,7 +352,10 @@ impl MulMatId {
         let ids = &self.ids;
         let n_exp = self.a.ne[2];
         let (n_used, n_tok) = (ids.ne[0], ids.ne[1]);
-        let mut counts = vec![0u32; n_exp + 1];
+        // Counts and fill cursors live in this thread's scratch (no allocation per run).
+        let words: &mut [u32] = bytemuck::cast_slice_mut(&mut ctx.local[..2 * (n_exp + 1)]);
+        let (counts, fill) = words.split_at_mut(n_exp + 1);
+        counts.fill(0);
         let mut bad = 0usize;
         for t in 0..n_tok {
             for s in 0..n_used {
@@ -311,12 +370,13 @@ impl MulMatId {
         for e in 0..n_exp {
             counts[e + 1] += counts[e];
         }
-        let offs = ctx.shared_mut(self.lists_off, (n_exp + 1) * 4);
+        let sh = ctx.sh;
+        let offs = sh.bytes_mut(self.lists_off, (n_exp + 1) * 4);
         for (o, c) in offs.chunks_exact_mut(4).zip(counts.iter()) {
             o.copy_from_slice(&c.to_le_bytes());
         }
-        let list = ctx.shared_mut(self.lists_off + (n_exp + 1) * 4, n_used * n_tok * 4);
-        let mut fill = counts.clone();
+        let list = sh.bytes_mut(self.lists_off + (n_exp + 1) * 4, n_used * n_tok * 4);
+        fill.copy_from_slice(counts);
         for t in 0..n_tok {
             for s in 0..n_used {
                 let id = ids.get_index(s, t, 0, 0);

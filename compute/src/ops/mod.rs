@@ -3,8 +3,9 @@
 //!
 //! Each family lives in its own module. `prepare` checks everything a kernel relies on (types,
 //! shapes, strides, op_params) so that no kernel can address memory outside a tensor, and records
-//! the scratch memory the node needs. `run` executes one phase of a node on one thread; the
-//! executor puts a barrier between phases and between nodes.
+//! the scratch memory the node needs and how many units of work each phase has. `run` executes one
+//! unit of one phase on the calling thread; the executor starts a phase only when every unit of
+//! the previous one is done, and the units of a phase write disjoint memory.
 
 pub(crate) mod access;
 mod attention;
@@ -29,8 +30,11 @@ use access::Tv;
 
 /// What one node needs at run time, decided by [`prepare`].
 pub(crate) struct Plan {
-    /// Number of phases (barrier-separated steps); 0 for nothing to do.
+    /// Number of phases (steps that all finish before the next begins); 0 for nothing to do.
     pub phases: u8,
+    /// Units of work per phase (each unit runs on one thread); 0 = one per destination row
+    /// chunk, filled in by [`prepare`].
+    pub units: [usize; 2],
     /// Bytes of scratch shared by all threads (written in one phase, read in a later one).
     pub shared_bytes: usize,
     /// f32 words of scratch each thread needs for itself.
@@ -116,12 +120,12 @@ impl SharedScratch {
     }
 }
 
-/// Per-thread execution context of one phase.
+/// Per-thread execution context: which unit of which phase this thread is running.
 pub(crate) struct Ctx<'a> {
-    /// This thread's index.
-    pub ith: usize,
-    /// Number of threads.
-    pub nth: usize,
+    /// The unit being run.
+    pub unit: usize,
+    /// Units in this phase.
+    pub units: usize,
     /// Scratch shared by all threads.
     pub sh: SharedScratch,
     /// This thread's own scratch.
@@ -134,28 +138,25 @@ impl<'a> Ctx<'a> {
     /// A context over the shared scratch `[shared, shared + shared_len)`.
     ///
     /// # Safety
-    /// The shared scratch must be valid for `shared_len` bytes during the phase, and the phases of
-    /// the ops only write disjoint parts of it from different threads (each op documents its split).
+    /// The shared scratch must be valid for `shared_len` bytes while the context is used, and the
+    /// units of a phase only write disjoint parts of it (each op documents its split).
     pub(crate) unsafe fn new(
-        ith: usize,
-        nth: usize,
         shared: *mut u8,
         shared_len: usize,
         local: &'a mut [f32],
         errors: &'a ErrorSink,
     ) -> Ctx<'a> {
-        Ctx { ith, nth, sh: SharedScratch { ptr: shared, len: shared_len }, local, errors }
+        Ctx { unit: 0, units: 1, sh: SharedScratch { ptr: shared, len: shared_len }, local, errors }
+    }
+
+    /// The part of `0..n` this unit handles (the units of a phase partition `0..n`).
+    pub fn range(&self, n: usize) -> std::ops::Range<usize> {
+        access::split(n, self.unit, self.units)
     }
 
     /// Shared scratch bytes for reading (see [`SharedScratch::bytes`]).
     pub fn shared(&self, off: usize, len: usize) -> &[u8] {
         self.sh.bytes(off, len)
-    }
-
-    /// Shared scratch bytes for writing (see [`SharedScratch::bytes_mut`]).
-    #[allow(clippy::mut_from_ref)]
-    pub fn shared_mut(&self, off: usize, len: usize) -> &mut [u8] {
-        self.sh.bytes_mut(off, len)
     }
 }
 
@@ -223,6 +224,39 @@ pub(crate) fn check_overlap(op: GgmlOp, dst: &Tv, s: &Tv, alias: Alias) -> Resul
 /// # Safety
 /// Every tensor of `n` must satisfy the contract of `Graph::new`.
 pub(crate) unsafe fn prepare(n: &Node) -> Result<Plan> {
+    if n.op.carries_function_pointer() {
+        return Err(Error::UnsupportedOp {
+            op: n.op,
+            detail: "ops with callbacks are never executed".into(),
+        });
+    }
+    // SAFETY: forwarded contract.
+    let dst = unsafe { Tv::new(&n.dst)? };
+    if !dst.self_disjoint() {
+        return Err(shape_err(
+            n.op,
+            format!("destination elements overlap (ne {:?}, nb {:?})", dst.ne, dst.nb),
+        ));
+    }
+    // SAFETY: forwarded contract (every prepare_* only wraps the node's tensors).
+    let mut plan = unsafe { prepare_op(n)? };
+    // A node with an empty destination has nothing to write (its inputs were still validated).
+    if dst.is_empty() {
+        return Ok(Plan { phases: 0, units: [0; 2], shared_bytes: 0, local_f32: 0, kind: Kind::Nop });
+    }
+    for u in plan.units.iter_mut() {
+        if *u == 0 {
+            *u = dst.nrows().clamp(1, MAX_UNITS);
+        }
+    }
+    Ok(plan)
+}
+
+/// The per-op part of [`prepare`].
+///
+/// # Safety
+/// As [`prepare`].
+unsafe fn prepare_op(n: &Node) -> Result<Plan> {
     // SAFETY: forwarded contract (every prepare_* only wraps the node's tensors).
     unsafe {
         match n.op {
@@ -251,9 +285,6 @@ pub(crate) unsafe fn prepare(n: &Node) -> Result<Plan> {
             GgmlOp::Sum | GgmlOp::SumRows | GgmlOp::Mean | GgmlOp::Argmax => reduce::prepare(n),
             GgmlOp::Argsort | GgmlOp::TopK => reduce::prepare_sort(n),
             GgmlOp::Concat | GgmlOp::Pad | GgmlOp::Repeat => layout::prepare(n),
-            op if op.carries_function_pointer() => {
-                Err(Error::UnsupportedOp { op, detail: "ops with callbacks are never executed".into() })
-            }
             op => Err(Error::UnsupportedOp { op, detail: "not implemented by this backend".into() }),
         }
     }
@@ -276,16 +307,20 @@ pub(crate) fn run(n: &Node, plan: &Plan, phase: u8, ctx: &mut Ctx<'_>) {
         Kind::Rope(p) => p.run(ctx),
         Kind::SoftMax(p) => p.run(ctx),
         Kind::DiagMaskInf(p) => p.run(ctx),
-        Kind::FlashAttn(p) => p.run(ctx),
+        Kind::FlashAttn(p) => p.run(phase, ctx),
         Kind::Reduce(p) => p.run(ctx),
         Kind::Sort(p) => p.run(ctx),
         Kind::Layout(p) => p.run(ctx),
     }
 }
 
-/// A plan with one phase and no scratch.
+/// Most units a row-wise phase is cut into (enough for any thread count we run with, few enough
+/// that claiming a unit costs nothing next to its work).
+pub(crate) const MAX_UNITS: usize = 64;
+
+/// A plan with one phase of row-chunk units and no shared scratch.
 pub(crate) fn simple(kind: Kind, local_f32: usize) -> Plan {
-    Plan { phases: 1, shared_bytes: 0, local_f32, kind }
+    Plan { phases: 1, units: [0; 2], shared_bytes: 0, local_f32, kind }
 }
 
 /// Reads f32 op_param `i`.

@@ -6,7 +6,7 @@ use crate::error::Result;
 use crate::graph::Node;
 use crate::op::GgmlOp;
 
-use super::access::{is_float, split, Tv};
+use super::access::{is_float, Tv};
 use super::{check_overlap, param_f32, shape_err, src, tv, types_err, Alias, Ctx, Kind, Plan};
 
 #[derive(Clone, Copy)]
@@ -50,7 +50,7 @@ pub(crate) unsafe fn prepare(n: &Node) -> Result<Plan> {
 impl Norm {
     pub(crate) fn run(&self, ctx: &mut Ctx<'_>) {
         let n0 = self.a.ne[0];
-        for r in split(self.dst.nrows(), ctx.ith, ctx.nth) {
+        for r in ctx.range(self.dst.nrows()) {
             let (i1, i2, i3) = self.dst.unravel_row(r);
             let x = &mut ctx.local[..n0];
             self.a.load_row(i1, i2, i3, x);

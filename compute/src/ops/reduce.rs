@@ -10,7 +10,7 @@ use crate::error::Result;
 use crate::graph::Node;
 use crate::op::GgmlOp;
 
-use super::access::{is_float, split, Tv};
+use super::access::{is_float, Tv};
 use super::{check_overlap, shape_err, src, tv, types_err, Alias, Ctx, Kind, Plan};
 
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -57,7 +57,11 @@ pub(crate) unsafe fn prepare(n: &Node) -> Result<Plan> {
         return Err(shape_err(op, format!("dst {:?}, expected {want:?}", dst.ne)));
     }
     check_overlap(op, &dst, &a, Alias::Never)?;
-    Ok(super::simple(Kind::Reduce(Reduce { a, dst, red }), a.ne[0]))
+    let mut plan = super::simple(Kind::Reduce(Reduce { a, dst, red }), a.ne[0]);
+    if red == Red::Sum {
+        plan.units = [1, 0];
+    }
+    Ok(plan)
 }
 
 impl Reduce {
@@ -65,7 +69,7 @@ impl Reduce {
         let a = &self.a;
         let n0 = a.ne[0];
         if self.red == Red::Sum {
-            if ctx.ith == 0 {
+            if ctx.unit == 0 {
                 let mut sum = 0.0f64;
                 for r in 0..a.nrows() {
                     let (i1, i2, i3) = a.unravel_row(r);
@@ -77,7 +81,7 @@ impl Reduce {
             }
             return;
         }
-        for r in split(a.nrows(), ctx.ith, ctx.nth) {
+        for r in ctx.range(a.nrows()) {
             let (i1, i2, i3) = a.unravel_row(r);
             let x = &mut ctx.local[..n0];
             a.load_row(i1, i2, i3, x);
@@ -150,7 +154,7 @@ impl Sort {
     pub(crate) fn run(&self, ctx: &mut Ctx<'_>) {
         let a = &self.a;
         let n0 = a.ne[0];
-        for r in split(a.nrows(), ctx.ith, ctx.nth) {
+        for r in ctx.range(a.nrows()) {
             let (i1, i2, i3) = a.unravel_row(r);
             let (vals, idx) = ctx.local.split_at_mut(n0);
             a.load_row(i1, i2, i3, vals);

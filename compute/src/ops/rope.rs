@@ -8,7 +8,7 @@ use crate::error::{Error, Result};
 use crate::graph::Node;
 use crate::op::rope_mode;
 
-use super::access::{is_float, split, Tv};
+use super::access::{is_float, Tv};
 use super::{check_overlap, opt_tv, param_f32, shape_err, src, tv, types_err, Alias, Ctx, Kind, Plan};
 
 /// A planned ROPE.
@@ -134,7 +134,7 @@ impl Rope {
         let n0 = d.ne[0];
         let half = self.n_dims / 2;
         let mut cached: Option<(usize, usize)> = None;
-        for r in split(d.nrows(), ctx.ith, ctx.nth) {
+        for r in ctx.range(d.nrows()) {
             let (i1, i2, i3) = d.unravel_row(r);
             let (x, cache) = ctx.local.split_at_mut(n0);
             if cached != Some((i2, i3)) {

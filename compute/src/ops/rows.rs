@@ -10,7 +10,7 @@ use crate::error::{Error, Result};
 use crate::graph::Node;
 use crate::op::GgmlOp;
 
-use super::access::{split, Tv};
+use super::access::Tv;
 use super::{check_overlap, shape_err, src, tv, types_err, Alias, Ctx, Kind, Plan};
 
 /// Checks a tensor can be read row by row as f32.
@@ -70,7 +70,7 @@ impl GetRows {
     pub(crate) fn run(&self, op: GgmlOp, ctx: &mut Ctx<'_>) {
         let (t, dst) = (&self.table, &self.dst);
         let mut bad = 0usize;
-        for r in split(dst.nrows(), ctx.ith, ctx.nth) {
+        for r in ctx.range(dst.nrows()) {
             let (i10, i11, i12) = dst.unravel_row(r);
             let id = self.idx.get_index(i10, i11, i12, 0);
             if id < 0 || id as usize >= t.ne[1] {
@@ -141,7 +141,7 @@ impl SetRows {
         let (rows, dst, idx) = (&self.rows, &self.dst, &self.idx);
         // Each thread owns a range of destination rows, so duplicate indices are written in
         // source order by one thread (the last one wins, as in a sequential run).
-        let mine = split(dst.ne[1], ctx.ith, ctx.nth);
+        let mine = ctx.range(dst.ne[1]);
         let mut bad = 0usize;
         for i3 in 0..dst.ne[3] {
             for i2 in 0..dst.ne[2] {
@@ -160,7 +160,7 @@ impl SetRows {
                 }
             }
         }
-        if bad > 0 && ctx.ith == 0 {
+        if bad > 0 && ctx.unit == 0 {
             ctx.errors.report(Error::IndexOutOfRange {
                 op,
                 detail: format!("{bad} row ids outside 0..{}", dst.ne[1]),

@@ -6,7 +6,7 @@ use crate::dtype::GgmlType;
 use crate::error::Result;
 use crate::graph::Node;
 
-use super::access::{is_float, split, Tv};
+use super::access::{is_float, Tv};
 use super::{check_overlap, opt_tv, param_f32, shape_err, src, tv, types_err, Alias, Ctx, Kind, Plan};
 
 /// ALiBi slope of head `h` (1 when `max_bias` is 0).
@@ -80,7 +80,7 @@ impl SoftMax {
     pub(crate) fn run(&self, ctx: &mut Ctx<'_>) {
         let d = &self.dst;
         let n0 = d.ne[0];
-        for r in split(d.nrows(), ctx.ith, ctx.nth) {
+        for r in ctx.range(d.nrows()) {
             let (i1, i2, i3) = d.unravel_row(r);
             let (x, m) = ctx.local.split_at_mut(n0);
             self.a.load_row(i1, i2, i3, x);
@@ -140,7 +140,7 @@ impl DiagMaskInf {
     pub(crate) fn run(&self, ctx: &mut Ctx<'_>) {
         let d = &self.dst;
         let n0 = d.ne[0];
-        for r in split(d.nrows(), ctx.ith, ctx.nth) {
+        for r in ctx.range(d.nrows()) {
             let (i1, i2, i3) = d.unravel_row(r);
             let x = &mut ctx.local[..n0];
             self.a.load_row(i1, i2, i3, x);

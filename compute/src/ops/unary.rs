@@ -12,7 +12,7 @@ use crate::error::{Error, Result};
 use crate::graph::Node;
 use crate::op::{GgmlOp, GluOp, UnaryOp};
 
-use super::access::{is_float, split, Tv};
+use super::access::{is_float, Tv};
 use super::{check_overlap, opt_tv, param_f32, shape_err, src, tv, types_err, Alias, Ctx, Kind, Plan};
 
 const SQRT_2_OVER_PI: f32 = 0.797_884_6;
@@ -237,7 +237,7 @@ impl Unary {
     pub(crate) fn run(&self, ctx: &mut Ctx<'_>) {
         let d = &self.dst;
         let n0 = d.ne[0];
-        for r in split(d.nrows(), ctx.ith, ctx.nth) {
+        for r in ctx.range(d.nrows()) {
             let (i1, i2, i3) = d.unravel_row(r);
             let x = &mut ctx.local[..n0];
             match &self.a {
@@ -337,7 +337,7 @@ impl Glu {
     pub(crate) fn run(&self, ctx: &mut Ctx<'_>) {
         let d = &self.dst;
         let n0 = d.ne[0];
-        for r in split(d.nrows(), ctx.ith, ctx.nth) {
+        for r in ctx.range(d.nrows()) {
             let (i1, i2, i3) = d.unravel_row(r);
             let (xs, gs) = match &self.b {
                 Some(b) => {

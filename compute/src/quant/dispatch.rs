@@ -104,6 +104,11 @@ impl Kernels {
         self.types[t as usize].vec_dot = Some(f);
     }
 
+    /// Sets the four-row dot product of `t`.
+    pub(crate) fn set_vec_dot_x4(&mut self, t: GgmlType, f: super::VecDotX4Fn) {
+        self.types[t as usize].vec_dot_x4 = Some(f);
+    }
+
     /// Replaces the quantizer (or narrowing) of `t`.
     pub(crate) fn set_from_f32(&mut self, t: GgmlType, f: FromF32Fn) {
         self.types[t as usize].from_f32 = Some(f);
@@ -124,9 +129,16 @@ pub fn table() -> &'static Kernels {
 
 /// The best available ISA, or the one `LLAMAD_KERNELS` forces.
 fn choose() -> Isa {
+    let isa = choose_from(std::env::var("LLAMAD_KERNELS").ok().as_deref());
+    tracing::info!(isa = isa.name(), "quant kernels chosen");
+    isa
+}
+
+/// The ISA for a `LLAMAD_KERNELS` value: the named set if this CPU runs it, else the best one.
+fn choose_from(requested: Option<&str>) -> Isa {
     let best = *Isa::all_available().last().unwrap_or(&Isa::Scalar);
-    match std::env::var("LLAMAD_KERNELS") {
-        Ok(s) if !s.is_empty() => match Isa::parse(&s) {
+    match requested {
+        Some(s) if !s.is_empty() => match Isa::parse(s) {
             Some(isa) if isa.available() => isa,
             _ => {
                 tracing::warn!(requested = %s, using = best.name(), "LLAMAD_KERNELS names no kernel set this CPU runs");
@@ -138,13 +150,14 @@ fn choose() -> Isa {
 }
 
 fn entry(to: ToF32Fn, from: Option<FromF32Fn>, dot: Option<VecDotFn>, vdt: GgmlType) -> TypeKernels {
-    TypeKernels { to_f32: Some(to), from_f32: from, vec_dot: dot, vec_dot_type: vdt }
+    TypeKernels { to_f32: Some(to), from_f32: from, vec_dot: dot, vec_dot_type: vdt, vec_dot_x4: None }
 }
 
 fn build_scalar() -> Kernels {
     use scalar as s;
     use GgmlType::*;
-    let empty = TypeKernels { to_f32: None, from_f32: None, vec_dot: None, vec_dot_type: F32 };
+    let empty =
+        TypeKernels { to_f32: None, from_f32: None, vec_dot: None, vec_dot_type: F32, vec_dot_x4: None };
     let mut t = [empty; GGML_TYPE_COUNT as usize];
     // ref: ggml-compute-semantics.md §2.3, the vec_dot_type table.
     let rows: [(GgmlType, TypeKernels); 24] = [
@@ -181,4 +194,38 @@ fn build_scalar() -> Kernels {
         t[ty as usize].vec_dot_type = Q8_K;
     }
     Kernels { isa: Isa::Scalar, types: t }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn llamad_kernels_forces_an_available_set() {
+        let best = *Isa::all_available().last().unwrap();
+        assert_eq!(choose_from(None), best);
+        assert_eq!(choose_from(Some("")), best);
+        assert_eq!(choose_from(Some("scalar")), Isa::Scalar);
+        assert_eq!(choose_from(Some("no-such-set")), best);
+        for isa in [Isa::Avx2, Isa::Avx512, Isa::Neon] {
+            let want = if isa.available() { isa } else { best };
+            assert_eq!(choose_from(Some(isa.name())), want);
+        }
+    }
+
+    #[test]
+    fn tables_name_their_set_and_differ_from_scalar() {
+        for isa in Isa::all_available() {
+            let k = Kernels::build(isa);
+            assert_eq!(k.isa(), isa);
+            // Every SIMD set replaces at least the Q8_0 quantizer.
+            if isa != Isa::Scalar {
+                let (a, b) = (
+                    k.get(GgmlType::Q8_0).from_f32.unwrap(),
+                    build_scalar().get(GgmlType::Q8_0).from_f32.unwrap(),
+                );
+                assert_ne!(a as usize, b as usize, "{}", isa.name());
+            }
+        }
+    }
 }

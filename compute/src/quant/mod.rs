@@ -2,7 +2,25 @@
 //!
 //! Every type has a scalar reference kernel in [`scalar`] (the specification) and, where it pays,
 //! SIMD twins chosen once at run time by [`dispatch`]. Callers only ever see the [`TypeKernels`]
-//! table returned by [`kernels`].
+//! table returned by [`kernels`]; [`active_isa`] names the kernel set in use, and
+//! `LLAMAD_KERNELS=scalar|avx2|avx512|neon` forces one (falling back to the best available set).
+//!
+//! What exists (ref: ggml-compute-semantics.md §2.2, §2.3):
+//!
+//! | type | to_f32 | from_f32 | vec_dot (scalar) | SIMD vec_dot |
+//! |---|---|---|---|---|
+//! | F32, F16, BF16 | ✓ | ✓ (RNE) | ✓ | AVX2 (F32, F16, BF16), NEON (F16) |
+//! | Q4_0, Q4_1, Q5_0, Q5_1, Q8_0 | ✓ | ggml reference quantizers | ✓ | AVX2 all; AVX-512 VNNI Q4_0, Q4_1, Q8_0; NEON Q4_0, Q4_1, Q8_0 |
+//! | Q8_1, Q8_K (activations) | ✓ | ggml reference rounding, bitwise in every SIMD set | — | — |
+//! | Q2_K … Q6_K | ✓ | min/max + least-squares fit (ggml's error budgets hold) | ✓ | AVX2 all; NEON Q4_K, Q6_K |
+//! | IQ4_NL, IQ4_XS | ✓ | searched-scale codebook fit | ✓ | AVX2 both; AVX-512 VNNI IQ4_NL |
+//! | MXFP4 | ✓ | best of two shared exponents | ✓ | AVX2 |
+//! | Q1_0, Q2_0, NVFP4, TQ2_0 | ✓ | — (read-only) | ✓ | — |
+//!
+//! [`TypeKernels::vec_dot_x4`] (one weight row against four activation rows) exists on AVX2 for
+//! Q4_0, Q4_1, Q8_0 and Q4_K. Row arguments are checked with `assert!` before any vector code
+//! runs: a short row panics in the kernel rather than reading out of bounds, so callers validate
+//! shapes first.
 
 // Block layouts are easiest to check against the reference with explicit indices.
 #![allow(clippy::needless_range_loop)]
@@ -29,6 +47,11 @@ pub type FromF32Fn = fn(src: &[f32], dst: &mut [u8]);
 /// Dot product of `n` elements: `x` is a row of the weight type, `y` a row of its `vec_dot_type`.
 pub type VecDotFn = fn(n: usize, x: &[u8], y: &[u8]) -> f32;
 
+/// Dot products of one weight row `x` with four rows `y[0..4]` of its `vec_dot_type`, each of
+/// `n` elements: the same four values as four [`VecDotFn`] calls (up to summation order), with the
+/// weight blocks decoded once. For matrix-matrix products (prompt processing).
+pub type VecDotX4Fn = fn(n: usize, x: &[u8], y: [&[u8]; 4]) -> [f32; 4];
+
 /// The kernels of one type.
 #[derive(Clone, Copy, Debug)]
 pub struct TypeKernels {
@@ -40,6 +63,9 @@ pub struct TypeKernels {
     pub vec_dot: Option<VecDotFn>,
     /// The type activations are converted to before `vec_dot` (ref: ggml-compute-semantics.md §2.3).
     pub vec_dot_type: GgmlType,
+    /// Optional faster form of four `vec_dot` calls sharing the weight row (`None`: call
+    /// `vec_dot` four times).
+    pub vec_dot_x4: Option<VecDotX4Fn>,
 }
 
 /// The kernel table of `t`, for the instruction set chosen at start-up.

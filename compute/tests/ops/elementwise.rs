@@ -620,3 +620,71 @@ fn concat_pad_repeat() {
     let bad = T::new(GgmlType::F32, [2, 5, 1, 1]);
     assert!(validate(vec![node_p(GgmlOp::Concat, &[1], bad.t(), &[a.t(), b.t()])]).is_err());
 }
+
+#[test]
+fn add_id_adds_selected_bias_rows() {
+    let mut r = rng(670);
+    let (n0, n_used, n_tok, n_exp) = (16u64, 2u64, 3u64, 4u64);
+    let a = T::from_f32(
+        GgmlType::F32,
+        [n0, n_used, n_tok, 1],
+        &randv(&mut r, (n0 * n_used * n_tok) as usize, 1.0),
+    );
+    let b = T::from_f32(GgmlType::F32, [n0, n_exp, 1, 1], &randv(&mut r, (n0 * n_exp) as usize, 1.0));
+    let ids_v = [3, 0, 1, 1, 2, 3];
+    let ids = T::i32s([n_used, n_tok, 1, 1], &ids_v);
+    let d = T::new(GgmlType::F32, [n0, n_used, n_tok, 1]);
+    run(vec![node(GgmlOp::AddId, d.t(), &[a.t(), b.t(), ids.t()])], 2).unwrap();
+    let (av, bv) = (a.values(), b.values());
+    let n0 = n0 as usize;
+    let want: Vec<f64> = (0..av.len()).map(|i| av[i] + bv[ids_v[i / n0] as usize * n0 + i % n0]).collect();
+    check("add_id", &d.values(), &want, 1e-14);
+    let bad = T::i32s([n_used, n_tok, 1, 1], &[0, 0, 9, 0, 0, 0]);
+    let r = run(vec![node(GgmlOp::AddId, d.t(), &[a.t(), b.t(), bad.t()])], 2);
+    assert!(matches!(r, Err(compute::Error::IndexOutOfRange { .. })), "{r:?}");
+}
+
+#[test]
+fn rope_partial_window_with_n_offs() {
+    let mut r = rng(680);
+    let (d, h, t) = (16usize, 2usize, 3usize);
+    let x = T::from_f32(GgmlType::F32, [d as u64, h as u64, t as u64, 1], &randv(&mut r, d * h * t, 1.0));
+    let pos = [5i32, 6, 9];
+    let p = T::i32s([t as u64, 1, 1, 1], &pos);
+    let dst = T::new(GgmlType::F32, [d as u64, h as u64, t as u64, 1]);
+    let (n_dims, n_offs) = (8usize, 4usize);
+    let mut params = [0i32; 16];
+    params[1] = n_dims as i32;
+    params[2] = 2;
+    params[5] = f(10000.0);
+    params[6] = f(1.0);
+    params[8] = f(1.0);
+    params[15] = n_offs as i32;
+    run(vec![node_p(GgmlOp::Rope, &params, dst.t(), &[x.t(), p.t()])], 2).unwrap();
+    let xv = x.values();
+    let got = dst.values();
+    for row in 0..h * t {
+        let tok = row / h;
+        let xs = &xv[row * d..(row + 1) * d];
+        for i in 0..d {
+            let want = if i < n_offs || i >= n_offs + n_dims {
+                xs[i]
+            } else {
+                let j = i - n_offs;
+                let k = j % (n_dims / 2);
+                let th = pos[tok] as f64 * 10000f64.powf(-2.0 * k as f64 / n_dims as f64);
+                let (a, b) = (xs[n_offs + k], xs[n_offs + k + n_dims / 2]);
+                if j < n_dims / 2 {
+                    a * th.cos() - b * th.sin()
+                } else {
+                    a * th.sin() + b * th.cos()
+                }
+            };
+            assert!(
+                (got[row * d + i] - want).abs() < 1e-5,
+                "row {row} ch {i}: {} vs {want}",
+                got[row * d + i]
+            );
+        }
+    }
+}

@@ -55,6 +55,10 @@ fn malformed_layouts_are_refused() {
     let s = buf.view([4, 1, 1, 1], [4, 16, 16, 16], 0);
     let o = buf.view([4, 1, 1, 1], [4, 16, 16, 16], 8);
     assert!(matches!(validate(vec![node(GgmlOp::Scale, o, &[s])]), Err(Error::Shape { .. })));
+    // A destination whose rows share memory (nb[1] = 0): threads would write the same bytes.
+    let src = T::new(GgmlType::F32, [4, 3, 1, 1]);
+    let squashed = buf.view([4, 3, 1, 1], [4, 0, 16, 16], 0);
+    assert!(matches!(validate(vec![node(GgmlOp::Scale, squashed, &[src.t()])]), Err(Error::Shape { .. })));
     // Missing source.
     assert!(validate(vec![node(GgmlOp::Add, d.t(), &[d.t()])]).is_err());
     // Binary op whose src1 does not repeat.
@@ -129,4 +133,25 @@ fn executor_threads_agree_and_graphs_recompute() {
     fn is_send<S: Send>() {}
     is_send::<Executor>();
     is_send::<Graph>();
+}
+
+#[test]
+fn index_error_skips_rows_but_the_rest_of_the_graph_runs() {
+    let table = T::from_f32(GgmlType::F32, [4, 3, 1, 1], &(0..12).map(|v| v as f32).collect::<Vec<_>>());
+    let idx = T::i32s([2, 1, 1, 1], &[2, 9]);
+    let rows = T::new(GgmlType::F32, [4, 2, 1, 1]);
+    let scaled = T::new(GgmlType::F32, [4, 2, 1, 1]);
+    let nodes = vec![
+        node(GgmlOp::GetRows, rows.t(), &[table.t(), idx.t()]),
+        node_p(GgmlOp::Scale, &[f(2.0)], scaled.t(), &[rows.t()]),
+    ];
+    // SAFETY: all tensors are live owned buffers used only by this graph.
+    let g = unsafe { Graph::new(nodes).unwrap() };
+    let mut ex = Executor::new(2);
+    assert!(matches!(ex.compute(&g), Err(Error::IndexOutOfRange { .. })));
+    assert_eq!(scaled.values(), [16.0, 18.0, 20.0, 22.0, 0.0, 0.0, 0.0, 0.0]);
+    // Fix the index and recompute the same graph: no error, new result.
+    idx.slice_mut(4, 4).copy_from_slice(&0i32.to_le_bytes());
+    ex.compute(&g).unwrap();
+    assert_eq!(scaled.values(), [16.0, 18.0, 20.0, 22.0, 0.0, 2.0, 4.0, 6.0]);
 }

@@ -3,7 +3,9 @@
 
 mod attention;
 mod elementwise;
+mod fuzz;
 mod graph;
 mod harness;
+mod llama;
 mod matmul;
 mod rows;

@@ -146,7 +146,7 @@ fn mul_mat_id_routes_tokens_to_experts() {
         .filter(|t| has_matmul_kernels(*t))
         .collect();
     for (ti, t) in types.into_iter().enumerate() {
-        let (k, m, n_exp, n_used, n_tok) = (256u64, 9u64, 5u64, 2u64, 4u64);
+        let (k, m, n_exp, n_used, n_tok) = (256u64, 9u64, 5u64, 2u64, 13u64);
         let mut r = rng(50 + ti as u64);
         let a = T::from_f32(t, [k, m, n_exp, 1], &randv(&mut r, (k * m * n_exp) as usize, 1.0));
         for n_b in [1u64, n_used] {
@@ -191,4 +191,26 @@ fn mul_mat_id_out_of_range_expert_is_reported() {
     assert!(matches!(r, Err(Error::IndexOutOfRange { .. })), "{r:?}");
     // The valid token was still computed.
     assert_eq!(&d.values()[..4], &[32.0; 4]);
+}
+
+#[test]
+fn mul_mat_half_precision_activations() {
+    // src1 F16/BF16: widened (F32 weights) or converted to the weight's vec_dot type.
+    for (wt, at) in [
+        (GgmlType::F32, GgmlType::F16),
+        (GgmlType::F16, GgmlType::F16),
+        (GgmlType::Q4_0, GgmlType::F16),
+        (GgmlType::F32, GgmlType::BF16),
+    ] {
+        if !has_matmul_kernels(wt) {
+            continue;
+        }
+        let mut r = rng(60);
+        let a = T::from_f32(wt, [128, 6, 1, 1], &randv(&mut r, 768, 1.0));
+        let b = T::from_f32(at, [128, 3, 1, 1], &randv(&mut r, 384, 1.0));
+        let want = reference(&a.t(), &b.t());
+        let d = T::new(GgmlType::F32, [6, 3, 1, 1]);
+        run(vec![node(GgmlOp::MulMat, d.t(), &[a.t(), b.t()])], 2).unwrap();
+        check(&format!("mul_mat {wt} x {at}"), &d.values(), &want, bound(wt).max(1e-10));
+    }
 }

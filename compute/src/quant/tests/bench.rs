@@ -55,6 +55,24 @@ fn dot_throughput() {
                 qx.chunks_exact(rs).map(|row| (s.get(t).vec_dot.unwrap())(n, row, &qy)).sum::<f32>()
                     * reps as f32;
             assert!((acc - want).abs() <= 1e-3 * want.abs().max(1.0), "{t} {}", isa.name());
+            if let Some(x4) = k.get(t).vec_dot_x4 {
+                // Four columns at once: ns per row and column, to compare with the line above.
+                let mut dt4 = f64::INFINITY;
+                for _ in 0..10 {
+                    let t0 = Instant::now();
+                    for _ in 0..reps {
+                        for row in qx.chunks_exact(rs) {
+                            std::hint::black_box(x4(n, row, [&qy, &qy, &qy, &qy]));
+                        }
+                    }
+                    dt4 = dt4.min(t0.elapsed().as_secs_f64());
+                }
+                eprintln!(
+                    "{t:>7} {:>7}: x4 {:8.1} ns/row/column",
+                    isa.name(),
+                    dt4 * 1e9 / (rows * reps * 4) as f64
+                );
+            }
             let bytes = (qx.len() * reps) as f64;
             eprintln!(
                 "{t:>7} {:>7}: {:6.2} GB/s  {:8.1} ns/row",

@@ -2,6 +2,7 @@
 //! dispatch table when the CPU has the features.
 
 mod avx2;
+mod avx512;
 
 use super::dispatch::Kernels;
 
@@ -25,4 +26,6 @@ pub fn install_avx2(k: &mut Kernels) {
 }
 
 /// Installs the AVX-512 kernels (on top of AVX2's).
-pub fn install_avx512(_k: &mut Kernels) {}
+pub fn install_avx512(k: &mut Kernels) {
+    avx512::install(k);
+}

@@ -11,7 +11,6 @@ use super::legacy::iq4_lut;
 use super::util::*;
 use crate::dtype::QK_K;
 use crate::quant::blocks::*;
-use crate::quant::scalar::k4_scales;
 
 /// Checks `n` and the row lengths, returning the block slices.
 fn rows<'a, X: bytemuck::Pod>(n: usize, x: &'a [u8], y: &'a [u8]) -> (&'a [X], &'a [BlockQ8K]) {
@@ -22,11 +21,6 @@ fn rows<'a, X: bytemuck::Pod>(n: usize, x: &'a [u8], y: &'a [u8]) -> (&'a [X], &
 #[inline(always)]
 fn q8k_d(b: &BlockQ8K) -> f32 {
     f32::from_le_bytes(b.d)
-}
-
-#[inline(always)]
-fn bsum(b: &BlockQ8K, g: usize) -> i32 {
-    i16::from_le_bytes(b.bsums[g]) as i32
 }
 
 /// What one super-block contributes: `scale · Σ sumi - minus`.
@@ -70,17 +64,57 @@ kernel!(vec_dot_q2_k_q8_k, q2_k_loop, q2_k_block, BlockQ2K);
 kernel!(vec_dot_q3_k_q8_k, q3_k_loop, q3_k_block, BlockQ3K);
 kernel!(vec_dot_iq4_xs_q8_k, iq4_xs_loop, iq4_xs_block, BlockIq4Xs);
 
-/// The min term `Σ mn_j · (bsum_2j + bsum_2j+1)` of Q4_K/Q5_K.
+/// Q4_K/Q5_K scales and mins as `[sc0..8, mn0..8]`, unpacked on 32-bit words: with
+/// `w0, w1, w2` the three little-endian words of `scales`, `sc0..3 = w0 & 0x3f…`,
+/// `mn0..3 = w1 & 0x3f…`, `sc4..7 = (w2 & 0x0f…) | ((w0 >> 6) & 0x03…) << 4`,
+/// `mn4..7 = ((w2 >> 4) & 0x0f…) | ((w1 >> 6) & 0x03…) << 4` (ref: §2.2 Q4_K, restated per byte).
 #[inline(always)]
-fn k4_min_term(sm: &[(u8, u8); 8], by: &BlockQ8K) -> i32 {
-    sm.iter().enumerate().map(|(j, &(_, mn))| mn as i32 * (bsum(by, 2 * j) + bsum(by, 2 * j + 1))).sum()
+fn k4_unpack(s: &[u8; 12]) -> [u8; 16] {
+    let w = |i: usize| u32::from_le_bytes([s[4 * i], s[4 * i + 1], s[4 * i + 2], s[4 * i + 3]]);
+    let (w0, w1, w2) = (w(0), w(1), w(2));
+    let sc_lo = w0 & 0x3f3f_3f3f;
+    let mn_lo = w1 & 0x3f3f_3f3f;
+    let sc_hi = (w2 & 0x0f0f_0f0f) | (((w0 >> 6) & 0x0303_0303) << 4);
+    let mn_hi = ((w2 >> 4) & 0x0f0f_0f0f) | (((w1 >> 6) & 0x0303_0303) << 4);
+    let mut out = [0u8; 16];
+    for (k, v) in [sc_lo, sc_hi, mn_lo, mn_hi].into_iter().enumerate() {
+        out[4 * k..4 * k + 4].copy_from_slice(&v.to_le_bytes());
+    }
+    out
+}
+
+/// The eight Q4_K/Q5_K scales as i16 in both lanes, and the min term `Σ mn_j·(bsum_2j + bsum_2j+1)`.
+#[inline(always)]
+unsafe fn k4_scales_mins(scales: &[u8; 12], by: &BlockQ8K) -> (__m256i, i32) {
+    let u = k4_unpack(scales);
+    // SAFETY: 16-byte reads of the 16-byte `u` and of the 32-byte `bsums` halves; register
+    // arithmetic under AVX2.
+    unsafe {
+        let v = _mm_loadu_si128(u.as_ptr().cast());
+        let sc = _mm256_broadcastsi128_si256(_mm_cvtepu8_epi16(v));
+        let mn = _mm_cvtepu8_epi16(_mm_srli_si128(v, 8));
+        let b0 = _mm_loadu_si128(by.bsums.as_ptr().cast());
+        let b1 = _mm_loadu_si128(by.bsums[8..].as_ptr().cast());
+        let m = _mm_madd_epi16(mn, _mm_hadd_epi16(b0, b1));
+        let m = _mm_add_epi32(m, _mm_unpackhi_epi64(m, m));
+        let m = _mm_add_epi32(m, _mm_shuffle_epi32(m, 0b01));
+        (sc, _mm_cvtsi128_si32(m))
+    }
+}
+
+/// i16 element `j` (0..8) of each 128-bit lane of `v`, broadcast across that lane.
+#[inline(always)]
+unsafe fn pick16(v: __m256i, j_lo: i32, j_hi: i32) -> __m256i {
+    let m = |j: i32| (((2 * j + 1) << 8) | (2 * j)) as i16;
+    // SAFETY: register arithmetic under AVX2.
+    unsafe { _mm256_shuffle_epi8(v, _mm256_set_m128i(_mm_set1_epi16(m(j_hi)), _mm_set1_epi16(m(j_lo)))) }
 }
 
 #[inline(always)]
 unsafe fn q4_k_block(bx: &BlockQ4K, by: &BlockQ8K) -> Part {
-    let sm = k4_scales(&bx.scales);
     // SAFETY: in-bounds 32-byte loads (checked by `load32_at`) and register arithmetic.
     unsafe {
+        let (sc, mins) = k4_scales_mins(&bx.scales, by);
         let mask = _mm256_set1_epi8(0x0F);
         let mut sumi = _mm256_setzero_si256();
         for c in 0..4 {
@@ -89,20 +123,21 @@ unsafe fn q4_k_block(bx: &BlockQ4K, by: &BlockQ8K) -> Part {
             let hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), mask);
             let pl = _mm256_maddubs_epi16(lo, load32_at(&by.qs, c * 64));
             let ph = _mm256_maddubs_epi16(hi, load32_at(&by.qs, c * 64 + 32));
-            let pl = _mm256_madd_epi16(pl, _mm256_set1_epi16(sm[2 * c].0 as i16));
-            let ph = _mm256_madd_epi16(ph, _mm256_set1_epi16(sm[2 * c + 1].0 as i16));
+            let j = 2 * c as i32;
+            let pl = _mm256_madd_epi16(pl, pick16(sc, j, j));
+            let ph = _mm256_madd_epi16(ph, pick16(sc, j + 1, j + 1));
             sumi = _mm256_add_epi32(sumi, _mm256_add_epi32(pl, ph));
         }
-        let dy = q8k_d(by);
-        Part { sumi, scale: dy * f16(bx.d), minus: dy * f16(bx.dmin) * k4_min_term(&sm, by) as f32 }
+        let (dy, (d, dmin)) = (q8k_d(by), f16_pair(bx.d, bx.dmin));
+        Part { sumi, scale: dy * d, minus: dy * dmin * mins as f32 }
     }
 }
 
 #[inline(always)]
 unsafe fn q5_k_block(bx: &BlockQ5K, by: &BlockQ8K) -> Part {
-    let sm = k4_scales(&bx.scales);
     // SAFETY: in-bounds 32-byte loads (checked by `load32_at`) and register arithmetic.
     unsafe {
+        let (sc, mins) = k4_scales_mins(&bx.scales, by);
         let mask = _mm256_set1_epi8(0x0F);
         let one = _mm256_set1_epi8(1);
         let hbits = load32(&bx.qh);
@@ -117,23 +152,13 @@ unsafe fn q5_k_block(bx: &BlockQ5K, by: &BlockQ8K) -> Part {
             let hi = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(q, 4), mask), h1);
             let pl = _mm256_maddubs_epi16(lo, load32_at(&by.qs, c * 64));
             let ph = _mm256_maddubs_epi16(hi, load32_at(&by.qs, c * 64 + 32));
-            let pl = _mm256_madd_epi16(pl, _mm256_set1_epi16(sm[2 * c].0 as i16));
-            let ph = _mm256_madd_epi16(ph, _mm256_set1_epi16(sm[2 * c + 1].0 as i16));
+            let j = 2 * c as i32;
+            let pl = _mm256_madd_epi16(pl, pick16(sc, j, j));
+            let ph = _mm256_madd_epi16(ph, pick16(sc, j + 1, j + 1));
             sumi = _mm256_add_epi32(sumi, _mm256_add_epi32(pl, ph));
         }
-        let dy = q8k_d(by);
-        Part { sumi, scale: dy * f16(bx.d), minus: dy * f16(bx.dmin) * k4_min_term(&sm, by) as f32 }
-    }
-}
-
-/// `maddubs(q, y) - maddubs(off, y)` scaled per lane by `(s_lo, s_hi)` and widened: the signed
-/// dot of `q - off` against `y` for two 16-element sub-blocks.
-#[inline(always)]
-unsafe fn scaled_pair(q: __m256i, off: __m256i, y: __m256i, s_lo: i16, s_hi: i16) -> __m256i {
-    // SAFETY: register arithmetic; the caller has AVX2 enabled.
-    unsafe {
-        let p = _mm256_sub_epi16(_mm256_maddubs_epi16(q, y), _mm256_maddubs_epi16(off, y));
-        _mm256_madd_epi16(p, lanes_epi16(s_lo, s_hi))
+        let (dy, (d, dmin)) = (q8k_d(by), f16_pair(bx.d, bx.dmin));
+        Part { sumi, scale: dy * d, minus: dy * dmin * mins as f32 }
     }
 }
 
@@ -142,52 +167,66 @@ unsafe fn q6_k_block(bx: &BlockQ6K, by: &BlockQ8K) -> Part {
     // SAFETY: in-bounds 32-byte loads (checked by `load32_at`) and register arithmetic.
     unsafe {
         let m4 = _mm256_set1_epi8(0x0F);
-        let m2 = _mm256_set1_epi8(0x03);
-        let off = _mm256_set1_epi8(32);
-        let s = &bx.scales;
+        let m30 = _mm256_set1_epi8(0x30);
         let mut sumi = _mm256_setzero_si256();
         for n in 0..2 {
+            let sv8 = _mm_loadl_epi64(bx.scales[n * 8..].as_ptr().cast());
+            let sv = _mm256_broadcastsi128_si256(_mm_cvtepi8_epi16(sv8));
             let l0 = load32_at(&bx.ql, n * 64);
             let l1 = load32_at(&bx.ql, n * 64 + 32);
             let h = load32_at(&bx.qh, n * 32);
-            let hb = |k: i32| {
-                _mm256_slli_epi16(_mm256_and_si256(_mm256_srl_epi16(h, _mm_cvtsi32_si128(k)), m2), 4)
-            };
-            let q0 = _mm256_or_si256(_mm256_and_si256(l0, m4), hb(0));
-            let q1 = _mm256_or_si256(_mm256_and_si256(l1, m4), hb(2));
-            let q2 = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l0, 4), m4), hb(4));
-            let q3 = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l1, 4), m4), hb(6));
-            let (e, g) = (n * 128, n * 8);
+            // Bit pairs 0-1, 2-3, 4-5, 6-7 of `h` moved to bits 4-5 (the 16-bit shifts leak bits
+            // across bytes, which the 0x30 mask removes).
+            let h0 = _mm256_and_si256(_mm256_slli_epi16(h, 4), m30);
+            let h1 = _mm256_and_si256(_mm256_slli_epi16(h, 2), m30);
+            let h2 = _mm256_and_si256(h, m30);
+            let h3 = _mm256_and_si256(_mm256_srli_epi16(h, 2), m30);
+            let q0 = _mm256_or_si256(_mm256_and_si256(l0, m4), h0);
+            let q1 = _mm256_or_si256(_mm256_and_si256(l1, m4), h1);
+            let q2 = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l0, 4), m4), h2);
+            let q3 = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l1, 4), m4), h3);
             for (k, q) in [q0, q1, q2, q3].into_iter().enumerate() {
-                let y = load32_at(&by.qs, e + 32 * k);
-                let p = scaled_pair(q, off, y, s[g + 2 * k] as i16, s[g + 2 * k + 1] as i16);
+                let y = load32_at(&by.qs, n * 128 + 32 * k);
+                let p =
+                    _mm256_madd_epi16(_mm256_maddubs_epi16(q, y), pick16(sv, 2 * k as i32, 2 * k as i32 + 1));
                 sumi = _mm256_add_epi32(sumi, p);
             }
         }
-        Part { sumi, scale: q8k_d(by) * f16(bx.d), minus: 0.0 }
+        // The quants were used without their -32: subtract 32 · Σ_g scale_g · bsum_g.
+        let s16 = _mm256_cvtepi8_epi16(_mm_loadu_si128(bx.scales.as_ptr().cast()));
+        let offset = _mm256_madd_epi16(s16, _mm256_loadu_si256(by.bsums.as_ptr().cast()));
+        let sumi = _mm256_sub_epi32(sumi, _mm256_slli_epi32(offset, 5));
+        let (d, _) = f16_pair(bx.d, bx.d);
+        Part { sumi, scale: q8k_d(by) * d, minus: 0.0 }
     }
 }
 
 #[inline(always)]
 unsafe fn q2_k_block(bx: &BlockQ2K, by: &BlockQ8K) -> Part {
-    let mins: i32 = (0..16).map(|g| (bx.scales[g] >> 4) as i32 * bsum(by, g)).sum();
-    // SAFETY: in-bounds 32-byte loads (checked by `load32_at`) and register arithmetic.
+    // SAFETY: in-bounds 16/32-byte loads (whole fields, or checked by `load32_at`) and register
+    // arithmetic.
     unsafe {
         let m2 = _mm256_set1_epi8(0x03);
-        let zero = _mm256_setzero_si256();
+        let raw = _mm_loadu_si128(bx.scales.as_ptr().cast());
+        let lo4 = _mm_and_si128(raw, _mm_set1_epi8(0x0F));
+        let mn = _mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16(raw, 4), _mm_set1_epi8(0x0F)));
+        let m = _mm256_madd_epi16(mn, _mm256_loadu_si256(by.bsums.as_ptr().cast()));
         let mut sumi = _mm256_setzero_si256();
         for n in 0..2 {
             let bits = load32_at(&bx.qs, n * 32);
+            let half = if n == 0 { lo4 } else { _mm_srli_si128(lo4, 8) };
+            let sv = _mm256_broadcastsi128_si256(_mm_cvtepu8_epi16(half));
             for j in 0..4 {
                 let q = _mm256_and_si256(_mm256_srl_epi16(bits, _mm_cvtsi32_si128(2 * j as i32)), m2);
                 let y = load32_at(&by.qs, n * 128 + j * 32);
-                let g = n * 8 + 2 * j;
-                let (s0, s1) = ((bx.scales[g] & 0xF) as i16, (bx.scales[g + 1] & 0xF) as i16);
-                sumi = _mm256_add_epi32(sumi, scaled_pair(q, zero, y, s0, s1));
+                let p =
+                    _mm256_madd_epi16(_mm256_maddubs_epi16(q, y), pick16(sv, 2 * j as i32, 2 * j as i32 + 1));
+                sumi = _mm256_add_epi32(sumi, p);
             }
         }
-        let dy = q8k_d(by);
-        Part { sumi, scale: dy * f16(bx.d), minus: dy * f16(bx.dmin) * mins as f32 }
+        let mins = hsum_epi32(m);
+        let (dy, (d, dmin)) = (q8k_d(by), f16_pair(bx.d, bx.dmin));
+        Part { sumi, scale: dy * d, minus: dy * dmin * mins as f32 }
     }
 }
 
@@ -199,9 +238,15 @@ unsafe fn q3_k_block(bx: &BlockQ3K, by: &BlockQ8K) -> Part {
         let m2 = _mm256_set1_epi8(0x03);
         let four = _mm256_set1_epi8(4);
         let hbits = load32(&bx.hmask);
+        let sc16 = _mm_loadu_si128(sc.as_ptr().cast());
         let mut sumi = _mm256_setzero_si256();
         for n in 0..2 {
             let bits = load32_at(&bx.qs, n * 32);
+            let sv = _mm256_broadcastsi128_si256(_mm_cvtepi8_epi16(if n == 0 {
+                sc16
+            } else {
+                _mm_srli_si128(sc16, 8)
+            }));
             for j in 0..4 {
                 let q = _mm256_and_si256(_mm256_srl_epi16(bits, _mm_cvtsi32_si128(2 * j as i32)), m2);
                 // 4 where the high bit is clear: the quant is low2 - 4 there.
@@ -209,11 +254,13 @@ unsafe fn q3_k_block(bx: &BlockQ3K, by: &BlockQ8K) -> Part {
                 let clear = _mm256_cmpeq_epi8(_mm256_and_si256(hbits, bit), _mm256_setzero_si256());
                 let off = _mm256_and_si256(clear, four);
                 let y = load32_at(&by.qs, n * 128 + j * 32);
-                let g = n * 8 + 2 * j;
-                sumi = _mm256_add_epi32(sumi, scaled_pair(q, off, y, sc[g] as i16, sc[g + 1] as i16));
+                let p = _mm256_sub_epi16(_mm256_maddubs_epi16(q, y), _mm256_maddubs_epi16(off, y));
+                let p = _mm256_madd_epi16(p, pick16(sv, 2 * j as i32, 2 * j as i32 + 1));
+                sumi = _mm256_add_epi32(sumi, p);
             }
         }
-        Part { sumi, scale: q8k_d(by) * f16(bx.d), minus: 0.0 }
+        let (d, _) = f16_pair(bx.d, bx.d);
+        Part { sumi, scale: q8k_d(by) * d, minus: 0.0 }
     }
 }
 
@@ -230,6 +277,7 @@ unsafe fn iq4_xs_block(bx: &BlockIq4Xs, by: &BlockQ8K) -> Part {
             let ls = (iq4xs_scale(bx, ib) - 32) as i16;
             sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(p, _mm256_set1_epi16(ls)));
         }
-        Part { sumi, scale: q8k_d(by) * f16(bx.d), minus: 0.0 }
+        let (d, _) = f16_pair(bx.d, bx.d);
+        Part { sumi, scale: q8k_d(by) * d, minus: 0.0 }
     }
 }

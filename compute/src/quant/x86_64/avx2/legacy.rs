@@ -49,7 +49,7 @@ unsafe fn q4_0_q8_0(xs: &[BlockQ4_0], ys: &[BlockQ8_0]) -> f32 {
     unsafe {
         block_loop!(xs, ys, |bx, by| {
             let q = _mm256_sub_epi8(nibbles32(&bx.qs), _mm256_set1_epi8(8));
-            (f16(bx.d) * f16(by.d), _mm256_cvtepi32_ps(dot_i8i8_epi32(q, load32(&by.qs))))
+            (f16_mul(bx.d, by.d), _mm256_cvtepi32_ps(dot_i8i8_epi32(q, load32(&by.qs))))
         })
     }
 }
@@ -67,7 +67,7 @@ unsafe fn q8_0_q8_0(xs: &[BlockQ8_0], ys: &[BlockQ8_0]) -> f32 {
     unsafe {
         block_loop!(xs, ys, |bx, by| {
             let v = _mm256_cvtepi32_ps(dot_i8i8_epi32(load32(&bx.qs), load32(&by.qs)));
-            (f16(bx.d) * f16(by.d), v)
+            (f16_mul(bx.d, by.d), v)
         })
     }
 }
@@ -81,7 +81,7 @@ pub(super) fn vec_dot_iq4_nl_q8_0(n: usize, x: &[u8], y: &[u8]) -> f32 {
 
 /// The IQ4 codebook in both 128-bit lanes, for `pshufb` lookups.
 #[inline(always)]
-pub(super) unsafe fn iq4_lut() -> __m256i {
+pub(in crate::quant::x86_64) unsafe fn iq4_lut() -> __m256i {
     // SAFETY: 16-byte read of a 16-byte constant, then a register broadcast.
     unsafe { _mm256_broadcastsi128_si256(_mm_loadu_si128(KVALUES_IQ4NL.as_ptr().cast())) }
 }
@@ -93,7 +93,7 @@ unsafe fn iq4_nl_q8_0(xs: &[BlockIq4Nl], ys: &[BlockQ8_0]) -> f32 {
         let lut = iq4_lut();
         block_loop!(xs, ys, |bx, by| {
             let q = _mm256_shuffle_epi8(lut, nibbles32(&bx.qs));
-            (f16(bx.d) * f16(by.d), _mm256_cvtepi32_ps(dot_i8i8_epi32(q, load32(&by.qs))))
+            (f16_mul(bx.d, by.d), _mm256_cvtepi32_ps(dot_i8i8_epi32(q, load32(&by.qs))))
         })
     }
 }
@@ -114,7 +114,7 @@ unsafe fn q5_0_q8_0(xs: &[BlockQ5_0], ys: &[BlockQ8_0]) -> f32 {
             let hi = bytes_from_bits(u32::from_le_bytes(bx.qh));
             let q =
                 _mm256_or_si256(nibbles32(&bx.qs), _mm256_andnot_si256(hi, _mm256_set1_epi8(0xF0u8 as i8)));
-            (f16(bx.d) * f16(by.d), _mm256_cvtepi32_ps(dot_i8i8_epi32(q, load32(&by.qs))))
+            (f16_mul(bx.d, by.d), _mm256_cvtepi32_ps(dot_i8i8_epi32(q, load32(&by.qs))))
         })
     }
 }
@@ -130,15 +130,14 @@ pub(super) fn vec_dot_q4_1_q8_1(n: usize, x: &[u8], y: &[u8]) -> f32 {
 unsafe fn q4_1_q8_1(xs: &[BlockQ4_1], ys: &[BlockQ8_1]) -> f32 {
     // SAFETY: register arithmetic and in-bounds block reads; features enabled on this fn.
     unsafe {
-        let mut summs = 0.0f32;
-        for (bx, by) in xs.iter().zip(ys) {
-            summs += f16(bx.m) * f16(by.s);
-        }
+        let mut ms = _mm_setzero_ps();
         let dot = block_loop!(xs, ys, |bx, by| {
+            let p = dm_products(bytemuck::bytes_of(bx), bytemuck::bytes_of(by));
+            ms = _mm_add_ps(ms, p);
             let v = _mm256_cvtepi32_ps(dot_u8i8_epi32(nibbles32(&bx.qs), load32(&by.qs)));
-            (f16(bx.d) * f16(by.d), v)
+            (_mm_cvtss_f32(p), v)
         });
-        dot + summs
+        dot + _mm_cvtss_f32(_mm_movehdup_ps(ms))
     }
 }
 
@@ -153,15 +152,34 @@ pub(super) fn vec_dot_q5_1_q8_1(n: usize, x: &[u8], y: &[u8]) -> f32 {
 unsafe fn q5_1_q8_1(xs: &[BlockQ5_1], ys: &[BlockQ8_1]) -> f32 {
     // SAFETY: register arithmetic and in-bounds block reads; features enabled on this fn.
     unsafe {
-        let mut summs = 0.0f32;
-        for (bx, by) in xs.iter().zip(ys) {
-            summs += f16(bx.m) * f16(by.s);
-        }
+        let mut ms = _mm_setzero_ps();
         let dot = block_loop!(xs, ys, |bx, by| {
+            let p = dm_products(bytemuck::bytes_of(bx), bytemuck::bytes_of(by));
+            ms = _mm_add_ps(ms, p);
             let hi = _mm256_and_si256(bytes_from_bits(u32::from_le_bytes(bx.qh)), _mm256_set1_epi8(0x10));
             let q = _mm256_or_si256(nibbles32(&bx.qs), hi);
-            (f16(bx.d) * f16(by.d), _mm256_cvtepi32_ps(dot_u8i8_epi32(q, load32(&by.qs))))
+            (_mm_cvtss_f32(p), _mm256_cvtepi32_ps(dot_u8i8_epi32(q, load32(&by.qs))))
         });
-        dot + summs
+        dot + _mm_cvtss_f32(_mm_movehdup_ps(ms))
+    }
+}
+
+/// MXFP4 · Q8_0.
+pub(super) fn vec_dot_mxfp4_q8_0(n: usize, x: &[u8], y: &[u8]) -> f32 {
+    let (xs, ys) = rows::<BlockMxfp4, BlockQ8_0>(n, x, y);
+    // SAFETY: installed only after AVX2/FMA/F16C detection; slices checked above.
+    unsafe { mxfp4_q8_0(xs, ys) }
+}
+
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn mxfp4_q8_0(xs: &[BlockMxfp4], ys: &[BlockQ8_0]) -> f32 {
+    // SAFETY: register arithmetic and in-bounds block reads; features enabled on this fn.
+    unsafe {
+        let lut = _mm256_broadcastsi128_si256(_mm_loadu_si128(KVALUES_MXFP4.as_ptr().cast()));
+        let one = [0x00u8, 0x3c];
+        block_loop!(xs, ys, |bx, by| {
+            let q = _mm256_shuffle_epi8(lut, nibbles32(&bx.qs));
+            (e8m0_half(bx.e) * f16_mul(by.d, one), _mm256_cvtepi32_ps(dot_i8i8_epi32(q, load32(&by.qs))))
+        })
     }
 }

@@ -7,9 +7,10 @@
 
 mod float;
 mod kquants;
-mod legacy;
+pub(super) mod legacy;
 mod quantize;
-mod util;
+pub(super) mod util;
+mod x4;
 
 use crate::dtype::GgmlType;
 use crate::quant::dispatch::Kernels;
@@ -31,12 +32,17 @@ pub fn install(k: &mut Kernels) {
     k.set_vec_dot(Q5_1, legacy::vec_dot_q5_1_q8_1);
     k.set_vec_dot(Q8_0, legacy::vec_dot_q8_0_q8_0);
     k.set_vec_dot(IQ4_NL, legacy::vec_dot_iq4_nl_q8_0);
+    k.set_vec_dot(MXFP4, legacy::vec_dot_mxfp4_q8_0);
     k.set_vec_dot(Q2_K, kquants::vec_dot_q2_k_q8_k);
     k.set_vec_dot(Q3_K, kquants::vec_dot_q3_k_q8_k);
     k.set_vec_dot(Q4_K, kquants::vec_dot_q4_k_q8_k);
     k.set_vec_dot(Q5_K, kquants::vec_dot_q5_k_q8_k);
     k.set_vec_dot(Q6_K, kquants::vec_dot_q6_k_q8_k);
     k.set_vec_dot(IQ4_XS, kquants::vec_dot_iq4_xs_q8_k);
+    k.set_vec_dot_x4(Q4_0, x4::vec_dot_q4_0_q8_0_x4);
+    k.set_vec_dot_x4(Q4_1, x4::vec_dot_q4_1_q8_1_x4);
+    k.set_vec_dot_x4(Q8_0, x4::vec_dot_q8_0_q8_0_x4);
+    k.set_vec_dot_x4(Q4_K, x4::vec_dot_q4_k_q8_k_x4);
     k.set_from_f32(Q8_0, quantize::q8_0_from_f32);
     k.set_from_f32(Q8_1, quantize::q8_1_from_f32);
     k.set_from_f32(Q8_K, quantize::q8_k_from_f32);

@@ -5,7 +5,7 @@ use std::arch::x86_64::*;
 
 /// Sum of the 8 lanes.
 #[inline(always)]
-pub(super) unsafe fn hsum_ps(v: __m256) -> f32 {
+pub(in crate::quant::x86_64) unsafe fn hsum_ps(v: __m256) -> f32 {
     // SAFETY: pure register arithmetic; the caller runs with AVX enabled.
     unsafe {
         let s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
@@ -15,16 +15,28 @@ pub(super) unsafe fn hsum_ps(v: __m256) -> f32 {
     }
 }
 
+/// Sum of the 8 i32 lanes.
+#[inline(always)]
+pub(in crate::quant::x86_64) unsafe fn hsum_epi32(v: __m256i) -> i32 {
+    // SAFETY: pure register arithmetic under AVX2.
+    unsafe {
+        let s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
+        let s = _mm_add_epi32(s, _mm_unpackhi_epi64(s, s));
+        let s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0b01));
+        _mm_cvtsi128_si32(s)
+    }
+}
+
 /// Pairwise i16 sums of unsigned `a` (0..=127 in practice) times signed `b`, widened to 8 i32.
 #[inline(always)]
-pub(super) unsafe fn dot_u8i8_epi32(a: __m256i, b: __m256i) -> __m256i {
+pub(in crate::quant::x86_64) unsafe fn dot_u8i8_epi32(a: __m256i, b: __m256i) -> __m256i {
     // SAFETY: pure register arithmetic under AVX2.
     unsafe { _mm256_madd_epi16(_mm256_maddubs_epi16(a, b), _mm256_set1_epi16(1)) }
 }
 
 /// Products of signed `a` and signed `b` bytes, as pairwise i16 sums (|a| ≤ 127 required).
 #[inline(always)]
-pub(super) unsafe fn dot_i8i8_epi16(a: __m256i, b: __m256i) -> __m256i {
+pub(in crate::quant::x86_64) unsafe fn dot_i8i8_epi16(a: __m256i, b: __m256i) -> __m256i {
     // SAFETY: pure register arithmetic under AVX2. maddubs takes |a| as the unsigned operand and
     // moves a's sign onto b.
     unsafe { _mm256_maddubs_epi16(_mm256_sign_epi8(a, a), _mm256_sign_epi8(b, a)) }
@@ -32,7 +44,7 @@ pub(super) unsafe fn dot_i8i8_epi16(a: __m256i, b: __m256i) -> __m256i {
 
 /// Products of signed `a` and signed `b` bytes summed to 8 i32.
 #[inline(always)]
-pub(super) unsafe fn dot_i8i8_epi32(a: __m256i, b: __m256i) -> __m256i {
+pub(in crate::quant::x86_64) unsafe fn dot_i8i8_epi32(a: __m256i, b: __m256i) -> __m256i {
     // SAFETY: pure register arithmetic under AVX2.
     unsafe { _mm256_madd_epi16(dot_i8i8_epi16(a, b), _mm256_set1_epi16(1)) }
 }
@@ -40,7 +52,7 @@ pub(super) unsafe fn dot_i8i8_epi32(a: __m256i, b: __m256i) -> __m256i {
 /// 32 nibbles from 16 bytes: low nibbles in the low lane (elements 0..16), high nibbles in the
 /// high lane (elements 16..32), as in every 32-element block.
 #[inline(always)]
-pub(super) unsafe fn nibbles32(p: &[u8; 16]) -> __m256i {
+pub(in crate::quant::x86_64) unsafe fn nibbles32(p: &[u8; 16]) -> __m256i {
     // SAFETY: reads exactly 16 bytes from a 16-byte array; the rest is register arithmetic.
     unsafe {
         let t = _mm_loadu_si128(p.as_ptr().cast());
@@ -51,7 +63,7 @@ pub(super) unsafe fn nibbles32(p: &[u8; 16]) -> __m256i {
 
 /// 0xFF in byte j for every set bit j of `bits` (j = 0..32), 0 elsewhere.
 #[inline(always)]
-pub(super) unsafe fn bytes_from_bits(bits: u32) -> __m256i {
+pub(in crate::quant::x86_64) unsafe fn bytes_from_bits(bits: u32) -> __m256i {
     // SAFETY: pure register arithmetic under AVX2. Byte j gets a copy of byte j/8 of `bits`, is
     // ORed with every bit except bit j%8, and compared with all ones.
     unsafe {
@@ -64,31 +76,54 @@ pub(super) unsafe fn bytes_from_bits(bits: u32) -> __m256i {
     }
 }
 
-/// f16 little-endian bytes to f32 through F16C.
+/// The product of two f16 values (little-endian bytes) through F16C. Both are packed into one
+/// 32-bit integer first: converting each alone lets LLVM insert it into a register it happens to
+/// hold (the accumulator), a false dependency that serializes the block loop.
 #[inline(always)]
-pub(super) unsafe fn f16(b: [u8; 2]) -> f32 {
+pub(in crate::quant::x86_64) unsafe fn f16_mul(a: [u8; 2], b: [u8; 2]) -> f32 {
+    let packed = u16::from_le_bytes(a) as u32 | (u16::from_le_bytes(b) as u32) << 16;
     // SAFETY: register conversion under F16C.
-    unsafe { _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128(u16::from_le_bytes(b) as i32))) }
+    unsafe {
+        let v = _mm_cvtph_ps(_mm_cvtsi32_si128(packed as i32));
+        _mm_cvtss_f32(_mm_mul_ss(v, _mm_movehdup_ps(v)))
+    }
 }
 
-/// A 256-bit vector of 16 i16 with `lo` in the low lane and `hi` in the high lane.
+/// Two f16 values (little-endian bytes) to f32, converted together for the reason given at
+/// [`f16_mul`].
 #[inline(always)]
-pub(super) unsafe fn lanes_epi16(lo: i16, hi: i16) -> __m256i {
-    // SAFETY: register construction under AVX.
-    unsafe { _mm256_set_m128i(_mm_set1_epi16(hi), _mm_set1_epi16(lo)) }
+pub(in crate::quant::x86_64) unsafe fn f16_pair(a: [u8; 2], b: [u8; 2]) -> (f32, f32) {
+    let packed = u16::from_le_bytes(a) as u32 | (u16::from_le_bytes(b) as u32) << 16;
+    // SAFETY: register conversion under F16C.
+    unsafe {
+        let v = _mm_cvtph_ps(_mm_cvtsi32_si128(packed as i32));
+        (_mm_cvtss_f32(v), _mm_cvtss_f32(_mm_movehdup_ps(v)))
+    }
 }
 
 /// Loads 32 bytes.
 #[inline(always)]
-pub(super) unsafe fn load32<T>(p: &[T; 32]) -> __m256i {
+pub(in crate::quant::x86_64) unsafe fn load32<T>(p: &[T; 32]) -> __m256i {
     // SAFETY: `p` is a 32-element array of a byte-sized type: 32 readable bytes.
     unsafe { _mm256_loadu_si256(p.as_ptr().cast()) }
 }
 
 /// Loads 32 bytes starting at `s[at]` (bounds checked).
 #[inline(always)]
-pub(super) unsafe fn load32_at<T: Copy>(s: &[T], at: usize) -> __m256i {
+pub(in crate::quant::x86_64) unsafe fn load32_at<T: Copy>(s: &[T], at: usize) -> __m256i {
     assert!(std::mem::size_of::<T>() == 1 && at + 32 <= s.len());
     // SAFETY: checked above: 32 readable bytes at `at`.
     unsafe { _mm256_loadu_si256(s.as_ptr().add(at).cast()) }
+}
+
+/// For Q4_1/Q5_1 · Q8_1: `[d_x·d_y, m_x·s_y, …]` from the first four bytes of each block (`d, m` and
+/// `d, s`, adjacent f16 pairs), converted with a single `vcvtph2ps`.
+#[inline(always)]
+pub(in crate::quant::x86_64) unsafe fn dm_products(x: &[u8], y: &[u8]) -> __m128 {
+    let w = |b: &[u8]| i32::from_le_bytes([b[0], b[1], b[2], b[3]]);
+    // SAFETY: register construction and conversion under F16C.
+    unsafe {
+        let v = _mm_cvtph_ps(_mm_set_epi32(0, 0, w(y), w(x)));
+        _mm_mul_ps(v, _mm_movehl_ps(v, v))
+    }
 }

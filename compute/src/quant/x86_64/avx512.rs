@@ -1,0 +1,148 @@
+//! AVX-512 VNNI kernels for the 32-element formats: `vpdpbusd` (u8×i8 → i32 accumulate) replaces
+//! AVX2's `maddubs` + `madd` pair. Issued on 256-bit registers with EVEX encoding through inline
+//! assembly (the VNNI intrinsics are newer than the workspace's minimum Rust version), so this
+//! needs AVX-512 VNNI + VL on top of AVX2. ref: ggml-compute-semantics.md §2.2, §2.3.
+//!
+//! Like the AVX2 module, the safe wrappers are reachable only through [`install`], which runs only
+//! after the features were detected: the invariant behind every `// SAFETY:` comment here.
+
+use std::arch::asm;
+use std::arch::x86_64::*;
+
+use super::avx2::legacy::iq4_lut;
+use super::avx2::util::*;
+use crate::dtype::GgmlType;
+use crate::quant::blocks::*;
+use crate::quant::dispatch::Kernels;
+
+/// Installs the VNNI kernels into `k` (on top of AVX2's); does nothing without the features.
+pub fn install(k: &mut Kernels) {
+    if !super::avx512_available() {
+        return;
+    }
+    k.set_vec_dot(GgmlType::Q4_0, vec_dot_q4_0_q8_0);
+    k.set_vec_dot(GgmlType::Q4_1, vec_dot_q4_1_q8_1);
+    k.set_vec_dot(GgmlType::Q8_0, vec_dot_q8_0_q8_0);
+    k.set_vec_dot(GgmlType::IQ4_NL, vec_dot_iq4_nl_q8_0);
+}
+
+/// `acc + Σ_{4 bytes} a_u8 · b_i8` per i32 lane.
+#[inline]
+#[target_feature(enable = "avx2,avx512f,avx512vl,avx512vnni")]
+unsafe fn dpbusd(acc: __m256i, a: __m256i, b: __m256i) -> __m256i {
+    let mut acc = acc;
+    // SAFETY: the instruction reads and writes only the named registers; every caller enables
+    // avx512vnni + avx512vl and runs only where they were detected.
+    unsafe {
+        asm!(
+            "{{evex}} vpdpbusd {acc}, {a}, {b}",
+            acc = inout(ymm_reg) acc,
+            a = in(ymm_reg) a,
+            b = in(ymm_reg) b,
+            options(pure, nomem, nostack, preserves_flags)
+        );
+    }
+    acc
+}
+
+/// Σ a·b of signed bytes (|a| ≤ 127) as 8 i32: |a| as the unsigned operand, a's sign moved to b.
+#[inline]
+#[target_feature(enable = "avx2,avx512f,avx512vl,avx512vnni")]
+unsafe fn dot_i8(a: __m256i, b: __m256i) -> __m256i {
+    // SAFETY: register arithmetic; callers enable AVX2 and VNNI.
+    unsafe { dpbusd(_mm256_setzero_si256(), _mm256_sign_epi8(a, a), _mm256_sign_epi8(b, a)) }
+}
+
+/// Checks `n` and the row lengths, returning the block slices.
+fn rows<'a, X: bytemuck::Pod, Y: bytemuck::Pod>(n: usize, x: &'a [u8], y: &'a [u8]) -> (&'a [X], &'a [Y]) {
+    assert_eq!(n % QK, 0, "vec_dot: n = {n} is not a whole number of blocks");
+    (take_blocks::<X>(x, n / QK), take_blocks::<Y>(y, n / QK))
+}
+
+/// Σ over block pairs of `scale · v`, unrolled by two (`$body` yields `(scale, v: __m256i)`).
+macro_rules! block_loop {
+    ($xs:expr, $ys:expr, |$bx:ident, $by:ident| $body:expr) => {{
+        let mut acc0 = _mm256_setzero_ps();
+        let mut acc1 = _mm256_setzero_ps();
+        let mut pairs = $xs.chunks_exact(2).zip($ys.chunks_exact(2));
+        for (px, py) in &mut pairs {
+            let ($bx, $by) = (&px[0], &py[0]);
+            let (d0, v0) = $body;
+            let ($bx, $by) = (&px[1], &py[1]);
+            let (d1, v1) = $body;
+            acc0 = _mm256_fmadd_ps(_mm256_set1_ps(d0), _mm256_cvtepi32_ps(v0), acc0);
+            acc1 = _mm256_fmadd_ps(_mm256_set1_ps(d1), _mm256_cvtepi32_ps(v1), acc1);
+        }
+        if $xs.len() % 2 == 1 {
+            let ($bx, $by) = (&$xs[$xs.len() - 1], &$ys[$ys.len() - 1]);
+            let (d0, v0) = $body;
+            acc0 = _mm256_fmadd_ps(_mm256_set1_ps(d0), _mm256_cvtepi32_ps(v0), acc0);
+        }
+        hsum_ps(_mm256_add_ps(acc0, acc1))
+    }};
+}
+
+macro_rules! wrapper {
+    ($pub_name:ident, $inner:ident, $x:ty, $y:ty) => {
+        fn $pub_name(n: usize, x: &[u8], y: &[u8]) -> f32 {
+            let (xs, ys) = rows::<$x, $y>(n, x, y);
+            // SAFETY: installed only after AVX2/FMA/F16C/AVX-512 VNNI+VL detection (module
+            // docs); the slices hold whole blocks.
+            unsafe { $inner(xs, ys) }
+        }
+    };
+}
+
+wrapper!(vec_dot_q4_0_q8_0, q4_0_q8_0, BlockQ4_0, BlockQ8_0);
+wrapper!(vec_dot_q4_1_q8_1, q4_1_q8_1, BlockQ4_1, BlockQ8_1);
+wrapper!(vec_dot_q8_0_q8_0, q8_0_q8_0, BlockQ8_0, BlockQ8_0);
+wrapper!(vec_dot_iq4_nl_q8_0, iq4_nl_q8_0, BlockIq4Nl, BlockQ8_0);
+
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512vl,avx512vnni")]
+unsafe fn q4_0_q8_0(xs: &[BlockQ4_0], ys: &[BlockQ8_0]) -> f32 {
+    // SAFETY: register arithmetic and whole-block reads; features enabled on this fn.
+    unsafe {
+        let eight = _mm256_set1_epi8(8);
+        block_loop!(xs, ys, |bx, by| {
+            // Σ (q - 8)·y = Σ q·y - Σ 8·y, both with q and 8 as the unsigned operand.
+            let y = load32(&by.qs);
+            let v = _mm256_sub_epi32(
+                dpbusd(_mm256_setzero_si256(), nibbles32(&bx.qs), y),
+                dpbusd(_mm256_setzero_si256(), eight, y),
+            );
+            (f16_mul(bx.d, by.d), v)
+        })
+    }
+}
+
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512vl,avx512vnni")]
+unsafe fn q4_1_q8_1(xs: &[BlockQ4_1], ys: &[BlockQ8_1]) -> f32 {
+    // SAFETY: register arithmetic and whole-block reads; features enabled on this fn.
+    unsafe {
+        let mut ms = _mm_setzero_ps();
+        let dot = block_loop!(xs, ys, |bx, by| {
+            let p = dm_products(bytemuck::bytes_of(bx), bytemuck::bytes_of(by));
+            ms = _mm_add_ps(ms, p);
+            (_mm_cvtss_f32(p), dpbusd(_mm256_setzero_si256(), nibbles32(&bx.qs), load32(&by.qs)))
+        });
+        dot + _mm_cvtss_f32(_mm_movehdup_ps(ms))
+    }
+}
+
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512vl,avx512vnni")]
+unsafe fn q8_0_q8_0(xs: &[BlockQ8_0], ys: &[BlockQ8_0]) -> f32 {
+    // SAFETY: register arithmetic and whole-block reads; features enabled on this fn.
+    unsafe { block_loop!(xs, ys, |bx, by| (f16_mul(bx.d, by.d), dot_i8(load32(&bx.qs), load32(&by.qs)))) }
+}
+
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512vl,avx512vnni")]
+unsafe fn iq4_nl_q8_0(xs: &[BlockIq4Nl], ys: &[BlockQ8_0]) -> f32 {
+    // SAFETY: register arithmetic and whole-block reads; features enabled on this fn.
+    unsafe {
+        let lut = iq4_lut();
+        block_loop!(xs, ys, |bx, by| {
+            let q = _mm256_shuffle_epi8(lut, nibbles32(&bx.qs));
+            (f16_mul(bx.d, by.d), dot_i8(q, load32(&by.qs)))
+        })
+    }
+}
