@@ -47,9 +47,14 @@ pub(super) fn vec_dot_q4_0_q8_0(n: usize, x: &[u8], y: &[u8]) -> f32 {
 unsafe fn q4_0_q8_0(xs: &[BlockQ4_0], ys: &[BlockQ8_0]) -> f32 {
     // SAFETY: register arithmetic and in-bounds block reads; features enabled on this fn.
     unsafe {
+        let eight = _mm256_set1_epi8(8);
+        let ones = _mm256_set1_epi16(1);
         block_loop!(xs, ys, |bx, by| {
-            let q = _mm256_sub_epi8(nibbles32(&bx.qs), _mm256_set1_epi8(8));
-            (f16_mul(bx.d, by.d), _mm256_cvtepi32_ps(dot_i8i8_epi32(q, load32(&by.qs))))
+            // Σ (q - 8)·y = Σ q·y - Σ 8·y, with q and 8 as maddubs' unsigned operand.
+            let y = load32(&by.qs);
+            let p =
+                _mm256_sub_epi16(_mm256_maddubs_epi16(nibbles32(&bx.qs), y), _mm256_maddubs_epi16(eight, y));
+            (f16_mul(bx.d, by.d), _mm256_cvtepi32_ps(_mm256_madd_epi16(p, ones)))
         })
     }
 }
