@@ -18,7 +18,7 @@
 //! | Q1_0, Q2_0, NVFP4, TQ2_0 | ✓ | — (read-only) | ✓ | — |
 //!
 //! [`TypeKernels::vec_dot_x4`] (one weight row against four activation rows) exists on AVX2 for
-//! Q4_0, Q4_1, Q8_0 and Q4_K. Row arguments are checked with `assert!` before any vector code
+//! Q4_0, Q4_1, Q8_0, Q4_K and Q6_K. Row arguments are checked with `assert!` before any vector code
 //! runs: a short row panics in the kernel rather than reading out of bounds, so callers validate
 //! shapes first.
 

@@ -104,7 +104,7 @@ unsafe fn k4_scales_mins(scales: &[u8; 12], by: &BlockQ8K) -> (__m256i, i32) {
 
 /// i16 element `j` (0..8) of each 128-bit lane of `v`, broadcast across that lane.
 #[inline(always)]
-unsafe fn pick16(v: __m256i, j_lo: i32, j_hi: i32) -> __m256i {
+pub(super) unsafe fn pick16(v: __m256i, j_lo: i32, j_hi: i32) -> __m256i {
     let m = |j: i32| (((2 * j + 1) << 8) | (2 * j)) as i16;
     // SAFETY: register arithmetic under AVX2.
     unsafe { _mm256_shuffle_epi8(v, _mm256_set_m128i(_mm_set1_epi16(m(j_hi)), _mm_set1_epi16(m(j_lo)))) }
@@ -166,38 +166,58 @@ unsafe fn q5_k_block(bx: &BlockQ5K, by: &BlockQ8K) -> Part {
 unsafe fn q6_k_block(bx: &BlockQ6K, by: &BlockQ8K) -> Part {
     // SAFETY: in-bounds 32-byte loads (checked by `load32_at`) and register arithmetic.
     unsafe {
-        let m4 = _mm256_set1_epi8(0x0F);
-        let m30 = _mm256_set1_epi8(0x30);
         let mut sumi = _mm256_setzero_si256();
         for n in 0..2 {
-            let sv8 = _mm_loadl_epi64(bx.scales[n * 8..].as_ptr().cast());
-            let sv = _mm256_broadcastsi128_si256(_mm_cvtepi8_epi16(sv8));
-            let l0 = load32_at(&bx.ql, n * 64);
-            let l1 = load32_at(&bx.ql, n * 64 + 32);
-            let h = load32_at(&bx.qh, n * 32);
-            // Bit pairs 0-1, 2-3, 4-5, 6-7 of `h` moved to bits 4-5 (the 16-bit shifts leak bits
-            // across bytes, which the 0x30 mask removes).
-            let h0 = _mm256_and_si256(_mm256_slli_epi16(h, 4), m30);
-            let h1 = _mm256_and_si256(_mm256_slli_epi16(h, 2), m30);
-            let h2 = _mm256_and_si256(h, m30);
-            let h3 = _mm256_and_si256(_mm256_srli_epi16(h, 2), m30);
-            let q0 = _mm256_or_si256(_mm256_and_si256(l0, m4), h0);
-            let q1 = _mm256_or_si256(_mm256_and_si256(l1, m4), h1);
-            let q2 = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l0, 4), m4), h2);
-            let q3 = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l1, 4), m4), h3);
-            for (k, q) in [q0, q1, q2, q3].into_iter().enumerate() {
+            let (qs, sv) = q6k_half(bx, n);
+            for (k, q) in qs.into_iter().enumerate() {
                 let y = load32_at(&by.qs, n * 128 + 32 * k);
                 let p =
                     _mm256_madd_epi16(_mm256_maddubs_epi16(q, y), pick16(sv, 2 * k as i32, 2 * k as i32 + 1));
                 sumi = _mm256_add_epi32(sumi, p);
             }
         }
-        // The quants were used without their -32: subtract 32 · Σ_g scale_g · bsum_g.
-        let s16 = _mm256_cvtepi8_epi16(_mm_loadu_si128(bx.scales.as_ptr().cast()));
-        let offset = _mm256_madd_epi16(s16, _mm256_loadu_si256(by.bsums.as_ptr().cast()));
-        let sumi = _mm256_sub_epi32(sumi, _mm256_slli_epi32(offset, 5));
+        let sumi = _mm256_sub_epi32(sumi, q6k_offset(bx, by));
         let (d, _) = f16_pair(bx.d, bx.d);
         Part { sumi, scale: q8k_d(by) * d, minus: 0.0 }
+    }
+}
+
+/// The four 32-quant vectors (0..=63, without the -32) of half `n` of a Q6_K block, and its eight
+/// scales as i16 in both lanes.
+#[inline(always)]
+pub(super) unsafe fn q6k_half(bx: &BlockQ6K, n: usize) -> ([__m256i; 4], __m256i) {
+    // SAFETY: in-bounds loads (8 bytes of the 16-byte `scales` at n·8, `load32_at` checks the
+    // rest) and register arithmetic under AVX2.
+    unsafe {
+        let m4 = _mm256_set1_epi8(0x0F);
+        let m30 = _mm256_set1_epi8(0x30);
+        let sv8 = _mm_loadl_epi64(bx.scales[n * 8..].as_ptr().cast());
+        let sv = _mm256_broadcastsi128_si256(_mm_cvtepi8_epi16(sv8));
+        let l0 = load32_at(&bx.ql, n * 64);
+        let l1 = load32_at(&bx.ql, n * 64 + 32);
+        let h = load32_at(&bx.qh, n * 32);
+        // Bit pairs 0-1, 2-3, 4-5, 6-7 of `h` moved to bits 4-5 (the 16-bit shifts leak bits
+        // across bytes, which the 0x30 mask removes).
+        let h0 = _mm256_and_si256(_mm256_slli_epi16(h, 4), m30);
+        let h1 = _mm256_and_si256(_mm256_slli_epi16(h, 2), m30);
+        let h2 = _mm256_and_si256(h, m30);
+        let h3 = _mm256_and_si256(_mm256_srli_epi16(h, 2), m30);
+        let q0 = _mm256_or_si256(_mm256_and_si256(l0, m4), h0);
+        let q1 = _mm256_or_si256(_mm256_and_si256(l1, m4), h1);
+        let q2 = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l0, 4), m4), h2);
+        let q3 = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l1, 4), m4), h3);
+        ([q0, q1, q2, q3], sv)
+    }
+}
+
+/// `32 · Σ_g scale_g · bsum_g` as 8 i32 lanes: what the quants' missing -32 contributes.
+#[inline(always)]
+pub(super) unsafe fn q6k_offset(bx: &BlockQ6K, by: &BlockQ8K) -> __m256i {
+    // SAFETY: 16-byte read of `scales` and 32-byte read of `bsums` (whole fields); AVX2 arithmetic.
+    unsafe {
+        let s16 = _mm256_cvtepi8_epi16(_mm_loadu_si128(bx.scales.as_ptr().cast()));
+        let offset = _mm256_madd_epi16(s16, _mm256_loadu_si256(by.bsums.as_ptr().cast()));
+        _mm256_slli_epi32(offset, 5)
     }
 }
 

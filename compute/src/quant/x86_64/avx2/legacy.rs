@@ -47,9 +47,14 @@ pub(super) fn vec_dot_q4_0_q8_0(n: usize, x: &[u8], y: &[u8]) -> f32 {
 unsafe fn q4_0_q8_0(xs: &[BlockQ4_0], ys: &[BlockQ8_0]) -> f32 {
     // SAFETY: register arithmetic and in-bounds block reads; features enabled on this fn.
     unsafe {
+        let eight = _mm256_set1_epi8(8);
+        let ones = _mm256_set1_epi16(1);
         block_loop!(xs, ys, |bx, by| {
-            let q = _mm256_sub_epi8(nibbles32(&bx.qs), _mm256_set1_epi8(8));
-            (f16_mul(bx.d, by.d), _mm256_cvtepi32_ps(dot_i8i8_epi32(q, load32(&by.qs))))
+            // Σ (q - 8)·y = Σ q·y - Σ 8·y, with q and 8 as maddubs' unsigned operand.
+            let y = load32(&by.qs);
+            let p =
+                _mm256_sub_epi16(_mm256_maddubs_epi16(nibbles32(&bx.qs), y), _mm256_maddubs_epi16(eight, y));
+            (f16_mul(bx.d, by.d), _mm256_cvtepi32_ps(_mm256_madd_epi16(p, ones)))
         })
     }
 }
@@ -109,12 +114,14 @@ pub(super) fn vec_dot_q5_0_q8_0(n: usize, x: &[u8], y: &[u8]) -> f32 {
 unsafe fn q5_0_q8_0(xs: &[BlockQ5_0], ys: &[BlockQ8_0]) -> f32 {
     // SAFETY: register arithmetic and in-bounds block reads; features enabled on this fn.
     unsafe {
+        let (b4, sixteen, ones) = (_mm256_set1_epi8(0x10), _mm256_set1_epi8(16), _mm256_set1_epi16(1));
         block_loop!(xs, ys, |bx, by| {
-            // (nib | hi<<4) - 16 == nib | 0xF0 (as i8) where the fifth bit is clear, nib where set.
-            let hi = bytes_from_bits(u32::from_le_bytes(bx.qh));
-            let q =
-                _mm256_or_si256(nibbles32(&bx.qs), _mm256_andnot_si256(hi, _mm256_set1_epi8(0xF0u8 as i8)));
-            (f16_mul(bx.d, by.d), _mm256_cvtepi32_ps(dot_i8i8_epi32(q, load32(&by.qs))))
+            // Σ (q - 16)·y = Σ q·y - Σ 16·y with the unsigned 5-bit q = nib | hi<<4.
+            let hi = _mm256_and_si256(bytes_from_bits(u32::from_le_bytes(bx.qh)), b4);
+            let q = _mm256_or_si256(nibbles32(&bx.qs), hi);
+            let y = load32(&by.qs);
+            let p = _mm256_sub_epi16(_mm256_maddubs_epi16(q, y), _mm256_maddubs_epi16(sixteen, y));
+            (f16_mul(bx.d, by.d), _mm256_cvtepi32_ps(_mm256_madd_epi16(p, ones)))
         })
     }
 }

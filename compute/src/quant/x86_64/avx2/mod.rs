@@ -6,7 +6,7 @@
 //! is the invariant every `// SAFETY:` comment below refers to.
 
 mod float;
-mod kquants;
+pub(super) mod kquants;
 pub(super) mod legacy;
 mod quantize;
 pub(super) mod util;
@@ -43,6 +43,7 @@ pub fn install(k: &mut Kernels) {
     k.set_vec_dot_x4(Q4_1, x4::vec_dot_q4_1_q8_1_x4);
     k.set_vec_dot_x4(Q8_0, x4::vec_dot_q8_0_q8_0_x4);
     k.set_vec_dot_x4(Q4_K, x4::vec_dot_q4_k_q8_k_x4);
+    k.set_vec_dot_x4(Q6_K, x4::vec_dot_q6_k_q8_k_x4);
     k.set_from_f32(Q8_0, quantize::q8_0_from_f32);
     k.set_from_f32(Q8_1, quantize::q8_1_from_f32);
     k.set_from_f32(Q8_K, quantize::q8_k_from_f32);

@@ -4,6 +4,7 @@
 
 use std::arch::x86_64::*;
 
+use super::kquants::{pick16, q6k_half, q6k_offset};
 use super::util::*;
 use crate::dtype::QK_K;
 use crate::quant::blocks::*;
@@ -36,6 +37,7 @@ wrapper!(vec_dot_q4_0_q8_0_x4, q4_0_x4, BlockQ4_0, BlockQ8_0, QK);
 wrapper!(vec_dot_q4_1_q8_1_x4, q4_1_x4, BlockQ4_1, BlockQ8_1, QK);
 wrapper!(vec_dot_q8_0_q8_0_x4, q8_0_x4, BlockQ8_0, BlockQ8_0, QK);
 wrapper!(vec_dot_q4_k_q8_k_x4, q4_k_x4, BlockQ4K, BlockQ8K, QK_K);
+wrapper!(vec_dot_q6_k_q8_k_x4, q6_k_x4, BlockQ6K, BlockQ8K, QK_K);
 
 /// Horizontal sums of four accumulators.
 #[inline(always)]
@@ -159,5 +161,35 @@ unsafe fn q4_k_x4(xs: &[BlockQ4K], ys: [&[BlockQ8K]; 4]) -> [f32; 4] {
         }
         let s = hsum4(acc);
         [s[0] - minus[0], s[1] - minus[1], s[2] - minus[2], s[3] - minus[3]]
+    }
+}
+
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn q6_k_x4(xs: &[BlockQ6K], ys: [&[BlockQ8K]; 4]) -> [f32; 4] {
+    // SAFETY: all block slices have xs.len() blocks (checked by the wrapper); in-bounds loads
+    // (checked by `load32_at`); register arithmetic.
+    unsafe {
+        let mut acc = [_mm256_setzero_ps(); 4];
+        for (i, bx) in xs.iter().enumerate() {
+            let mut sumi = [_mm256_setzero_si256(); 4];
+            for n in 0..2 {
+                let (qs, sv) = q6k_half(bx, n);
+                for (k, q) in qs.into_iter().enumerate() {
+                    let s = pick16(sv, 2 * k as i32, 2 * k as i32 + 1);
+                    for c in 0..4 {
+                        let y = load32_at(&ys[c][i].qs, n * 128 + 32 * k);
+                        sumi[c] = _mm256_add_epi32(sumi[c], _mm256_madd_epi16(_mm256_maddubs_epi16(q, y), s));
+                    }
+                }
+            }
+            let (d, _) = f16_pair(bx.d, bx.d);
+            for c in 0..4 {
+                let by = &ys[c][i];
+                let si = _mm256_sub_epi32(sumi[c], q6k_offset(bx, by));
+                let dy = f32::from_le_bytes(by.d);
+                acc[c] = _mm256_fmadd_ps(_mm256_set1_ps(dy * d), _mm256_cvtepi32_ps(si), acc[c]);
+            }
+        }
+        hsum4(acc)
     }
 }
