@@ -8,7 +8,9 @@ cd "$root"
 
 echo "== model and reference peer"
 LLAMAD_MODEL=$(scripts/fetch-model.sh)
-LLAMAD_PEER_PYTHON=$(tests/peer/build-peer.sh | tail -n 1)
+# The parity reference is llama.cpp built for the AVX2 baseline: llamad's x86 kernels reproduce ggml's
+# AVX2 arithmetic (see tests/interop/README.md). The benchmarks use the native (AVX-512) build instead.
+LLAMAD_PEER_PYTHON=$(LLAMAD_PEER_ISA=${LLAMAD_PEER_ISA:-avx2} tests/peer/build-peer.sh | tail -n 1)
 export LLAMAD_MODEL LLAMAD_PEER_PYTHON
 "$LLAMAD_PEER_PYTHON" -c 'import pytest' 2>/dev/null || "$LLAMAD_PEER_PYTHON" -m pip install --quiet pytest >/dev/null
 

@@ -62,9 +62,14 @@ unsafe fn q8_block(x: &[f32], qs: &mut [i8; 32]) -> f32 {
     unsafe {
         let amax = amax8(x);
         let d = amax / 127.0;
-        let id = _mm256_set1_ps(if d != 0.0 { 1.0 / d } else { 0.0 });
+        // ggml's x86 path: `id = 127/amax` and round half to even (ref: §2.3 Q8_0), so results
+        // match a llama.cpp master's own CPU backend bit for bit.
+        let id = _mm256_set1_ps(if amax != 0.0 { 127.0 / amax } else { 0.0 });
         let v: [__m256i; 4] = std::array::from_fn(|k| {
-            let r = round_away(_mm256_mul_ps(_mm256_loadu_ps(x.as_ptr().add(8 * k)), id));
+            let r = _mm256_round_ps(
+                _mm256_mul_ps(_mm256_loadu_ps(x.as_ptr().add(8 * k)), id),
+                _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC,
+            );
             _mm256_cvtps_epi32(r)
         });
         store_i8x32(v, qs);
