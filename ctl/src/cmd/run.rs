@@ -38,7 +38,9 @@ pub fn run(args: &RunArgs) -> Result<()> {
 
     let text = match (&args.prompt, &args.file) {
         (Some(p), _) => p.clone(),
-        (None, Some(f)) => std::fs::read_to_string(f).with_context(|| format!("reading the prompt from {}", f.display()))?,
+        (None, Some(f)) => {
+            std::fs::read_to_string(f).with_context(|| format!("reading the prompt from {}", f.display()))?
+        }
         (None, None) => bail!("give a prompt with -p or -f"),
     };
     let text = if args.chat {
@@ -54,13 +56,15 @@ pub fn run(args: &RunArgs) -> Result<()> {
         bail!("the prompt is empty after tokenization");
     }
     if prompt.len() as u64 >= args.ctx_size {
-        bail!("the prompt has {} tokens; the context holds {} (raise --ctx-size)", prompt.len(), args.ctx_size);
+        bail!(
+            "the prompt has {} tokens; the context holds {} (raise --ctx-size)",
+            prompt.len(),
+            args.ctx_size
+        );
     }
 
-    let threads = args
-        .threads
-        .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
-        .max(1);
+    let threads =
+        args.threads.unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get())).max(1);
     let cfg = SessionConfig {
         n_ctx: args.ctx_size,
         n_ubatch: args.ubatch_size.max(1),
@@ -97,7 +101,11 @@ pub fn run(args: &RunArgs) -> Result<()> {
             p.local_layers(),
             model.hp.n_layer - p.local_layers(),
             p.workers().len(),
-            p.workers().iter().map(|w| format!("{} [{}..{})", w.addr, w.layers.start, w.layers.end)).collect::<Vec<_>>().join(", ")
+            p.workers()
+                .iter()
+                .map(|w| format!("{} [{}..{})", w.addr, w.layers.start, w.layers.end))
+                .collect::<Vec<_>>()
+                .join(", ")
         );
         Box::new(p)
     };
@@ -152,7 +160,14 @@ fn utf8_prefix(b: &[u8]) -> usize {
     }
 }
 
-fn print_timings(load: Duration, n_prompt: usize, prompt: Duration, n_eval: usize, eval: Duration, total: Duration) {
+fn print_timings(
+    load: Duration,
+    n_prompt: usize,
+    prompt: Duration,
+    n_eval: usize,
+    eval: Duration,
+    total: Duration,
+) {
     let ms = |d: Duration| d.as_secs_f64() * 1000.0;
     let rate = |n: usize, d: Duration| {
         let per = if n > 0 { ms(d) / n as f64 } else { 0.0 };
@@ -161,7 +176,11 @@ fn print_timings(load: Duration, n_prompt: usize, prompt: Duration, n_eval: usiz
     };
     eprintln!();
     eprintln!("llamactl:        load time = {:10.2} ms", ms(load));
-    eprintln!("llamactl: prompt eval time = {:10.2} ms / {n_prompt:5} tokens {}", ms(prompt), rate(n_prompt, prompt));
+    eprintln!(
+        "llamactl: prompt eval time = {:10.2} ms / {n_prompt:5} tokens {}",
+        ms(prompt),
+        rate(n_prompt, prompt)
+    );
     eprintln!("llamactl:        eval time = {:10.2} ms / {n_eval:5} runs   {}", ms(eval), rate(n_eval, eval));
     eprintln!("llamactl:       total time = {:10.2} ms / {:5} tokens", ms(total), n_prompt + n_eval);
 }
@@ -174,7 +193,9 @@ struct LoadProgress {
 
 impl LoadProgress {
     fn new(show: bool, _n: usize) -> LoadProgress {
-        let bars = show.then(|| (MultiProgress::with_draw_target(ProgressDrawTarget::stderr()), Mutex::new(HashMap::new())));
+        let bars = show.then(|| {
+            (MultiProgress::with_draw_target(ProgressDrawTarget::stderr()), Mutex::new(HashMap::new()))
+        });
         LoadProgress { bars, started: Mutex::new(HashMap::new()) }
     }
 

@@ -117,6 +117,20 @@ impl Pipeline {
             }
             layouts[*d] = Some((range.clone(), lay));
         }
+        if short.is_empty() {
+            for (d, _) in &plan.remote {
+                if let Some((_, lay)) = &layouts[*d] {
+                    if let Some((name, bytes)) = &lay.oversize {
+                        bail!(
+                            "weight {name} ({}) exceeds worker {}'s maximum buffer size ({})",
+                            mib(*bytes),
+                            workers[*d].addr,
+                            mib(workers[*d].probe.max_size)
+                        );
+                    }
+                }
+            }
+        }
         if !short.is_empty() {
             bail!(
                 "the model does not fit in the workers' memory: {} (use a smaller --ctx-size, more workers, \
@@ -134,7 +148,14 @@ impl Pipeline {
                 .filter_map(|(i, (w, lay))| lay.as_ref().map(|l| (i, w, l)))
                 .map(|(i, w, (range, lay))| {
                     s.spawn(move || -> Result<()> {
-                        on_load(i, LoadEvent::Start { addr: &w.addr, layers: range.clone(), total: lay.weight_bytes() });
+                        on_load(
+                            i,
+                            LoadEvent::Start {
+                                addr: &w.addr,
+                                layers: range.clone(),
+                                total: lay.weight_bytes(),
+                            },
+                        );
                         let stats = w.load(lay, src_ref, range.clone(), opts.hash_threshold, &|b| {
                             on_load(i, LoadEvent::Progress(b))
                         })?;
@@ -143,7 +164,10 @@ impl Pipeline {
                     })
                 })
                 .collect();
-            handles.into_iter().map(|h| h.join().unwrap_or_else(|_| Err(anyhow!("upload thread panicked")))).collect()
+            handles
+                .into_iter()
+                .map(|h| h.join().unwrap_or_else(|_| Err(anyhow!("upload thread panicked"))))
+                .collect()
         });
         for r in results {
             r?;
@@ -174,7 +198,16 @@ impl Pipeline {
         if next != hp.n_layer {
             bail!("internal: layer plan ends at {next} of {}", hp.n_layer);
         }
-        Ok(Pipeline { hp, src, cfg, local, local_layers: plan.local, workers, n_past: 0, remote_time: Duration::ZERO })
+        Ok(Pipeline {
+            hp,
+            src,
+            cfg,
+            local,
+            local_layers: plan.local,
+            workers,
+            n_past: 0,
+            remote_time: Duration::ZERO,
+        })
     }
 
     /// The workers in layer order.
@@ -189,7 +222,10 @@ impl Pipeline {
 
     fn embed(&self, tokens: &[u32]) -> Result<Vec<u8>> {
         // ref: ggml-compute-semantics.md §3.3 GET_ROWS: each row converted to f32.
-        let w = self.src.tensor("token_embd.weight").ok_or_else(|| anyhow!("missing tensor token_embd.weight"))?;
+        let w = self
+            .src
+            .tensor("token_embd.weight")
+            .ok_or_else(|| anyhow!("missing tensor token_embd.weight"))?;
         let e = w.ne[0];
         let row = w.dtype.row_size(e).ok_or_else(|| anyhow!("token_embd.weight: bad row"))? as usize;
         let mut out = Vec::with_capacity(tokens.len() * e as usize * 4);

@@ -54,17 +54,22 @@ pub struct Probe {
     pub max_size: u64,
 }
 
+/// One weight buffer: its size and `(name, offset, bytes)` of each weight in it.
+pub type WeightBuffer = (u64, Vec<(String, u64, u64)>);
+
 /// Memory a worker needs for its layer range.
 #[derive(Clone, Debug, Default)]
 pub struct WorkerLayout {
     /// Weight buffers: size and `(name, offset, bytes)` of each weight.
-    pub weight_bufs: Vec<(u64, Vec<(String, u64, u64)>)>,
+    pub weight_bufs: Vec<WeightBuffer>,
     /// KV buffer size.
     pub kv_size: u64,
     /// Offset of each (layer, K|V) cache in the KV buffer.
     pub kv_offsets: HashMap<(u32, KvKind), u64>,
     /// Compute buffer size (inputs and intermediates of the largest ubatch).
     pub compute_size: u64,
+    /// A weight larger than the worker's maximum buffer size, if any.
+    pub oversize: Option<(String, u64)>,
 }
 
 impl WorkerLayout {
@@ -164,7 +169,10 @@ impl Worker {
             bail!("worker {addr} reports no devices");
         }
         if !probe.alignment.is_power_of_two() || probe.alignment > PLAN_ALIGN {
-            bail!("worker {addr}: alignment {} is not supported (a power of two ≤ {PLAN_ALIGN})", probe.alignment);
+            bail!(
+                "worker {addr}: alignment {} is not supported (a power of two ≤ {PLAN_ALIGN})",
+                probe.alignment
+            );
         }
         if probe.max_size == 0 {
             bail!("worker {addr} reports a maximum buffer size of 0");
@@ -215,17 +223,13 @@ impl Worker {
             }
         }
         let mut out = WorkerLayout::default();
-        let mut cur: (u64, Vec<(String, u64, u64)>) = (0, Vec::new());
+        let mut cur: WeightBuffer = (0, Vec::new());
         for (name, bytes) in names {
             let padded = bytes.div_ceil(align) * align;
-            if padded > self.probe.max_size {
-                bail!(
-                    "weight {name} ({bytes} bytes) exceeds worker {}'s maximum buffer size {}",
-                    self.addr,
-                    self.probe.max_size
-                );
+            if padded > self.probe.max_size && out.oversize.is_none() {
+                out.oversize = Some((name.clone(), bytes));
             }
-            if cur.0 + padded > self.probe.max_size {
+            if !cur.1.is_empty() && cur.0 + padded > self.probe.max_size {
                 out.weight_bufs.push(std::mem::take(&mut cur));
             }
             cur.1.push((name, cur.0, bytes));
@@ -313,7 +317,9 @@ impl Worker {
         self.kv_offsets = lay.kv_offsets.clone();
         self.compute = Some(self.alloc(lay.compute_size, "compute buffer")?);
         // A round trip: every SET_TENSOR before it has been applied (ref §3.4).
-        self.client.get_alignment(self.device).with_context(|| format!("worker {}: after upload", self.addr))?;
+        self.client
+            .get_alignment(self.device)
+            .with_context(|| format!("worker {}: after upload", self.addr))?;
         Ok(stats)
     }
 
@@ -369,7 +375,12 @@ impl Worker {
         for t in &blob.tensors {
             let def = built.graph.get(TensorId((t.id - 1) as u32));
             if t.data == 0 && def.layout.nbytes().unwrap_or(0) > 0 {
-                bail!("internal: tensor {} of layers {:?} has no place on worker {}", def.name, p.layers, self.addr);
+                bail!(
+                    "internal: tensor {} of layers {:?} has no place on worker {}",
+                    def.name,
+                    p.layers,
+                    self.addr
+                );
             }
         }
         self.prepared = Some(Prepared { built, plan, blob, embd });
@@ -392,7 +403,8 @@ impl Worker {
         let Some(pr) = self.prepared.as_ref() else { bail!("internal: no prepared graph") };
         let mut sink = StagingSink::new(&pr.built);
         fill_inputs(hp, &pr.built, n_past, tokens, &mut sink)?;
-        let hidden_id = pr.embd.or(pr.built.inputs.hidden).ok_or_else(|| anyhow!("graph has no hidden-state input"))?;
+        let hidden_id =
+            pr.embd.or(pr.built.inputs.hidden).ok_or_else(|| anyhow!("graph has no hidden-state input"))?;
         let want = pr.built.graph.layout(hidden_id).nbytes().unwrap_or(0);
         if hidden.len() as u64 != want {
             bail!("hidden state of {} bytes for an input of {want}", hidden.len());
