@@ -4,11 +4,13 @@
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
+use std::sync::Arc;
 use std::thread::JoinHandle;
 
 use compute::gguf::{GgufWriter, Value};
 use compute::quant::kernels;
 use compute::GgmlType;
+use llamad::{Config, Shared};
 
 /// A llamad worker running in-process on 127.0.0.1:0; stopped on drop.
 pub struct Worker {
@@ -19,6 +21,11 @@ pub struct Worker {
 
 impl Worker {
     pub fn start(mem: u64) -> Worker {
+        Worker::with_shared(Shared::new(Config { threads: 1, mem: Some(mem), ..Config::default() }))
+    }
+
+    /// A worker over caller-held state (to read its command counters, or give it a cache).
+    pub fn with_shared(shared: Arc<Shared>) -> Worker {
         let (tx_addr, rx_addr) = std::sync::mpsc::channel();
         let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
         let thread = std::thread::spawn(move || {
@@ -27,8 +34,7 @@ impl Worker {
             rt.block_on(async move {
                 let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
                 tx_addr.send(l.local_addr().unwrap()).unwrap();
-                let cfg = llamad::Config { threads: 1, mem: Some(mem), ..llamad::Config::default() };
-                llamad::run(cfg, l, async move {
+                llamad::serve(shared, l, async move {
                     let _ = stopped.await;
                 })
                 .await
