@@ -7,7 +7,7 @@ mod support;
 use std::io::{Read, Write};
 use std::net::TcpListener;
 
-use support::{llamactl, run_ok, run_text, smollm2, write_tiny_model, Worker};
+use support::{llamactl, run_ok, run_text, smollm2, write_tiny_model, write_tiny_model_arch, Worker};
 
 const MEM: u64 = 512 << 20;
 
@@ -155,6 +155,15 @@ fn malformed_gguf_and_missing_file() {
     assert!(err.contains("is not a readable GGUF file"), "{err}");
     let err = run_err(&greedy("/nonexistent/model.gguf", "hi", "2"));
     assert!(err.contains("does not exist"), "{err}");
+}
+
+#[test]
+fn unsupported_architecture_is_named() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("gptj.gguf");
+    write_tiny_model_arch(&path, 1, "gptj");
+    let err = run_err(&greedy(path.to_str().unwrap(), "hi", "2"));
+    assert!(err.contains("unsupported model") && err.contains("unsupported architecture \"gptj\""), "{err}");
 }
 
 #[test]

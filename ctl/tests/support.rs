@@ -130,12 +130,17 @@ impl Rng {
 /// Matrices are Q8_0 and F16, norms F32, the embedding Q8_0 (so the master's dequantized lookup
 /// is exercised), with a separate F32 output head.
 pub fn write_tiny_model(path: &Path, n_layer: usize) {
+    write_tiny_model_arch(path, n_layer, "llama");
+}
+
+/// [`write_tiny_model`] with another `general.architecture` (the tensors stay llama's).
+pub fn write_tiny_model_arch(path: &Path, n_layer: usize, arch: &str) {
     let (e, h, hkv, d, f, nv) = (64u64, 4u64, 2u64, 16u64, 96u64, 260u64);
     let mut rng = Rng(0x9e3779b97f4a7c15);
     let mut w = GgufWriter::new();
-    w.add("general.architecture", Value::String("llama".into()));
+    w.add("general.architecture", Value::String(arch.into()));
     w.add("general.name", Value::String("tiny-random".into()));
-    let k = |x: &str| format!("llama.{x}");
+    let k = |x: &str| format!("{arch}.{x}");
     for (key, v) in [
         ("embedding_length", e),
         ("block_count", n_layer as u64),

@@ -9,6 +9,7 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Context, Result};
 use compute::gguf::Gguf;
 use compute::model::{Model, Session, SessionConfig};
+use compute::quant::kernels;
 use compute::sample::{Sampler, SamplerParams, UserSampling};
 use compute::tokenizer::chat::{ChatMessage, ChatTemplate};
 use compute::tokenizer::Tokenizer;
@@ -35,6 +36,14 @@ pub fn run(args: &RunArgs) -> Result<()> {
     );
     let tok = Tokenizer::from_gguf(&gguf).with_context(|| format!("{}: tokenizer", path.display()))?;
     let model = Model::new(gguf.clone()).with_context(|| format!("{}: unsupported model", path.display()))?;
+    if let Some(t) = gguf.tensors().iter().find(|t| kernels(t.dtype()).to_f32.is_none()) {
+        bail!(
+            "{}: tensor {} has type {}, which this build cannot compute",
+            path.display(),
+            t.name,
+            t.dtype()
+        );
+    }
 
     let text = match (&args.prompt, &args.file) {
         (Some(p), _) => p.clone(),

@@ -432,7 +432,12 @@ impl Worker {
         let out_bytes = out_def.layout.nbytes().unwrap_or(0);
         let recompute = self.graph_on_server;
         let blob = if recompute { None } else { Some(pr.blob.clone()) };
-        let ctx = || format!("worker {addr} (layers {:?})", p.layers);
+        let ctx = || {
+            format!(
+                "worker {addr} (layers {}..{}) failed; if it closed the connection, its log says why",
+                p.layers.start, p.layers.end
+            )
+        };
         for (t, bytes) in writes {
             self.client.set_tensor(&t, 0, bytes, false).with_context(ctx)?;
         }
