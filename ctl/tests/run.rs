@@ -47,6 +47,42 @@ fn tiny_model_local_equals_one_and_two_workers() {
 }
 
 #[test]
+fn other_architectures_local_equals_two_workers() {
+    let (w1, w2) = (Worker::start(MEM), Worker::start(MEM));
+    let two = format!("{},{}", w1.addr, w2.addr);
+    for arch in ["qwen2", "qwen3", "gemma3"] {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join(format!("{arch}.gguf"));
+        write_tiny_model_arch(&path, 4, arch);
+        let base = greedy(path.to_str().unwrap(), "the theme of the thesis", "16");
+        let local = run_ok(&base);
+        assert!(local.len() > 4, "{arch}: too little output {local:?}");
+        assert_eq!(run_ok(&with(base.clone(), &["--workers", &two])), local, "{arch}");
+        assert_eq!(run_ok(&with(base, &["--workers", &two, "-ngl", "2"])), local, "{arch}, -ngl 2");
+    }
+}
+
+#[test]
+fn generation_across_the_256_cell_boundary() {
+    // 241 prompt tokens + 24 generated: n_kv grows from 256 to 512 mid-generation, so the workers
+    // get new graphs (and a larger compute buffer) after a run of GRAPH_RECOMPUTEs.
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("tiny.gguf");
+    write_tiny_model(&path, 2);
+    let prompt = vec!["the"; 240].join(" ");
+    let base =
+        vec!["-m", path.to_str().unwrap(), "-p", &prompt, "-n", "24", "--temp", "0", "-t", "1", "-c", "600"];
+    let out = llamactl(&with(vec!["run"], &base));
+    let err = String::from_utf8_lossy(&out.stderr);
+    // No early end of text: 241 prompt tokens, then 23 decode steps (the last passes cell 256).
+    assert!(err.contains("/   241 tokens") && err.contains("/    23 runs"), "{err}");
+    let local = out.stdout;
+    let (w1, w2) = (Worker::start(MEM), Worker::start(MEM));
+    let two = format!("{},{}", w1.addr, w2.addr);
+    assert_eq!(run_ok(&with(base, &["--workers", &two])), local);
+}
+
+#[test]
 fn smollm2_local_equals_one_and_two_workers() {
     let model = smollm2();
     let m = model.to_str().unwrap();
