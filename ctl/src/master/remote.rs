@@ -266,6 +266,9 @@ impl Worker {
                 mib(self.probe.free)
             );
         }
+        if r.remote_size < size {
+            bail!("worker {}: ALLOC_BUFFER of {size} bytes returned only {}", self.addr, r.remote_size);
+        }
         let base = self.client.buffer_get_base(r.remote_ptr)?;
         if base == 0 || base % self.probe.alignment != 0 {
             bail!("worker {}: buffer base {base:#x} is null or misaligned", self.addr);
