@@ -109,6 +109,34 @@ fn smollm2_known_continuation() {
     assert_eq!(out, " a world\n");
 }
 
+#[test]
+fn smollm2_chat_through_workers_matches_llama_cpp() {
+    // llama-cpp-python 0.3.36 create_chat_completion (temperature 0) on the same model: 37 prompt
+    // tokens, "The answer to this classic math problem is 4." then end of turn.
+    let model = smollm2();
+    let (w1, w2) = (Worker::start(MEM), Worker::start(MEM));
+    let two = format!("{},{}", w1.addr, w2.addr);
+    let m = model.to_str().unwrap();
+    let args =
+        ["run", "-m", m, "--chat", "-p", "What is 2+2?", "-n", "32", "--temp", "0", "-t", "1", "-c", "256"];
+    let out = llamactl(&with(args.to_vec(), &["--workers", &two]));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "The answer to this classic math problem is 4.\n");
+    assert!(err.contains("/    37 tokens"), "{err}");
+}
+
+#[test]
+fn prompt_file_equals_prompt_flag() {
+    let (dir, m) = tiny();
+    let f = dir.path().join("prompt.txt");
+    std::fs::write(&f, "the theme").unwrap();
+    let by_flag = run_ok(&greedy(&m, "the theme", "12"));
+    let by_file =
+        run_ok(&["-m", &m, "-f", f.to_str().unwrap(), "-n", "12", "--temp", "0", "-t", "1", "-c", "256"]);
+    assert_eq!(by_file, by_flag);
+}
+
 /// A server that answers HELLO with another protocol version.
 fn fake_server(major: u8, minor: u8) -> (String, std::thread::JoinHandle<()>) {
     let l = TcpListener::bind("127.0.0.1:0").unwrap();
