@@ -147,7 +147,16 @@ impl Worker {
                 "worker {addr} speaks RPC protocol version {major}.{minor}.{patch}, but llamactl needs \
                  7.0.x (upgrade the worker or llamactl so both speak the same version)"
             ),
-            other => anyhow!(other).context(format!("worker {addr}: HELLO failed")),
+            llamad_proto::Error::Io(io)
+                if matches!(io.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut) =>
+            {
+                anyhow!(
+                    "worker {addr} accepted the connection but did not answer HELLO within {} s (is it \
+                     serving another master? llama.cpp's ggml-rpc-server serves one connection at a time)",
+                    CONNECT_TIMEOUT.as_secs()
+                )
+            }
+            other => anyhow!(other).context(format!("worker {addr}: HELLO failed (is it an RPC server?)")),
         })?;
         client.socket().set_read_timeout(None).ok();
         let probe = (|| -> llamad_proto::Result<Probe> {
