@@ -73,3 +73,33 @@ fn decode_steps_reuse_the_graph_and_weights_come_from_the_cache() {
     let input_sets = count(&shared, Cmd::SetTensor) - sets_before;
     assert_eq!(input_sets, 8 * 6, "weights were resent");
 }
+
+#[test]
+fn weights_are_split_into_buffers_of_the_maximum_size() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("tiny.gguf");
+    write_tiny_model(&path, 2);
+    let m = path.to_str().unwrap();
+    let args = ["-m", m, "-p", "the theme", "-n", "6", "--temp", "0", "-c", "64", "--ubatch-size", "4"];
+    let local = run(&args).0;
+    // A worker whose largest buffer is 96 KiB: the ~150 KiB of weights need several buffers.
+    let cfg = Config { threads: 1, mem: Some(64 << 20), ..Config::default() };
+    let mut shared = Arc::try_unwrap(Shared::new(cfg)).ok().unwrap();
+    shared.max_size = 96 << 10;
+    let shared = Arc::new(shared);
+    let w = Worker::with_shared(shared.clone());
+    let mut remote_args = args.to_vec();
+    remote_args.extend_from_slice(&["--workers", &w.addr]);
+    let (remote, err) = run(&remote_args);
+    assert_eq!(remote, local, "{err}");
+    // Weight buffers (at least 2), the KV cache and the compute buffer.
+    assert!(count(&shared, Cmd::AllocBuffer) >= 4, "{err}");
+
+    // A context whose KV cache cannot fit one buffer is a clear error.
+    let mut big = remote_args.clone();
+    big[9] = "4096";
+    let out = llamactl(&[&["run"][..], &big].concat());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(err.contains("above the worker's maximum buffer size"), "{err}");
+}

@@ -258,6 +258,19 @@ impl Worker {
             }
         }
         out.compute_size = plan(&built.graph, &[built.output])?.size;
+        for (what, size) in [("KV cache", out.kv_size), ("compute buffer", out.compute_size)] {
+            if size > self.probe.max_size {
+                bail!(
+                    "worker {}: the {what} of layers {}..{} needs one buffer of {}, above the worker's maximum \
+                     buffer size of {} (use a smaller --ctx-size or --ubatch-size, or more workers)",
+                    self.addr,
+                    p.layers.start,
+                    p.layers.end,
+                    mib(size),
+                    mib(self.probe.max_size)
+                );
+            }
+        }
         Ok(out)
     }
 
