@@ -157,6 +157,9 @@ pub fn run(args: &RunArgs) -> Result<()> {
     out.flush()?;
     let n_eval = n_gen.saturating_sub(1);
     print_timings(load_time, prompt.len(), prompt_time, n_eval, eval_time, t_start.elapsed());
+    for line in fwd.summary() {
+        eprintln!("llamactl: {line}");
+    }
     Ok(())
 }
 

@@ -21,6 +21,10 @@ pub trait Forward {
     fn decode(&mut self, tokens: &[u32]) -> Result<Vec<f32>>;
     /// Tokens decoded so far.
     fn n_past(&self) -> u64;
+    /// Extra lines for the timing summary (per-worker figures).
+    fn summary(&self) -> Vec<String> {
+        Vec::new()
+    }
 }
 
 impl Forward for Session {

@@ -6,7 +6,6 @@
 
 use std::ops::Range;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
 
 use anyhow::{anyhow, bail, Context, Result};
 use compute::model::local::LocalBackend;
@@ -56,8 +55,6 @@ pub struct Pipeline {
     local_layers: u32,
     workers: Vec<Worker>,
     n_past: u64,
-    /// Time spent waiting on workers (GRAPH_COMPUTE + transfers).
-    pub remote_time: Duration,
 }
 
 impl Pipeline {
@@ -198,16 +195,7 @@ impl Pipeline {
         if next != hp.n_layer {
             bail!("internal: layer plan ends at {next} of {}", hp.n_layer);
         }
-        Ok(Pipeline {
-            hp,
-            src,
-            cfg,
-            local,
-            local_layers: plan.local,
-            workers,
-            n_past: 0,
-            remote_time: Duration::ZERO,
-        })
+        Ok(Pipeline { hp, src, cfg, local, local_layers: plan.local, workers, n_past: 0 })
     }
 
     /// The workers in layer order.
@@ -260,12 +248,10 @@ impl Pipeline {
         } else {
             self.embed(tokens)?
         };
-        let t0 = Instant::now();
         for w in &mut self.workers {
             let p = BuildParams { layers: w.layers.clone(), ..base.clone() };
             cur = w.run_ubatch(hp, self.src.as_ref(), &p, n_past, tokens, &cur)?;
         }
-        self.remote_time += t0.elapsed();
         if cur.len() as u64 != hp.n_vocab * 4 {
             bail!("expected {} logits, got {} bytes", hp.n_vocab, cur.len());
         }
@@ -294,6 +280,23 @@ impl Forward for Pipeline {
 
     fn n_past(&self) -> u64 {
         self.n_past
+    }
+
+    fn summary(&self) -> Vec<String> {
+        self.workers
+            .iter()
+            .map(|w| {
+                format!(
+                    "{} layers {}..{}: {} graphs ({} recomputed), {:.2} ms",
+                    w.addr,
+                    w.layers.start,
+                    w.layers.end,
+                    w.graphs_sent,
+                    w.recomputes,
+                    w.busy.as_secs_f64() * 1000.0
+                )
+            })
+            .collect()
     }
 }
 

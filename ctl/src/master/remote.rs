@@ -126,6 +126,8 @@ pub struct Worker {
     pub graphs_sent: u64,
     /// GRAPH_RECOMPUTE count.
     pub recomputes: u64,
+    /// Time spent in [`Worker::run_ubatch`] (inputs, compute, output).
+    pub busy: std::time::Duration,
 }
 
 impl Worker {
@@ -205,6 +207,7 @@ impl Worker {
             graph_on_server: false,
             graphs_sent: 0,
             recomputes: 0,
+            busy: std::time::Duration::ZERO,
         })
     }
 
@@ -415,6 +418,21 @@ impl Worker {
     /// Runs one ubatch of `tokens` at `n_past` with `hidden` (F32 `[E, T]`) as this range's input;
     /// returns the output bytes (the next hidden state, or F32 logits for the last range).
     pub fn run_ubatch(
+        &mut self,
+        hp: &HParams,
+        src: &dyn WeightSource,
+        p: &BuildParams,
+        n_past: u64,
+        tokens: &[u32],
+        hidden: &[u8],
+    ) -> Result<Vec<u8>> {
+        let t0 = std::time::Instant::now();
+        let out = self.run_ubatch_inner(hp, src, p, n_past, tokens, hidden);
+        self.busy += t0.elapsed();
+        out
+    }
+
+    fn run_ubatch_inner(
         &mut self,
         hp: &HParams,
         src: &dyn WeightSource,
