@@ -32,7 +32,9 @@ fn tiny_model_local_equals_one_and_two_workers() {
         let base = with(greedy(m, "the cat sat on the mat", "24"), &["--flash-attn", fa]);
         let local = run_ok(&base);
         assert!(local.len() > 8, "the tiny model produced too little: {local:?}");
-        let one = run_ok(&with(base.clone(), &["--workers", &w1.addr]));
+        // By host name: `localhost` may resolve to ::1 first; the worker listens on 127.0.0.1 only.
+        let by_name = w1.addr.replace("127.0.0.1", "localhost");
+        let one = run_ok(&with(base.clone(), &["--workers", &by_name]));
         assert_eq!(one, local, "one worker, fa {fa}");
         let both = run_ok(&with(base.clone(), &["--workers", &two]));
         assert_eq!(both, local, "two workers, fa {fa}");

@@ -103,7 +103,9 @@ pub fn run(args: &RunArgs) -> Result<()> {
         };
         let show_bars = !args.no_progress && std::io::stderr().is_terminal();
         let progress = LoadProgress::new(show_bars);
-        let p = Pipeline::new(&model, cfg, &args.workers, &opts, &|i, ev| progress.event(i, ev))?;
+        let addrs: Vec<String> =
+            args.workers.iter().map(|a| a.trim().to_string()).filter(|a| !a.is_empty()).collect();
+        let p = Pipeline::new(&model, cfg, &addrs, &opts, &|i, ev| progress.event(i, ev))?;
         progress.finish();
         eprintln!(
             "llamactl: {} layers here, {} on {} worker(s): {}",

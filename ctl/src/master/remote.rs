@@ -133,14 +133,34 @@ pub struct Worker {
 impl Worker {
     /// Connects, checks the protocol version and probes device 0.
     pub fn connect(addr: &str) -> Result<Worker> {
-        let sock = addr
+        let socks: Vec<_> = addr
             .to_socket_addrs()
             .with_context(|| format!("worker {addr}: cannot resolve the address (expected HOST:PORT)"))?
-            .next()
-            .ok_or_else(|| anyhow!("worker {addr}: the address resolves to nothing"))?;
-        let stream = TcpStream::connect_timeout(&sock, CONNECT_TIMEOUT).with_context(|| {
-            format!("worker {addr} is unreachable (is `llamad -H HOST -p PORT` running there?)")
-        })?;
+            .collect();
+        if socks.is_empty() {
+            bail!("worker {addr}: the address resolves to nothing");
+        }
+        // Every resolved address in turn (`localhost` may give ::1 before 127.0.0.1).
+        let mut last = None;
+        let mut stream = None;
+        for sock in &socks {
+            match TcpStream::connect_timeout(sock, CONNECT_TIMEOUT) {
+                Ok(s) => {
+                    stream = Some(s);
+                    break;
+                }
+                Err(e) => last = Some(e),
+            }
+        }
+        let stream = match (stream, last) {
+            (Some(s), _) => s,
+            (None, e) => {
+                let e = e.unwrap_or_else(|| std::io::Error::other("no address"));
+                return Err(anyhow!(e).context(format!(
+                    "worker {addr} is unreachable (is `llamad -H HOST -p PORT` running there?)"
+                )));
+            }
+        };
         stream.set_nodelay(true).ok();
         // HELLO must be answered quickly; compute may take long, so the timeout is lifted after.
         stream.set_read_timeout(Some(CONNECT_TIMEOUT)).ok();
