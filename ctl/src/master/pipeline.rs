@@ -80,10 +80,7 @@ impl Pipeline {
             w.resize(workers.len(), 0.0);
             w
         } else {
-            workers
-                .iter()
-                .map(|w| if w.probe.free == 0 && w.probe.total == 0 { host_free() } else { w.probe.free } as f64)
-                .collect()
+            workers.iter().map(|w| free_of(w) as f64).collect()
         };
         let slots = assign_slots(hp.n_layer, opts.n_gpu_layers, &weights);
         let plan = LayerPlan::from_slots(&slots);
@@ -97,7 +94,8 @@ impl Pipeline {
         for (d, range) in &plan.remote {
             let w = &workers[*d];
             let lay = w.layout(&hp, src.as_ref(), range.clone(), &max_params)?;
-            if lay.total() > w.probe.free {
+            let free = free_of(w);
+            if lay.total() > free {
                 short.push(format!(
                     "worker {} needs {} for layers {}..{} ({} weights, {} KV cache, {} compute) but reports {} \
                      free: short by {}",
@@ -108,8 +106,8 @@ impl Pipeline {
                     mib(lay.weight_bytes()),
                     mib(lay.kv_size),
                     mib(lay.compute_size),
-                    mib(w.probe.free),
-                    mib(lay.total() - w.probe.free)
+                    mib(free),
+                    mib(lay.total() - free)
                 ));
             }
             layouts[*d] = Some((range.clone(), lay));
@@ -297,6 +295,16 @@ impl Forward for Pipeline {
                 )
             })
             .collect()
+    }
+}
+
+/// A worker's free memory; one reporting 0 free of 0 total counts as this machine's available
+/// memory, as llama.cpp's master does (ref: ggml-rpc-protocol.md §11.3 step 1).
+fn free_of(w: &Worker) -> u64 {
+    if w.probe.free == 0 && w.probe.total == 0 {
+        host_free()
+    } else {
+        w.probe.free
     }
 }
 
