@@ -65,6 +65,10 @@ pub struct RawLimits {
     pub max_frame: Option<RawSize>,
     /// Connections served at once. Default 64.
     pub max_connections: Option<usize>,
+    /// Buffer bytes one connection may hold. Default: no limit beyond the memory budget.
+    pub max_connection_mem: Option<RawSize>,
+    /// Seconds a new connection may take to send HELLO (masters send it at once). Default 10.
+    pub hello_timeout_secs: Option<u64>,
     /// Largest `n_nodes` of a graph. Default 262144.
     pub max_graph_nodes: Option<u32>,
     /// Largest `n_tensors` of a graph. Default 262144.
@@ -119,6 +123,10 @@ pub struct Config {
     pub max_frame: u64,
     /// Connections served at once.
     pub max_connections: usize,
+    /// Buffer bytes one connection may hold; `None` = only the global budget.
+    pub max_connection_mem: Option<u64>,
+    /// Time a new connection may take to send HELLO before it is closed.
+    pub hello_timeout: std::time::Duration,
     /// Largest `n_nodes`.
     pub max_graph_nodes: u32,
     /// Largest `n_tensors`.
@@ -136,6 +144,8 @@ impl Default for Config {
             mem: None,
             max_frame: 1 << 30,
             max_connections: 64,
+            max_connection_mem: None,
+            hello_timeout: std::time::Duration::from_secs(10),
             max_graph_nodes: 1 << 18,
             max_graph_tensors: 1 << 18,
         }
@@ -209,7 +219,18 @@ impl Config {
         if max_connections == 0 {
             return Err(Error::Config("max_connections: must be at least 1".into()));
         }
+        let max_connection_mem = match &l.max_connection_mem {
+            Some(m) => Some(m.bytes("max_connection_mem")?),
+            None => None,
+        };
+        let hello_timeout = match l.hello_timeout_secs {
+            Some(0) => return Err(Error::Config("hello_timeout_secs: must be at least 1".into())),
+            Some(s) => std::time::Duration::from_secs(s),
+            None => d.hello_timeout,
+        };
         Ok(Config {
+            hello_timeout,
+            max_connection_mem,
             host,
             port,
             threads,

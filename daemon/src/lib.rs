@@ -2,7 +2,28 @@
 //! llama.cpp master can put model layers on this machine, computing with the `compute` crate.
 //!
 //! [`run`] takes a bound listener and a shutdown future (mini-redis style), so tests start the server
-//! in-process on `127.0.0.1:0`.
+//! in-process on `127.0.0.1:0`:
+//!
+//! ```
+//! # fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! let rt = tokio::runtime::Runtime::new()?;
+//! let listener = rt.block_on(tokio::net::TcpListener::bind("127.0.0.1:0"))?;
+//! let addr = listener.local_addr()?;
+//! let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+//! let cfg = llamad::Config { threads: 1, mem: Some(16 << 20), ..llamad::Config::default() };
+//! let server = rt.spawn(llamad::run(cfg, listener, async move {
+//!     let _ = stopped.await;
+//! }));
+//!
+//! let mut client = llamad_proto::RpcClient::connect(addr)?;
+//! assert_eq!(client.device_count()?, 1);
+//! assert_eq!(client.get_device_memory(0)?.total, 16 << 20);
+//!
+//! let _ = stop.send(());
+//! rt.block_on(server)??;
+//! # Ok(())
+//! # }
+//! ```
 #![deny(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 #![cfg_attr(test, allow(clippy::unwrap_used, clippy::expect_used, clippy::panic))]
 

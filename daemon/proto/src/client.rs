@@ -5,7 +5,7 @@
 use std::io::{Read, Write};
 use std::net::{TcpStream, ToSocketAddrs};
 
-use crate::cmd::{Cmd, CONN_CAPS_SIZE};
+use crate::cmd::{Cmd, CONN_CAPS_SIZE, REQUEST_HEADER_SIZE};
 use crate::error::{Error, Result};
 use crate::graph::GraphBlob;
 use crate::hash::WireHash;
@@ -118,8 +118,17 @@ impl RpcClient {
         data: &[u8],
         cache_flag: bool,
     ) -> Result<()> {
+        // Header and prefix first, then the data straight from the caller's slice (no copy of large writes).
         let h = SetTensorHeader { tensor: *tensor, cache_flag: u8::from(cache_flag), offset };
-        self.send(&Command::SetTensor(h, data))
+        let prefix = Command::SetTensor(h, &[]).encode_payload();
+        let len = (prefix.len() + data.len()) as u64;
+        let mut head = Vec::with_capacity(REQUEST_HEADER_SIZE + prefix.len());
+        head.push(Cmd::SetTensor as u8);
+        head.extend_from_slice(&len.to_le_bytes());
+        head.extend_from_slice(&prefix);
+        self.stream.write_all(&head)?;
+        self.stream.write_all(data)?;
+        Ok(())
     }
 
     /// SET_TENSOR_HASH; true when the server had the data.

@@ -23,6 +23,9 @@ use crate::rpc::session::{Reply, Session};
 use crate::rpc::stats::ConnStats;
 use crate::rpc::{cache, exec};
 
+/// Fills and copies at least this large run on a blocking thread, not on the runtime.
+const BLOCKING_BYTES: usize = 1 << 20;
+
 struct Conn {
     reader: BufReader<OwnedReadHalf>,
     writer: BufWriter<OwnedWriteHalf>,
@@ -103,7 +106,12 @@ impl Conn {
 
     async fn run(&mut self, cancel: &CancellationToken) -> Result<&'static str> {
         // HELLO first, exactly 24 bytes (ref: §6; §15 items 1–2).
-        let Some((cmd, len)) = self.header().await? else { return Ok("peer left before HELLO") };
+        let hello_timeout = self.shared.cfg.hello_timeout;
+        let first = match tokio::time::timeout(hello_timeout, self.header()).await {
+            Ok(h) => h?,
+            Err(_) => refuse!("no HELLO within {hello_timeout:?}"),
+        };
+        let Some((cmd, len)) = first else { return Ok("peer left before HELLO") };
         self.current = Cmd::from_u8(cmd);
         if cmd != Cmd::Hello as u8 {
             refuse!("expected HELLO, got command byte {cmd}");
@@ -182,6 +190,19 @@ impl Conn {
                 let hit = cache::load(cache, hash, buf, region).await;
                 debug!(%hash, hit, "cache lookup");
                 self.respond(&[u8::from(hit)]).await
+            }
+            Reply::Job(job, rsp) => {
+                if job.len() >= BLOCKING_BYTES {
+                    tokio::task::spawn_blocking(move || job.run())
+                        .await
+                        .map_err(|e| Error::Refused(format!("memory job failed: {e}")))?;
+                } else {
+                    job.run();
+                }
+                match rsp {
+                    Some(b) => self.respond(&b).await,
+                    None => Ok(0),
+                }
             }
             Reply::Compute(graph) => {
                 exec::run(self.shared.executor.clone(), graph).await?;

@@ -33,6 +33,48 @@ pub enum Reply {
     Compute(Arc<StoredGraph>),
     /// Look `hash` up in the cache straight into `region`, then answer `01` (hit) or `00`.
     CacheLoad(Arc<dyn WireCache>, WireHash, Arc<Buffer>, Region),
+    /// Fill or copy buffer memory (off the runtime when large), then send the payload if any.
+    Job(MemJob, Option<Vec<u8>>),
+}
+
+/// Bulk memory work whose regions were validated by the session; holds its buffers alive.
+pub enum MemJob {
+    /// Set every byte of `region` to `value`.
+    Fill(Arc<Buffer>, Region, u8),
+    /// Copy `from` (in the first buffer) to `to` (in the second); the ranges may overlap.
+    Copy(Arc<Buffer>, Region, Arc<Buffer>, Region),
+}
+
+impl MemJob {
+    /// Bytes touched.
+    pub fn len(&self) -> usize {
+        match self {
+            MemJob::Fill(_, r, _) => r.len(),
+            MemJob::Copy(_, r, _, _) => r.len(),
+        }
+    }
+
+    /// True when there is nothing to do.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Does the work.
+    pub fn run(self) {
+        match self {
+            MemJob::Fill(_buf, r, v) => {
+                // SAFETY: `r` lies inside the live buffer `_buf` (validated by the session, held here);
+                // the session runs one command at a time and awaits this job before the next.
+                unsafe { r.as_mut_slice() }.fill(v);
+            }
+            MemJob::Copy(_a, from, _b, to) => {
+                let n = from.len().min(to.len());
+                // SAFETY: both regions lie inside live buffers held here; `copy` allows overlap; no
+                // other access happens while the job runs (as for `Fill`).
+                unsafe { std::ptr::copy(from.ptr(), to.ptr(), n) };
+            }
+        }
+    }
 }
 
 /// A validated descriptor (ref: §4.4): layout, extent and, when it has one, its place in a buffer.
@@ -47,13 +89,15 @@ pub struct Session {
     shared: Arc<Shared>,
     buffers: HashMap<u64, Arc<Buffer>>,
     graphs: Vec<Option<Arc<StoredGraph>>>,
+    /// Bytes held by this connection's buffers.
+    held: u64,
 }
 
 impl Session {
     /// A fresh session: no handles, no stored graphs (ref: §15 item 26).
     pub fn new(shared: Arc<Shared>) -> Session {
         let n = shared.cfg.devices.len();
-        Session { shared, buffers: HashMap::new(), graphs: vec![None; n] }
+        Session { shared, buffers: HashMap::new(), graphs: vec![None; n], held: 0 }
     }
 
     /// Number of live buffers.
@@ -133,8 +177,12 @@ impl Session {
             Command::DeviceCount => Ok(Reply::Bytes((self.graphs.len() as u32).to_le_bytes().to_vec())),
             Command::AllocBuffer(a) => {
                 self.device(a.device)?;
-                let rsp = match Buffer::alloc(&self.shared.memory, a.size) {
+                let quota = self.shared.cfg.max_connection_mem.unwrap_or(u64::MAX);
+                let within_quota = self.held.checked_add(a.size).is_some_and(|n| n <= quota);
+                let buffer = if within_quota { Buffer::alloc(&self.shared.memory, a.size) } else { None };
+                let rsp = match buffer {
                     Some(b) => {
+                        self.held += b.size();
                         let rsp = AllocBufferRsp { remote_ptr: b.handle(), remote_size: b.size() };
                         debug!(size = a.size, handle = b.handle(), base = b.base(), "buffer allocated");
                         self.buffers.insert(b.handle(), Arc::new(b));
@@ -168,9 +216,10 @@ impl Session {
                 Ok(Reply::Bytes(self.buffer(remote_ptr)?.base().to_le_bytes().to_vec()))
             }
             Command::FreeBuffer { remote_ptr } => {
-                if self.buffers.remove(&remote_ptr).is_none() {
+                let Some(b) = self.buffers.remove(&remote_ptr) else {
                     refuse!("FREE_BUFFER of unknown handle {remote_ptr:#x}");
-                }
+                };
+                self.held -= b.size();
                 // Stored graphs may point into the freed buffer (§14 item 5): drop them all, as the reference does.
                 self.graphs.iter_mut().for_each(|g| *g = None);
                 Ok(Reply::Nothing)
@@ -178,9 +227,7 @@ impl Session {
             Command::BufferClear { remote_ptr, value } => {
                 let b = self.buffer(remote_ptr)?;
                 let Some(r) = b.region(0, b.size()) else { refuse!("buffer region") };
-                // SAFETY: the region is inside the live buffer `b`, and no graph runs while a command executes.
-                unsafe { r.as_mut_slice() }.fill(value);
-                Ok(Reply::Nothing)
+                Ok(Reply::Job(MemJob::Fill(b.clone(), r, value), None))
             }
             Command::SetTensor(h, data) => {
                 let (_buf, r) = self.set_tensor_target(&h, data.len() as u64)?;
@@ -262,11 +309,7 @@ impl Session {
         let (Some(from), Some(to)) = (sbuf.region(soff, n), dbuf.region(doff, n)) else {
             refuse!("COPY_TENSOR region outside a buffer");
         };
-        if n > 0 {
-            // SAFETY: both regions lie inside live buffers held by `sbuf`/`dbuf`; `copy` allows overlap.
-            unsafe { std::ptr::copy(from.ptr(), to.ptr(), n as usize) };
-        }
-        Ok(Reply::Bytes(vec![1]))
+        Ok(Reply::Job(MemJob::Copy(sbuf, from, dbuf, to), Some(vec![1])))
     }
 
     fn memset_tensor(&mut self, m: &MemsetTensorReq) -> Result<Reply> {
@@ -277,9 +320,7 @@ impl Session {
         }
         let Some(start) = toff.checked_add(m.offset) else { refuse!("MEMSET_TENSOR offset overflows") };
         let Some(region) = buf.region(start, m.size) else { refuse!("MEMSET_TENSOR leaves the buffer") };
-        // SAFETY: the region lies inside the live buffer `buf`; no graph is running.
-        unsafe { region.as_mut_slice() }.fill(m.value);
-        Ok(Reply::Nothing)
+        Ok(Reply::Job(MemJob::Fill(buf, region, m.value), None))
     }
 
     fn get_alloc_size(&mut self, req: &GetAllocSizeReq) -> Result<Reply> {

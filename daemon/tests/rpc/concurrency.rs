@@ -164,3 +164,51 @@ fn throughput_figures() {
         t0.elapsed().as_secs_f64() * 1e6 / iters as f64
     );
 }
+
+#[test]
+fn per_connection_quota() {
+    let cfg = llamad::Config {
+        threads: 1,
+        mem: Some(TEST_MEM),
+        max_connection_mem: Some(1 << 20),
+        ..llamad::Config::default()
+    };
+    let s = TestServer::with_config(cfg);
+    let mut a = s.client();
+    let first = a.alloc_buffer(0, 1 << 20).unwrap();
+    assert_ne!(first.remote_ptr, 0);
+    assert_eq!(a.alloc_buffer(0, 1).unwrap().remote_ptr, 0, "quota exceeded must fail the allocation");
+    let mut b = s.client();
+    assert_ne!(b.alloc_buffer(0, 1 << 20).unwrap().remote_ptr, 0, "another connection has its own quota");
+    a.free_buffer(first.remote_ptr).unwrap();
+    assert_ne!(a.alloc_buffer(0, 1000).unwrap().remote_ptr, 0, "freeing returns quota");
+}
+
+#[test]
+fn large_fill_and_copy() {
+    let s = TestServer::start();
+    let mut c = s.client();
+    let n = 4u32 << 20;
+    let (buf, base) = buffer(&mut c, n as u64);
+    let whole = llamad_proto::RpcTensor {
+        id: 1,
+        dtype: 24,
+        buffer: buf,
+        ne: [n, 1, 1, 1],
+        nb: [1, n, n, n],
+        data: base,
+        ..Default::default()
+    };
+    let half = n / 2;
+    let lo = llamad_proto::RpcTensor { id: 2, ne: [half, 1, 1, 1], nb: [1, half, half, half], ..whole };
+    let hi = llamad_proto::RpcTensor { id: 3, data: base + half as u64, ..lo };
+    c.buffer_clear(buf, 0x11).unwrap();
+    c.memset_tensor(&lo, 1, half as u64 - 2, 0x22).unwrap();
+    assert!(c.copy_tensor(&lo, &hi).unwrap());
+    let all = c.get_tensor(&whole, 0, n as u64).unwrap();
+    for (i, &b) in all.iter().enumerate() {
+        let j = i % half as usize;
+        let want = if j == 0 || j == half as usize - 1 { 0x11 } else { 0x22 };
+        assert_eq!(b, want, "byte {i}");
+    }
+}

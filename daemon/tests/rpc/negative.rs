@@ -580,3 +580,20 @@ fn n20_cache_hit_path_validates_the_descriptor() {
         }))
     });
 }
+
+#[test]
+fn n18_silent_connection_is_closed_after_the_hello_timeout() {
+    let cfg = llamad::Config {
+        threads: 1,
+        mem: Some(TEST_MEM),
+        hello_timeout: std::time::Duration::from_millis(200),
+        ..llamad::Config::default()
+    };
+    let s = TestServer::with_config(cfg);
+    let mut by = s.client();
+    let mut raw = s.raw();
+    assert_closed(&mut raw);
+    assert!(s.shared.stats.take_last_refusal().unwrap_or_default().contains("no HELLO within"));
+    assert_eq!(by.device_count().unwrap(), 1);
+    s.assert_alive();
+}
