@@ -1,0 +1,1 @@
+//! Admin API tests (one binary).
