@@ -29,6 +29,15 @@ impl RpcClient {
         Self::hello(stream)
     }
 
+    /// As [`RpcClient::connect`], with a connect timeout and a read/write timeout for every later call.
+    pub fn connect_timeout(addr: &std::net::SocketAddr, timeout: std::time::Duration) -> Result<RpcClient> {
+        let stream = TcpStream::connect_timeout(addr, timeout)?;
+        stream.set_nodelay(true)?;
+        stream.set_read_timeout(Some(timeout))?;
+        stream.set_write_timeout(Some(timeout))?;
+        Self::hello(stream)
+    }
+
     /// Performs HELLO on an already connected stream.
     pub fn hello(mut stream: TcpStream) -> Result<RpcClient> {
         stream.write_all(&Command::Hello([0; CONN_CAPS_SIZE]).encode_frame())?;

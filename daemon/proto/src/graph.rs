@@ -3,6 +3,8 @@
 //! ref: ggml-rpc-protocol.md §8.1. Counts are checked against the payload length before anything is
 //! allocated; the table starts at a 4-mod-8 offset, so every read is unaligned.
 
+use std::collections::HashMap;
+
 use crate::error::{Error, Result};
 use crate::msg::Limits;
 use crate::tensor::{RpcTensor, RPC_TENSOR_SIZE};
@@ -87,9 +89,91 @@ impl GraphBlob {
     }
 }
 
+impl GraphBlob {
+    /// Builds the blob a master sends for `nodes` (ref: §8.2): every tensor reachable from the nodes
+    /// through `src[0..9]` and `view_src`, each once, in depth-first post-order (a tensor's `src[0]`…`src[9]`
+    /// subtrees, then its `view_src` subtree, then the tensor). Iterative; fails on a missing id or a cycle.
+    pub fn from_nodes(device: u32, nodes: &[u64], tensors: &HashMap<u64, RpcTensor>) -> Result<GraphBlob> {
+        let get = |id: u64| {
+            tensors.get(&id).ok_or_else(|| Error::invalid("graph", format!("tensor id {id:#x} is not known")))
+        };
+        // 1 = on the stack, 2 = emitted.
+        let mut state: HashMap<u64, u8> = HashMap::new();
+        let mut table = Vec::new();
+        for &root in nodes {
+            if root == 0 {
+                return Err(Error::invalid("graph", "node id 0"));
+            }
+            if state.contains_key(&root) {
+                continue;
+            }
+            state.insert(root, 1);
+            let mut stack: Vec<(u64, usize)> = vec![(root, 0)];
+            while let Some((id, next)) = stack.last_mut() {
+                let t = get(*id)?;
+                let links: [u64; 11] = std::array::from_fn(|k| if k < 10 { t.src[k] } else { t.view_src });
+                if *next < links.len() {
+                    let child = links[*next];
+                    *next += 1;
+                    if child == 0 {
+                        continue;
+                    }
+                    match state.get(&child) {
+                        None => {
+                            get(child)?;
+                            state.insert(child, 1);
+                            stack.push((child, 0));
+                        }
+                        Some(1) => {
+                            return Err(Error::invalid(
+                                "graph",
+                                format!("cycle through tensor id {child:#x}"),
+                            ))
+                        }
+                        Some(_) => {}
+                    }
+                } else {
+                    table.push(*t);
+                    state.insert(*id, 2);
+                    stack.pop();
+                }
+            }
+        }
+        Ok(GraphBlob { device, nodes: nodes.to_vec(), tensors: table })
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn from_nodes_is_post_order() {
+        // w(1) and x(2) leaves; v(3) views x; m(4) = mul_mat(w, v); o(5) = add(m, x).
+        let mut ts = HashMap::new();
+        let leaf = |id: u64| RpcTensor { id, ..Default::default() };
+        ts.insert(1, leaf(1));
+        ts.insert(2, leaf(2));
+        ts.insert(3, RpcTensor { view_src: 2, ..leaf(3) });
+        let mut m = leaf(4);
+        m.src[0] = 1;
+        m.src[1] = 3;
+        ts.insert(4, m);
+        let mut o = leaf(5);
+        o.src[0] = 4;
+        o.src[1] = 2;
+        ts.insert(5, o);
+        let g = GraphBlob::from_nodes(0, &[4, 5], &ts).unwrap();
+        let order: Vec<u64> = g.tensors.iter().map(|t| t.id).collect();
+        assert_eq!(order, vec![1, 2, 3, 4, 5]);
+        assert_eq!(g.nodes, vec![4, 5]);
+        // A cycle and a missing id are errors.
+        let mut c = ts.clone();
+        c.get_mut(&1).unwrap().src[0] = 5;
+        assert!(GraphBlob::from_nodes(0, &[5], &c).is_err());
+        assert!(GraphBlob::from_nodes(0, &[9], &ts).is_err());
+        assert!(GraphBlob::from_nodes(0, &[0], &ts).is_err());
+    }
 
     fn blob() -> GraphBlob {
         let t =

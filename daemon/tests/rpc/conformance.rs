@@ -538,3 +538,25 @@ fn c24_cache_store_then_hit_on_a_new_connection() {
     cache.insert_raw(planted, vec![0x66; 4096]);
     assert!(!c.set_tensor_hash(&t, 0, planted).unwrap());
 }
+
+#[test]
+fn c31_master_side_graph_encoding_is_accepted() {
+    // (a + b) + a, encoded the way a master does (post-order table from the node list).
+    let s = TestServer::start();
+    let mut c = s.client();
+    let (buf, base) = buffer(&mut c, 64);
+    let (_, [a, b, mut sum]) = add_graph(buf, base, 4);
+    let mut out = f32_tensor(4, buf, base + 48, 4).with_name("out");
+    out.op = 2;
+    out.flags = 16;
+    out.src = [3, 1, 0, 0, 0, 0, 0, 0, 0, 0];
+    sum.flags = 16;
+    let table: std::collections::HashMap<u64, RpcTensor> =
+        [a, b, sum, out].into_iter().map(|t| (t.id, t)).collect();
+    let g = GraphBlob::from_nodes(0, &[3, 4], &table).unwrap();
+    assert_eq!(g.tensors.iter().map(|t| t.id).collect::<Vec<_>>(), vec![1, 2, 3, 4]);
+    c.set_tensor(&a, 0, &f32_bytes(&[1.0, 2.0, 3.0, 4.0]), false).unwrap();
+    c.set_tensor(&b, 0, &f32_bytes(&[0.5; 4]), false).unwrap();
+    c.graph_compute(&g).unwrap();
+    assert_eq!(bytes_f32(&c.get_tensor(&out, 0, 16).unwrap()), [2.5, 4.5, 6.5, 8.5]);
+}
