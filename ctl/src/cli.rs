@@ -1,0 +1,133 @@
+//! The command line (clap derive). `run` mirrors llama.cpp's option names where one exists.
+
+use std::ffi::OsString;
+use std::path::PathBuf;
+
+use clap::{Args, Parser, Subcommand, ValueEnum};
+
+/// `llamactl`: run models locally or across llamad workers.
+#[derive(Parser, Debug)]
+#[command(name = "llamactl", version, about)]
+pub struct Cli {
+    /// The noun.
+    #[command(subcommand)]
+    pub command: Command,
+    /// More log output on stderr (-v info, -vv debug); `LLAMACTL_LOG` overrides.
+    #[arg(short, long, global = true, action = clap::ArgAction::Count)]
+    pub verbose: u8,
+}
+
+/// The nouns.
+#[derive(Subcommand, Debug)]
+pub enum Command {
+    /// Generate text from a prompt, locally or with layers on RPC workers (`--workers`).
+    Run(RunArgs),
+}
+
+/// Flash attention mode.
+#[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FlashAttn {
+    /// Always.
+    On,
+    /// Never.
+    Off,
+    /// Let the engine choose (on: every backend here supports FLASH_ATTN_EXT).
+    Auto,
+}
+
+/// `llamactl run`.
+#[derive(Args, Debug, Clone)]
+pub struct RunArgs {
+    /// GGUF model file.
+    #[arg(short = 'm', long, value_name = "MODEL.gguf")]
+    pub model: PathBuf,
+    /// Prompt text.
+    #[arg(short = 'p', long, required_unless_present = "file", conflicts_with = "file")]
+    pub prompt: Option<String>,
+    /// Read the prompt from a file.
+    #[arg(short = 'f', long, value_name = "FILE")]
+    pub file: Option<PathBuf>,
+    /// Tokens to generate (-1 = until end of generation or a full context).
+    #[arg(short = 'n', long = "n-predict", default_value_t = -1, allow_negative_numbers = true)]
+    pub n_predict: i64,
+    /// RPC workers, `HOST:PORT,...`: the model's layers are split across them.
+    #[arg(long, value_delimiter = ',', value_name = "HOST:PORT,...")]
+    pub workers: Vec<String>,
+    /// Threads for the local computation [default: available cores].
+    #[arg(short = 't', long)]
+    pub threads: Option<usize>,
+    /// Context size (KV-cache cells).
+    #[arg(short = 'c', long = "ctx-size", default_value_t = 4096)]
+    pub ctx_size: u64,
+    /// Largest micro-batch of prompt tokens per forward pass.
+    #[arg(long = "ubatch-size", default_value_t = 512)]
+    pub ubatch_size: u64,
+    /// Temperature (≤ 0 = greedy) [default: model's, else 0.8].
+    #[arg(long)]
+    pub temp: Option<f32>,
+    /// Top-k (≤ 0 = off) [default: model's, else 40].
+    #[arg(long = "top-k", allow_negative_numbers = true)]
+    pub top_k: Option<i32>,
+    /// Top-p (1 = off) [default: model's, else 0.95].
+    #[arg(long = "top-p")]
+    pub top_p: Option<f32>,
+    /// Min-p (0 = off) [default: model's, else 0.05].
+    #[arg(long = "min-p")]
+    pub min_p: Option<f32>,
+    /// Repetition penalty (1 = off).
+    #[arg(long = "repeat-penalty")]
+    pub repeat_penalty: Option<f32>,
+    /// RNG seed [default: random].
+    #[arg(long)]
+    pub seed: Option<u32>,
+    /// Share of the offloaded layers per worker, e.g. `3,1` [default: by reported free memory].
+    #[arg(long = "tensor-split", value_delimiter = ',', value_name = "W0,W1,...")]
+    pub tensor_split: Vec<f64>,
+    /// How many trailing layers (counting the output layer) go to the workers; the rest run here
+    /// (llama.cpp's `-ngl`; default all). Also accepted as `-ngl N`.
+    #[arg(long = "n-gpu-layers", visible_alias = "ngl", value_name = "N")]
+    pub n_gpu_layers: Option<u32>,
+    /// Apply the model's chat template to the prompt (one user message).
+    #[arg(long)]
+    pub chat: bool,
+    /// Flash attention.
+    #[arg(long = "flash-attn", value_enum, default_value_t = FlashAttn::Auto)]
+    pub flash_attn: FlashAttn,
+    /// Weight uploads larger than this many bytes try SET_TENSOR_HASH first (worker tensor cache).
+    #[arg(long = "hash-threshold", default_value_t = 1 << 20, value_name = "BYTES")]
+    pub hash_threshold: u64,
+    /// No progress bars, even on a terminal.
+    #[arg(long = "no-progress")]
+    pub no_progress: bool,
+}
+
+/// Rewrites llama.cpp's single-dash long options (`-ngl 99`, `-ts 3,1`) to their `--` forms, which
+/// clap cannot express as short options.
+pub fn normalize_args(args: impl IntoIterator<Item = OsString>) -> Vec<OsString> {
+    args.into_iter()
+        .map(|a| match a.to_str() {
+            Some("-ngl") => OsString::from("--n-gpu-layers"),
+            Some("-ts") => OsString::from("--tensor-split"),
+            Some("-fa") => OsString::from("--flash-attn"),
+            _ => a,
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn llama_cpp_style_options_parse() {
+        let argv = ["llamactl", "run", "-m", "x.gguf", "-p", "hi", "-ngl", "7", "-ts", "3,1", "-n", "5"];
+        let cli = Cli::try_parse_from(normalize_args(argv.iter().map(OsString::from))).unwrap();
+        let Command::Run(a) = cli.command;
+        assert_eq!(a.n_gpu_layers, Some(7));
+        assert_eq!(a.tensor_split, vec![3.0, 1.0]);
+        assert_eq!(a.n_predict, 5);
+        assert_eq!(a.flash_attn, FlashAttn::Auto);
+        let bad = ["llamactl", "run", "-m", "x.gguf"];
+        assert!(Cli::try_parse_from(bad).is_err(), "a prompt or a file is required");
+    }
+}

@@ -1,0 +1,3 @@
+//! One module per noun of the command line.
+
+pub mod run;

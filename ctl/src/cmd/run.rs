@@ -1,0 +1,265 @@
+//! `llamactl run`: prompt → tokens → forward passes (in-process or across workers) → sampled
+//! tokens streamed to stdout as text; a llama.cpp-style timing summary on stderr.
+
+use std::collections::HashMap;
+use std::io::{IsTerminal, Write};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context, Result};
+use compute::gguf::Gguf;
+use compute::model::{Model, Session, SessionConfig};
+use compute::sample::{Sampler, SamplerParams, UserSampling};
+use compute::tokenizer::chat::{ChatMessage, ChatTemplate};
+use compute::tokenizer::Tokenizer;
+use compute::GgmlType;
+use indicatif::{MultiProgress, ProgressBar, ProgressDrawTarget, ProgressStyle};
+
+use crate::cli::{FlashAttn, RunArgs};
+use crate::master::pipeline::{LoadEvent, Pipeline, SplitOptions};
+use crate::master::remote::mib;
+use crate::master::Forward;
+
+/// Runs `llamactl run`.
+pub fn run(args: &RunArgs) -> Result<()> {
+    let t_start = Instant::now();
+    let path = &args.model;
+    if !path.is_file() {
+        bail!("model file {} does not exist", path.display());
+    }
+    // SAFETY: the model file is mapped read-only; llamactl never writes it, and the user is told
+    // (README) not to replace a model file while a run uses it.
+    let gguf = Arc::new(
+        unsafe { Gguf::open(path) }
+            .with_context(|| format!("{} is not a readable GGUF file", path.display()))?,
+    );
+    let tok = Tokenizer::from_gguf(&gguf).with_context(|| format!("{}: tokenizer", path.display()))?;
+    let model = Model::new(gguf.clone()).with_context(|| format!("{}: unsupported model", path.display()))?;
+
+    let text = match (&args.prompt, &args.file) {
+        (Some(p), _) => p.clone(),
+        (None, Some(f)) => {
+            std::fs::read_to_string(f).with_context(|| format!("reading the prompt from {}", f.display()))?
+        }
+        (None, None) => bail!("give a prompt with -p or -f"),
+    };
+    let text = if args.chat {
+        let tmpl = ChatTemplate::from_tokenizer(&tok)
+            .context("chat template")?
+            .with_context(|| format!("{} has no chat template (drop --chat)", path.display()))?;
+        tmpl.apply(&[ChatMessage::new("user", &text)], true).context("applying the chat template")?
+    } else {
+        text
+    };
+    let prompt = tok.encode(&text, tok.add_bos(), true);
+    if prompt.is_empty() {
+        bail!("the prompt is empty after tokenization");
+    }
+    if prompt.len() as u64 >= args.ctx_size {
+        bail!(
+            "the prompt has {} tokens; the context holds {} (raise --ctx-size)",
+            prompt.len(),
+            args.ctx_size
+        );
+    }
+
+    let threads =
+        args.threads.unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get())).max(1);
+    let cfg = SessionConfig {
+        n_ctx: args.ctx_size,
+        n_ubatch: args.ubatch_size.max(1),
+        flash_attn: args.flash_attn != FlashAttn::Off,
+        kv_type: GgmlType::F16,
+        n_threads: threads,
+    };
+    let user = UserSampling {
+        seed: args.seed,
+        top_k: args.top_k,
+        top_p: args.top_p,
+        min_p: args.min_p,
+        temp: args.temp,
+        penalty_repeat: args.repeat_penalty,
+        ..UserSampling::default()
+    };
+    let params = SamplerParams::resolve(&user, Some(gguf.as_ref())).context("sampler parameters")?;
+    let mut sampler = Sampler::new(params);
+
+    let mut fwd: Box<dyn Forward> = if args.workers.is_empty() {
+        Box::new(Session::new(model, cfg)?)
+    } else {
+        let opts = SplitOptions {
+            tensor_split: args.tensor_split.clone(),
+            n_gpu_layers: args.n_gpu_layers,
+            hash_threshold: args.hash_threshold,
+        };
+        let show_bars = !args.no_progress && std::io::stderr().is_terminal();
+        let progress = LoadProgress::new(show_bars, args.workers.len());
+        let p = Pipeline::new(&model, cfg, &args.workers, &opts, &|i, ev| progress.event(i, ev))?;
+        progress.finish();
+        eprintln!(
+            "llamactl: {} layers here, {} on {} worker(s): {}",
+            p.local_layers(),
+            model.hp.n_layer - p.local_layers(),
+            p.workers().len(),
+            p.workers()
+                .iter()
+                .map(|w| format!("{} [{}..{})", w.addr, w.layers.start, w.layers.end))
+                .collect::<Vec<_>>()
+                .join(", ")
+        );
+        Box::new(p)
+    };
+    let load_time = t_start.elapsed();
+
+    // Generation, streaming the text as it is produced.
+    let max_new = if args.n_predict < 0 { usize::MAX } else { args.n_predict as usize };
+    for &t in &prompt {
+        sampler.accept(t);
+    }
+    let mut out = std::io::stdout().lock();
+    let mut pending: Vec<u8> = Vec::new();
+    let t0 = Instant::now();
+    let mut logits = fwd.decode(&prompt)?;
+    let prompt_time = t0.elapsed();
+    let mut n_gen = 0usize;
+    let mut eval_time = Duration::ZERO;
+    while n_gen < max_new {
+        let t = sampler.sample(&logits).context("sampling from empty logits")?;
+        sampler.accept(t);
+        n_gen += 1;
+        if tok.is_eog(t) {
+            break;
+        }
+        pending.extend_from_slice(tok.decode_token(t));
+        let valid = utf8_prefix(&pending);
+        out.write_all(&pending[..valid])?;
+        out.flush()?;
+        pending.drain(..valid);
+        if n_gen == max_new || fwd.n_past() + 1 > args.ctx_size {
+            break;
+        }
+        let t1 = Instant::now();
+        logits = fwd.decode(&[t])?;
+        eval_time += t1.elapsed();
+    }
+    out.write_all(&pending)?;
+    out.write_all(b"\n")?;
+    out.flush()?;
+    let n_eval = n_gen.saturating_sub(1);
+    print_timings(load_time, prompt.len(), prompt_time, n_eval, eval_time, t_start.elapsed());
+    Ok(())
+}
+
+/// Length of the longest prefix that is complete UTF-8 (an incomplete trailing sequence waits for
+/// the next token; invalid bytes are passed through).
+fn utf8_prefix(b: &[u8]) -> usize {
+    match std::str::from_utf8(b) {
+        Ok(_) => b.len(),
+        Err(e) if e.error_len().is_none() => e.valid_up_to(),
+        Err(_) => b.len(),
+    }
+}
+
+fn print_timings(
+    load: Duration,
+    n_prompt: usize,
+    prompt: Duration,
+    n_eval: usize,
+    eval: Duration,
+    total: Duration,
+) {
+    let ms = |d: Duration| d.as_secs_f64() * 1000.0;
+    let rate = |n: usize, d: Duration| {
+        let per = if n > 0 { ms(d) / n as f64 } else { 0.0 };
+        let tps = if d.as_secs_f64() > 0.0 { n as f64 / d.as_secs_f64() } else { 0.0 };
+        format!("({per:8.2} ms per token, {tps:8.2} tokens per second)")
+    };
+    eprintln!();
+    eprintln!("llamactl:        load time = {:10.2} ms", ms(load));
+    eprintln!(
+        "llamactl: prompt eval time = {:10.2} ms / {n_prompt:5} tokens {}",
+        ms(prompt),
+        rate(n_prompt, prompt)
+    );
+    eprintln!("llamactl:        eval time = {:10.2} ms / {n_eval:5} runs   {}", ms(eval), rate(n_eval, eval));
+    eprintln!("llamactl:       total time = {:10.2} ms / {:5} tokens", ms(total), n_prompt + n_eval);
+}
+
+/// Per-worker load progress: indicatif bars on a terminal, plain log lines otherwise.
+struct LoadProgress {
+    bars: Option<(MultiProgress, Mutex<HashMap<usize, ProgressBar>>)>,
+    started: Mutex<HashMap<usize, (String, Instant)>>,
+}
+
+impl LoadProgress {
+    fn new(show: bool, _n: usize) -> LoadProgress {
+        let bars = show.then(|| {
+            (MultiProgress::with_draw_target(ProgressDrawTarget::stderr()), Mutex::new(HashMap::new()))
+        });
+        LoadProgress { bars, started: Mutex::new(HashMap::new()) }
+    }
+
+    fn event(&self, i: usize, ev: LoadEvent<'_>) {
+        match ev {
+            LoadEvent::Start { addr, layers, total } => {
+                let label = format!("{addr} layers {}..{}", layers.start, layers.end);
+                if let Ok(mut s) = self.started.lock() {
+                    s.insert(i, (label.clone(), Instant::now()));
+                }
+                match &self.bars {
+                    Some((mp, map)) => {
+                        let pb = mp.add(ProgressBar::new(total));
+                        let style = ProgressStyle::with_template(
+                            "{prefix:>32} [{bar:30}] {bytes}/{total_bytes} {bytes_per_sec} {eta}",
+                        )
+                        .map(|s| s.progress_chars("=> "))
+                        .unwrap_or_else(|_| ProgressStyle::default_bar());
+                        pb.set_style(style);
+                        pb.set_prefix(label);
+                        if let Ok(mut m) = map.lock() {
+                            m.insert(i, pb);
+                        }
+                    }
+                    None => eprintln!("llamactl: loading {} of weights to {label}", mib(total)),
+                }
+            }
+            LoadEvent::Progress(b) => {
+                if let Some((_, map)) = &self.bars {
+                    if let Some(pb) = map.lock().ok().and_then(|m| m.get(&i).cloned()) {
+                        pb.inc(b);
+                    }
+                }
+            }
+            LoadEvent::Done(stats) => {
+                let (label, t) = self
+                    .started
+                    .lock()
+                    .ok()
+                    .and_then(|s| s.get(&i).cloned())
+                    .unwrap_or_else(|| (format!("worker {i}"), Instant::now()));
+                let msg = format!(
+                    "{label}: {} tensors, {} sent, {} from the worker's cache, {:.2} s",
+                    stats.tensors,
+                    mib(stats.bytes_sent),
+                    mib(stats.bytes_cached),
+                    t.elapsed().as_secs_f64()
+                );
+                match &self.bars {
+                    Some((_, map)) => {
+                        if let Some(pb) = map.lock().ok().and_then(|m| m.get(&i).cloned()) {
+                            pb.finish_with_message(msg.clone());
+                        }
+                        tracing::info!("{msg}");
+                    }
+                    None => eprintln!("llamactl: loaded {msg}"),
+                }
+            }
+        }
+    }
+
+    fn finish(&self) {
+        if let Some((mp, _)) = &self.bars {
+            let _ = mp.clear();
+        }
+    }
+}

@@ -1,0 +1,14 @@
+//! `llamactl`: the command-line client of llamad workers and a Rust RPC master.
+//!
+//! * [`cli`] — the clap command line (`llamactl run …`; more nouns live next to it in [`cmd`]).
+//! * [`cmd`] — one module per noun; [`cmd::run`] loads a GGUF, tokenizes, samples and streams text.
+//! * [`master`] — the engine behind `run`: a [`master::Forward`] trait with two implementations, the
+//!   in-process [`compute::model::Session`] and the RPC master [`master::pipeline::Pipeline`], which
+//!   keeps the token embedding (and the first `L + 1 - ngl` layers) on this machine and puts the
+//!   other layer ranges on llamad / `ggml-rpc-server` workers (ref: ggml-rpc-protocol.md §11).
+#![deny(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+#![cfg_attr(test, allow(clippy::unwrap_used, clippy::expect_used, clippy::panic))]
+
+pub mod cli;
+pub mod cmd;
+pub mod master;

@@ -1,0 +1,34 @@
+//! The engine behind `llamactl run`: a forward pass that turns tokens into next-token logits,
+//! either in-process ([`compute::model::Session`]) or split across RPC workers ([`pipeline`]).
+//!
+//! * [`split`] — llama.cpp's layer assignment (ref: ggml-rpc-protocol.md §11.3).
+//! * [`export`] — abstract graph → GRAPH_COMPUTE blob (ref §4.3, §8.2).
+//! * [`remote`] — one worker: probe, buffers, weight upload, per-ubatch execution.
+//! * [`pipeline`] — the master: embedding (and leading layers) here, layer ranges on workers,
+//!   hidden states handed from one to the next through this process.
+
+pub mod export;
+pub mod pipeline;
+pub mod remote;
+pub mod split;
+
+use anyhow::Result;
+use compute::model::Session;
+
+/// Tokens in, logits of the last token out; positions continue from the previous call.
+pub trait Forward {
+    /// Feeds `tokens` and returns the last token's logits.
+    fn decode(&mut self, tokens: &[u32]) -> Result<Vec<f32>>;
+    /// Tokens decoded so far.
+    fn n_past(&self) -> u64;
+}
+
+impl Forward for Session {
+    fn decode(&mut self, tokens: &[u32]) -> Result<Vec<f32>> {
+        Ok(Session::decode(self, tokens)?.to_vec())
+    }
+
+    fn n_past(&self) -> u64 {
+        Session::n_past(self)
+    }
+}

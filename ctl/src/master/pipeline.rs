@@ -1,0 +1,311 @@
+//! The RPC master: embeds tokens here, runs the leading `L + 1 - ngl` layers here (if any), then
+//! hands the hidden state through each worker's layer range; the last range returns the logits.
+//!
+//! ref: ggml-rpc-protocol.md §11.3 (assignment), §11.5 (command flow); ggml-compute-semantics.md
+//! §4.8 (the input layer stays on the master; each layer's KV cache lives with the layer).
+
+use std::ops::Range;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::{anyhow, bail, Context, Result};
+use compute::model::local::LocalBackend;
+use compute::model::session::{fill_inputs, ubatch_params};
+use compute::model::{BuildParams, HParams, Model, SessionConfig, WeightSource};
+use compute::quant::kernels;
+use compute::GgmlType;
+
+use super::remote::{mib, UploadStats, Worker, WorkerLayout};
+use super::split::{assign_slots, LayerPlan};
+use super::Forward;
+
+/// How the model is split.
+#[derive(Clone, Debug, Default)]
+pub struct SplitOptions {
+    /// `--tensor-split` weights (empty or all zero = by free memory).
+    pub tensor_split: Vec<f64>,
+    /// `-ngl` (None = all layers and the output on the workers).
+    pub n_gpu_layers: Option<u32>,
+    /// Weight writes above this size try SET_TENSOR_HASH first.
+    pub hash_threshold: u64,
+}
+
+/// Called while loading: `(worker index, event)`.
+pub enum LoadEvent<'a> {
+    /// Upload of `total` bytes of weights to the worker starts.
+    Start {
+        /// Worker address.
+        addr: &'a str,
+        /// Layers it holds.
+        layers: Range<u32>,
+        /// Bytes of weights.
+        total: u64,
+    },
+    /// `bytes` more were uploaded.
+    Progress(u64),
+    /// Done.
+    Done(UploadStats),
+}
+
+/// The master pipeline.
+pub struct Pipeline {
+    hp: HParams,
+    src: Arc<dyn WeightSource>,
+    cfg: SessionConfig,
+    local: Option<LocalBackend>,
+    local_layers: u32,
+    workers: Vec<Worker>,
+    n_past: u64,
+    /// Time spent waiting on workers (GRAPH_COMPUTE + transfers).
+    pub remote_time: Duration,
+}
+
+impl Pipeline {
+    /// Connects to the workers, splits the layers, allocates and uploads.
+    pub fn new(
+        model: &Model,
+        cfg: SessionConfig,
+        addrs: &[String],
+        opts: &SplitOptions,
+        on_load: &(dyn Fn(usize, LoadEvent<'_>) + Sync),
+    ) -> Result<Pipeline> {
+        let hp = model.hp.clone();
+        let src = model.src.clone();
+        let mut workers = Vec::new();
+        for a in addrs {
+            workers.push(Worker::connect(a)?);
+        }
+        let weights: Vec<f64> = if opts.tensor_split.iter().any(|&w| w > 0.0) {
+            if opts.tensor_split.len() > workers.len() {
+                bail!("--tensor-split has {} values for {} workers", opts.tensor_split.len(), workers.len());
+            }
+            let mut w = opts.tensor_split.clone();
+            w.resize(workers.len(), 0.0);
+            w
+        } else {
+            workers
+                .iter()
+                .map(|w| if w.probe.free == 0 && w.probe.total == 0 { host_free() } else { w.probe.free } as f64)
+                .collect()
+        };
+        let slots = assign_slots(hp.n_layer, opts.n_gpu_layers, &weights);
+        let plan = LayerPlan::from_slots(&slots);
+        tracing::info!(?plan, "layer split");
+
+        // The largest ubatch decides the compute buffers.
+        let n_tok = cfg.n_ubatch.min(cfg.n_ctx);
+        let max_params = BuildParams { n_kv: cfg.n_ctx, ..ubatch_params(&hp, &cfg, 0, n_tok, 1) };
+        let mut layouts: Vec<Option<(Range<u32>, WorkerLayout)>> = (0..workers.len()).map(|_| None).collect();
+        let mut short = Vec::new();
+        for (d, range) in &plan.remote {
+            let w = &workers[*d];
+            let lay = w.layout(&hp, src.as_ref(), range.clone(), &max_params)?;
+            if lay.total() > w.probe.free {
+                short.push(format!(
+                    "worker {} needs {} for layers {}..{} ({} weights, {} KV cache, {} compute) but reports {} \
+                     free: short by {}",
+                    w.addr,
+                    mib(lay.total()),
+                    range.start,
+                    range.end,
+                    mib(lay.weight_bytes()),
+                    mib(lay.kv_size),
+                    mib(lay.compute_size),
+                    mib(w.probe.free),
+                    mib(lay.total() - w.probe.free)
+                ));
+            }
+            layouts[*d] = Some((range.clone(), lay));
+        }
+        if short.is_empty() {
+            for (d, _) in &plan.remote {
+                if let Some((_, lay)) = &layouts[*d] {
+                    if let Some((name, bytes)) = &lay.oversize {
+                        bail!(
+                            "weight {name} ({}) exceeds worker {}'s maximum buffer size ({})",
+                            mib(*bytes),
+                            workers[*d].addr,
+                            mib(workers[*d].probe.max_size)
+                        );
+                    }
+                }
+            }
+        }
+        if !short.is_empty() {
+            bail!(
+                "the model does not fit in the workers' memory: {} (use a smaller --ctx-size, more workers, \
+                 --tensor-split, or -ngl to keep layers here)",
+                short.join("; ")
+            );
+        }
+        // Upload to all workers in parallel, one thread per worker.
+        let src_ref = src.as_ref();
+        let results: Vec<Result<()>> = std::thread::scope(|s| {
+            let handles: Vec<_> = workers
+                .iter_mut()
+                .zip(&layouts)
+                .enumerate()
+                .filter_map(|(i, (w, lay))| lay.as_ref().map(|l| (i, w, l)))
+                .map(|(i, w, (range, lay))| {
+                    s.spawn(move || -> Result<()> {
+                        on_load(
+                            i,
+                            LoadEvent::Start {
+                                addr: &w.addr,
+                                layers: range.clone(),
+                                total: lay.weight_bytes(),
+                            },
+                        );
+                        let stats = w.load(lay, src_ref, range.clone(), opts.hash_threshold, &|b| {
+                            on_load(i, LoadEvent::Progress(b))
+                        })?;
+                        on_load(i, LoadEvent::Done(stats));
+                        Ok(())
+                    })
+                })
+                .collect();
+            handles
+                .into_iter()
+                .map(|h| h.join().unwrap_or_else(|_| Err(anyhow!("upload thread panicked"))))
+                .collect()
+        });
+        for r in results {
+            r?;
+        }
+        // Keep only the workers with layers, in layer order.
+        let mut order: Vec<(u32, Worker)> = Vec::new();
+        for (w, lay) in workers.into_iter().zip(layouts) {
+            match lay {
+                Some((range, _)) => order.push((range.start, w)),
+                None => tracing::info!(addr = %w.addr, "worker gets no layers"),
+            }
+        }
+        order.sort_by_key(|(s, _)| *s);
+        let workers: Vec<Worker> = order.into_iter().map(|(_, w)| w).collect();
+        let local = if plan.local > 0 {
+            Some(LocalBackend::new(src.clone(), hp.clone(), cfg.n_threads)?)
+        } else {
+            None
+        };
+        // Every layer is somewhere: local [0, k) and contiguous remote ranges up to n_layer.
+        let mut next = plan.local;
+        for w in &workers {
+            if w.layers.start != next {
+                bail!("internal: layer plan has a gap at layer {next}");
+            }
+            next = w.layers.end;
+        }
+        if next != hp.n_layer {
+            bail!("internal: layer plan ends at {next} of {}", hp.n_layer);
+        }
+        Ok(Pipeline {
+            hp,
+            src,
+            cfg,
+            local,
+            local_layers: plan.local,
+            workers,
+            n_past: 0,
+            remote_time: Duration::ZERO,
+        })
+    }
+
+    /// The workers in layer order.
+    pub fn workers(&self) -> &[Worker] {
+        &self.workers
+    }
+
+    /// Layers computed in this process.
+    pub fn local_layers(&self) -> u32 {
+        self.local_layers
+    }
+
+    fn embed(&self, tokens: &[u32]) -> Result<Vec<u8>> {
+        // ref: ggml-compute-semantics.md §3.3 GET_ROWS: each row converted to f32.
+        let w = self
+            .src
+            .tensor("token_embd.weight")
+            .ok_or_else(|| anyhow!("missing tensor token_embd.weight"))?;
+        let e = w.ne[0];
+        let row = w.dtype.row_size(e).ok_or_else(|| anyhow!("token_embd.weight: bad row"))? as usize;
+        let mut out = Vec::with_capacity(tokens.len() * e as usize * 4);
+        let mut f = vec![0f32; e as usize];
+        for &t in tokens {
+            let start = t as usize * row;
+            let bytes = w
+                .data
+                .get(start..start + row)
+                .ok_or_else(|| anyhow!("token {t} outside token_embd.weight"))?;
+            if w.dtype == GgmlType::F32 {
+                out.extend_from_slice(bytes);
+                continue;
+            }
+            let to_f32 = kernels(w.dtype)
+                .to_f32
+                .ok_or_else(|| anyhow!("token_embd.weight of type {} cannot be dequantized", w.dtype))?;
+            to_f32(bytes, &mut f);
+            out.extend(f.iter().flat_map(|x| x.to_le_bytes()));
+        }
+        Ok(out)
+    }
+
+    fn decode_ubatch(&mut self, tokens: &[u32]) -> Result<Vec<f32>> {
+        let hp = &self.hp;
+        let base = ubatch_params(hp, &self.cfg, self.n_past, tokens.len() as u64, 1);
+        let n_past = self.n_past;
+        let mut cur = if let Some(local) = self.local.as_mut() {
+            let p = BuildParams { layers: 0..self.local_layers, ..base.clone() };
+            let out = local.run(&p, |b, w| fill_inputs(hp, b, n_past, tokens, w))?.output;
+            local.tensor_bytes(out)?.to_vec()
+        } else {
+            self.embed(tokens)?
+        };
+        let t0 = Instant::now();
+        for w in &mut self.workers {
+            let p = BuildParams { layers: w.layers.clone(), ..base.clone() };
+            cur = w.run_ubatch(hp, self.src.as_ref(), &p, n_past, tokens, &cur)?;
+        }
+        self.remote_time += t0.elapsed();
+        if cur.len() as u64 != hp.n_vocab * 4 {
+            bail!("expected {} logits, got {} bytes", hp.n_vocab, cur.len());
+        }
+        self.n_past += tokens.len() as u64;
+        Ok(cur.chunks_exact(4).map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]])).collect())
+    }
+}
+
+impl Forward for Pipeline {
+    fn decode(&mut self, tokens: &[u32]) -> Result<Vec<f32>> {
+        if tokens.is_empty() {
+            bail!("decode of zero tokens");
+        }
+        if let Some(&bad) = tokens.iter().find(|&&t| u64::from(t) >= self.hp.n_vocab) {
+            bail!("token {bad} out of range (vocabulary of {})", self.hp.n_vocab);
+        }
+        if self.n_past + tokens.len() as u64 > self.cfg.n_ctx {
+            bail!("context full: {} + {} tokens exceed n_ctx {}", self.n_past, tokens.len(), self.cfg.n_ctx);
+        }
+        let mut logits = Vec::new();
+        for chunk in tokens.chunks(self.cfg.n_ubatch as usize) {
+            logits = self.decode_ubatch(chunk).context("forward pass")?;
+        }
+        Ok(logits)
+    }
+
+    fn n_past(&self) -> u64 {
+        self.n_past
+    }
+}
+
+/// This machine's available memory (for workers that report 0/0, ref §11.3 step 1).
+fn host_free() -> u64 {
+    std::fs::read_to_string("/proc/meminfo")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("MemAvailable:"))
+                .and_then(|l| l.split_whitespace().nth(1))
+                .and_then(|kb| kb.parse::<u64>().ok())
+        })
+        .map_or(1 << 30, |kb| kb * 1024)
+}

@@ -1,0 +1,508 @@
+//! One RPC worker: connection and probing, buffer layout, weight upload, ubatch execution.
+//!
+//! Command flow (ref: ggml-rpc-protocol.md §11.5): HELLO (version check), DEVICE_COUNT,
+//! GET_DEVICE_MEMORY, GET_ALIGNMENT, GET_MAX_SIZE; ALLOC_BUFFER + BUFFER_GET_BASE for the weights
+//! (several buffers when GET_MAX_SIZE demands), SET_TENSOR per weight (SET_TENSOR_HASH first above
+//! the hash threshold, then SET_TENSOR with `cache_flag = 1` on a miss, ref §9); one KV buffer
+//! (BUFFER_CLEAR 0); one compute buffer sized once for the largest ubatch. Per ubatch: SET_TENSOR
+//! for every graph input, GRAPH_COMPUTE — or GRAPH_RECOMPUTE when the graph (same build
+//! parameters, hence same shapes and addresses) is the one last sent on this connection (§8.4,
+//! §15 item 33) — and GET_TENSOR of the output (the hidden state or the logits).
+
+use std::collections::{HashMap, HashSet};
+use std::net::{TcpStream, ToSocketAddrs};
+use std::ops::Range;
+use std::time::Duration;
+
+use anyhow::{anyhow, bail, Context, Result};
+use compute::model::arch::InputSink;
+use compute::model::local::{plan, Plan};
+use compute::model::session::fill_inputs;
+use compute::model::{build, BuildParams, Built, HParams, KvKind, Storage, TensorId, WeightSource};
+use compute::tensor::Layout;
+use llamad_proto::{GraphBlob, RpcClient, RpcTensor, WireHash};
+
+use super::export::{export, wire_id, Place};
+
+/// Alignment of our compute-buffer offsets (`compute::model::local::ALIGN`); workers must not
+/// require more.
+const PLAN_ALIGN: u64 = compute::model::local::ALIGN;
+
+/// How long to wait for a TCP connection to a worker.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// One remote buffer.
+#[derive(Clone, Copy, Debug)]
+struct Region {
+    handle: u64,
+    base: u64,
+    size: u64,
+}
+
+/// What the worker reported when probed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Probe {
+    /// Devices on the server (only device 0 is used).
+    pub devices: u32,
+    /// Free bytes of device 0.
+    pub free: u64,
+    /// Total bytes of device 0.
+    pub total: u64,
+    /// Buffer alignment.
+    pub alignment: u64,
+    /// Largest single buffer.
+    pub max_size: u64,
+}
+
+/// One weight buffer: its size and `(name, offset, bytes)` of each weight in it.
+pub type WeightBuffer = (u64, Vec<(String, u64, u64)>);
+
+/// Memory a worker needs for its layer range.
+#[derive(Clone, Debug, Default)]
+pub struct WorkerLayout {
+    /// Weight buffers: size and `(name, offset, bytes)` of each weight.
+    pub weight_bufs: Vec<WeightBuffer>,
+    /// KV buffer size.
+    pub kv_size: u64,
+    /// Offset of each (layer, K|V) cache in the KV buffer.
+    pub kv_offsets: HashMap<(u32, KvKind), u64>,
+    /// Compute buffer size (inputs and intermediates of the largest ubatch).
+    pub compute_size: u64,
+    /// A weight larger than the worker's maximum buffer size, if any.
+    pub oversize: Option<(String, u64)>,
+}
+
+impl WorkerLayout {
+    /// Total bytes of weights.
+    pub fn weight_bytes(&self) -> u64 {
+        self.weight_bufs.iter().map(|(s, _)| s).sum()
+    }
+
+    /// Everything.
+    pub fn total(&self) -> u64 {
+        self.weight_bytes() + self.kv_size + self.compute_size
+    }
+}
+
+/// Upload counters.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct UploadStats {
+    /// Weight bytes sent with SET_TENSOR.
+    pub bytes_sent: u64,
+    /// Weight bytes the worker already had (SET_TENSOR_HASH answered 1).
+    pub bytes_cached: u64,
+    /// Weights uploaded.
+    pub tensors: u64,
+}
+
+struct Prepared {
+    built: Built,
+    plan: Plan,
+    blob: GraphBlob,
+    /// The token-embedding GET_ROWS result sent as an input (first range only).
+    embd: Option<TensorId>,
+}
+
+/// A connected worker holding one layer range.
+pub struct Worker {
+    /// `host:port` as given.
+    pub addr: String,
+    client: RpcClient,
+    /// Device used on the server.
+    pub device: u32,
+    /// Probe results.
+    pub probe: Probe,
+    /// Layers `[first, last)` this worker computes.
+    pub layers: Range<u32>,
+    weights: HashMap<String, Place>,
+    kv: Option<Region>,
+    kv_offsets: HashMap<(u32, KvKind), u64>,
+    compute: Option<Region>,
+    all_regions: Vec<u64>,
+    prepared: Option<Prepared>,
+    /// True when the server's last graph for `device` is `prepared.blob`.
+    graph_on_server: bool,
+    /// GRAPH_COMPUTE / GRAPH_RECOMPUTE counts.
+    pub graphs_sent: u64,
+    /// GRAPH_RECOMPUTE count.
+    pub recomputes: u64,
+}
+
+impl Worker {
+    /// Connects, checks the protocol version and probes device 0.
+    pub fn connect(addr: &str) -> Result<Worker> {
+        let sock = addr
+            .to_socket_addrs()
+            .with_context(|| format!("worker {addr}: cannot resolve the address (expected HOST:PORT)"))?
+            .next()
+            .ok_or_else(|| anyhow!("worker {addr}: the address resolves to nothing"))?;
+        let stream = TcpStream::connect_timeout(&sock, CONNECT_TIMEOUT).with_context(|| {
+            format!("worker {addr} is unreachable (is `llamad -H HOST -p PORT` running there?)")
+        })?;
+        stream.set_nodelay(true).ok();
+        // HELLO must be answered quickly; compute may take long, so the timeout is lifted after.
+        stream.set_read_timeout(Some(CONNECT_TIMEOUT)).ok();
+        let mut client = RpcClient::hello(stream).map_err(|e| match e {
+            llamad_proto::Error::Version { major, minor, patch } => anyhow!(
+                "worker {addr} speaks RPC protocol version {major}.{minor}.{patch}, but llamactl needs \
+                 7.0.x (upgrade the worker or llamactl so both speak the same version)"
+            ),
+            other => anyhow!(other).context(format!("worker {addr}: HELLO failed")),
+        })?;
+        client.socket().set_read_timeout(None).ok();
+        let probe = (|| -> llamad_proto::Result<Probe> {
+            let devices = client.device_count()?;
+            if devices == 0 {
+                return Ok(Probe { devices, free: 0, total: 0, alignment: 1, max_size: 0 });
+            }
+            let m = client.get_device_memory(0)?;
+            Ok(Probe {
+                devices,
+                free: m.free,
+                total: m.total,
+                alignment: client.get_alignment(0)?,
+                max_size: client.get_max_size(0)?,
+            })
+        })()
+        .with_context(|| format!("worker {addr}: probing the device failed"))?;
+        if probe.devices == 0 {
+            bail!("worker {addr} reports no devices");
+        }
+        if !probe.alignment.is_power_of_two() || probe.alignment > PLAN_ALIGN {
+            bail!(
+                "worker {addr}: alignment {} is not supported (a power of two ≤ {PLAN_ALIGN})",
+                probe.alignment
+            );
+        }
+        if probe.max_size == 0 {
+            bail!("worker {addr} reports a maximum buffer size of 0");
+        }
+        if probe.devices > 1 {
+            tracing::info!(addr, devices = probe.devices, "worker has several devices; using device 0");
+        }
+        tracing::info!(addr, ?probe, "worker connected");
+        Ok(Worker {
+            addr: addr.to_string(),
+            client,
+            device: 0,
+            probe,
+            layers: 0..0,
+            weights: HashMap::new(),
+            kv: None,
+            kv_offsets: HashMap::new(),
+            compute: None,
+            all_regions: Vec::new(),
+            prepared: None,
+            graph_on_server: false,
+            graphs_sent: 0,
+            recomputes: 0,
+        })
+    }
+
+    /// Works out the buffers this worker needs for `layers` (no network traffic).
+    pub fn layout(
+        &self,
+        hp: &HParams,
+        src: &dyn WeightSource,
+        layers: Range<u32>,
+        max_params: &BuildParams,
+    ) -> Result<WorkerLayout> {
+        let align = self.probe.alignment.max(1);
+        let p = BuildParams { layers: layers.clone(), ..max_params.clone() };
+        let built = build(hp, src, &p).with_context(|| format!("building the graph of layers {layers:?}"))?;
+        let embd = embd_substitute(&built)?;
+        // Weights reachable from the executed nodes (the embedding table is not, unless tied to the
+        // LM head).
+        let as_inputs: HashSet<TensorId> = embd.into_iter().collect();
+        let blob = export(&built.graph, &as_inputs, 0, &|_, _| None);
+        let mut names = Vec::new();
+        for t in &blob.tensors {
+            let def = built.graph.get(TensorId((t.id - 1) as u32));
+            if let Storage::Weight(name) = &def.storage {
+                names.push((name.clone(), def.layout.nbytes().unwrap_or(0)));
+            }
+        }
+        let mut out = WorkerLayout::default();
+        let mut cur: WeightBuffer = (0, Vec::new());
+        for (name, bytes) in names {
+            let padded = bytes.div_ceil(align) * align;
+            if padded > self.probe.max_size && out.oversize.is_none() {
+                out.oversize = Some((name.clone(), bytes));
+            }
+            if !cur.1.is_empty() && cur.0 + padded > self.probe.max_size {
+                out.weight_bufs.push(std::mem::take(&mut cur));
+            }
+            cur.1.push((name, cur.0, bytes));
+            cur.0 += padded;
+        }
+        if !cur.1.is_empty() {
+            out.weight_bufs.push(cur);
+        }
+        for il in layers {
+            for (kind, rows) in [(KvKind::K, hp.n_embd_k_gqa()), (KvKind::V, hp.n_embd_v_gqa())] {
+                let bytes = Layout::contiguous(p.kv_type, [rows, p.kv_size, 1, 1])
+                    .ok()
+                    .and_then(|l| l.nbytes())
+                    .ok_or_else(|| anyhow!("KV cache of layer {il} is too large"))?;
+                out.kv_offsets.insert((il, kind), out.kv_size);
+                out.kv_size += bytes.div_ceil(align) * align;
+            }
+        }
+        out.compute_size = plan(&built.graph, &[built.output])?.size;
+        Ok(out)
+    }
+
+    fn alloc(&mut self, size: u64, what: &str) -> Result<Region> {
+        let size = size.max(1);
+        let r = self
+            .client
+            .alloc_buffer(self.device, size)
+            .with_context(|| format!("worker {}: ALLOC_BUFFER", self.addr))?;
+        if r.remote_ptr == 0 {
+            bail!(
+                "worker {} could not allocate {} for the {what} (it reported {} free)",
+                self.addr,
+                mib(size),
+                mib(self.probe.free)
+            );
+        }
+        let base = self.client.buffer_get_base(r.remote_ptr)?;
+        if base == 0 || base % self.probe.alignment != 0 {
+            bail!("worker {}: buffer base {base:#x} is null or misaligned", self.addr);
+        }
+        self.all_regions.push(r.remote_ptr);
+        Ok(Region { handle: r.remote_ptr, base, size: r.remote_size })
+    }
+
+    /// Allocates the buffers of `lay` and uploads the weights, calling `progress(bytes)` as they go.
+    pub fn load(
+        &mut self,
+        lay: &WorkerLayout,
+        src: &dyn WeightSource,
+        layers: Range<u32>,
+        hash_threshold: u64,
+        progress: &dyn Fn(u64),
+    ) -> Result<UploadStats> {
+        self.layers = layers;
+        let mut stats = UploadStats::default();
+        for (size, items) in &lay.weight_bufs {
+            let region = self.alloc(*size, "weights")?;
+            for (name, off, bytes) in items {
+                let w = src.tensor(name).ok_or_else(|| anyhow!("missing tensor {name}"))?;
+                let layout = Layout::contiguous(w.dtype, w.ne)?;
+                if w.data.len() as u64 != *bytes {
+                    bail!("tensor {name}: {} bytes, expected {bytes}", w.data.len());
+                }
+                let addr = region.base + off;
+                let t = RpcTensor::new(1 + stats.tensors, &layout, region.handle, addr).with_name(name);
+                let cached = if *bytes > hash_threshold {
+                    self.client.set_tensor_hash(&t, 0, WireHash::of(w.data))?
+                } else {
+                    false
+                };
+                if cached {
+                    stats.bytes_cached += bytes;
+                } else {
+                    self.client.set_tensor(&t, 0, w.data, *bytes > hash_threshold)?;
+                    stats.bytes_sent += bytes;
+                }
+                stats.tensors += 1;
+                self.weights.insert(name.clone(), (region.handle, addr));
+                progress(*bytes);
+            }
+        }
+        let kv = self.alloc(lay.kv_size, "KV cache")?;
+        self.client.buffer_clear(kv.handle, 0)?;
+        self.kv = Some(kv);
+        self.kv_offsets = lay.kv_offsets.clone();
+        self.compute = Some(self.alloc(lay.compute_size, "compute buffer")?);
+        // A round trip: every SET_TENSOR before it has been applied (ref §3.4).
+        self.client
+            .get_alignment(self.device)
+            .with_context(|| format!("worker {}: after upload", self.addr))?;
+        Ok(stats)
+    }
+
+    /// Zeroes the KV cache (a new sequence).
+    pub fn clear_kv(&mut self) -> Result<()> {
+        if let Some(kv) = self.kv {
+            self.client.buffer_clear(kv.handle, 0)?;
+        }
+        Ok(())
+    }
+
+    fn place_of(&self, plan: &Plan, id: TensorId, storage: &Storage) -> Option<Place> {
+        match storage {
+            Storage::Weight(name) => self.weights.get(name).copied(),
+            Storage::KvCache { layer, kind } => {
+                let kv = self.kv?;
+                self.kv_offsets.get(&(*layer, *kind)).map(|off| (kv.handle, kv.base + off))
+            }
+            Storage::Input(_) | Storage::Intermediate => {
+                let c = self.compute?;
+                plan.offsets.get(id.index()).copied().flatten().map(|off| (c.handle, c.base + off))
+            }
+            Storage::View => None,
+        }
+    }
+
+    fn prepare(&mut self, hp: &HParams, src: &dyn WeightSource, p: &BuildParams) -> Result<()> {
+        if self.prepared.as_ref().is_some_and(|pr| pr.built.params == *p) {
+            return Ok(());
+        }
+        self.prepared = None;
+        self.graph_on_server = false;
+        let built = build(hp, src, p)?;
+        let embd = embd_substitute(&built)?;
+        let plan = plan(&built.graph, &[built.output])?;
+        let have = self.compute.map_or(0, |c| c.size);
+        if plan.size > have {
+            // Larger than the ubatch the buffer was sized for: replace it (the old graph dies with it).
+            tracing::info!(addr = %self.addr, old = have, new = plan.size, "growing the compute buffer");
+            if let Some(c) = self.compute.take() {
+                self.client.free_buffer(c.handle)?;
+                self.all_regions.retain(|&h| h != c.handle);
+            }
+            self.compute = Some(self.alloc(plan.size, "compute buffer")?);
+        }
+        let as_inputs: HashSet<TensorId> = embd.into_iter().collect();
+        let blob = {
+            let g = &built.graph;
+            let place = |id: TensorId, t: &compute::model::TensorDef| self.place_of(&plan, id, &t.storage);
+            export(g, &as_inputs, self.device, &place)
+        };
+        // Every executed node and every weight it reads must be placed on this worker.
+        for t in &blob.tensors {
+            let def = built.graph.get(TensorId((t.id - 1) as u32));
+            if t.data == 0 && def.layout.nbytes().unwrap_or(0) > 0 {
+                bail!(
+                    "internal: tensor {} of layers {:?} has no place on worker {}",
+                    def.name,
+                    p.layers,
+                    self.addr
+                );
+            }
+        }
+        self.prepared = Some(Prepared { built, plan, blob, embd });
+        Ok(())
+    }
+
+    /// Runs one ubatch of `tokens` at `n_past` with `hidden` (F32 `[E, T]`) as this range's input;
+    /// returns the output bytes (the next hidden state, or F32 logits for the last range).
+    pub fn run_ubatch(
+        &mut self,
+        hp: &HParams,
+        src: &dyn WeightSource,
+        p: &BuildParams,
+        n_past: u64,
+        tokens: &[u32],
+        hidden: &[u8],
+    ) -> Result<Vec<u8>> {
+        self.prepare(hp, src, p)?;
+        let addr = self.addr.clone();
+        let Some(pr) = self.prepared.as_ref() else { bail!("internal: no prepared graph") };
+        let mut sink = StagingSink::new(&pr.built);
+        fill_inputs(hp, &pr.built, n_past, tokens, &mut sink)?;
+        let hidden_id =
+            pr.embd.or(pr.built.inputs.hidden).ok_or_else(|| anyhow!("graph has no hidden-state input"))?;
+        let want = pr.built.graph.layout(hidden_id).nbytes().unwrap_or(0);
+        if hidden.len() as u64 != want {
+            bail!("hidden state of {} bytes for an input of {want}", hidden.len());
+        }
+        sink.staged.insert(hidden_id, hidden.to_vec());
+        let skip = if pr.embd.is_some() { pr.built.inputs.tokens } else { None };
+        let mut writes = Vec::new();
+        for (id, bytes) in &sink.staged {
+            if Some(*id) == skip {
+                continue;
+            }
+            let def = pr.built.graph.get(*id);
+            let (buffer, data) = self
+                .place_of(&pr.plan, *id, &def.storage)
+                .ok_or_else(|| anyhow!("internal: input {} has no place", def.name))?;
+            writes.push((RpcTensor::new(wire_id(*id), &def.layout, buffer, data), bytes));
+        }
+        let out = pr.built.output;
+        let out_def = pr.built.graph.get(out);
+        let owner = pr.built.graph.owner(out);
+        let (ob, od) = self
+            .place_of(&pr.plan, owner, &pr.built.graph.get(owner).storage)
+            .ok_or_else(|| anyhow!("internal: output has no place"))?;
+        let out_t = RpcTensor::new(wire_id(out), &out_def.layout, ob, od + out_def.view_offs);
+        let out_bytes = out_def.layout.nbytes().unwrap_or(0);
+        let recompute = self.graph_on_server;
+        let blob = if recompute { None } else { Some(pr.blob.clone()) };
+        let ctx = || format!("worker {addr} (layers {:?})", p.layers);
+        for (t, bytes) in writes {
+            self.client.set_tensor(&t, 0, bytes, false).with_context(ctx)?;
+        }
+        match blob {
+            None => {
+                self.client.graph_recompute(self.device).with_context(ctx)?;
+                self.recomputes += 1;
+            }
+            Some(b) => self.client.graph_compute(&b).with_context(ctx)?,
+        }
+        self.graphs_sent += 1;
+        self.graph_on_server = true;
+        let res = self.client.get_tensor(&out_t, 0, out_bytes).with_context(ctx)?;
+        Ok(res)
+    }
+
+    /// Frees every buffer (the connection closes on drop as well).
+    pub fn release(&mut self) {
+        for h in std::mem::take(&mut self.all_regions) {
+            let _ = self.client.free_buffer(h);
+        }
+        self.prepared = None;
+        self.graph_on_server = false;
+    }
+}
+
+impl Drop for Worker {
+    fn drop(&mut self) {
+        self.release();
+    }
+}
+
+/// The GET_ROWS node of the token embedding when the graph starts at layer 0: the master computes
+/// it and copies the result in. It must be the first node, so nothing runs before it is written.
+fn embd_substitute(built: &Built) -> Result<Option<TensorId>> {
+    let Some(tokens) = built.inputs.tokens else { return Ok(None) };
+    let g = &built.graph;
+    let first = g.nodes().first().copied();
+    match first {
+        Some(n) if g.get(n).src[1] == Some(tokens) && g.get(n).op == compute::GgmlOp::GetRows => Ok(Some(n)),
+        _ => bail!("unexpected graph: the token embedding is not the first node"),
+    }
+}
+
+/// Collects the bytes of every graph input.
+struct StagingSink {
+    staged: HashMap<TensorId, Vec<u8>>,
+}
+
+impl StagingSink {
+    fn new(built: &Built) -> StagingSink {
+        let staged = built
+            .graph
+            .inputs()
+            .map(|(id, t)| (id, vec![0u8; t.layout.nbytes().unwrap_or(0) as usize]))
+            .collect();
+        StagingSink { staged }
+    }
+}
+
+impl InputSink for StagingSink {
+    fn bytes(&mut self, id: TensorId) -> compute::Result<&mut [u8]> {
+        self.staged
+            .get_mut(&id)
+            .map(Vec::as_mut_slice)
+            .ok_or_else(|| compute::Error::Model(format!("tensor {} is not an input", id.0)))
+    }
+}
+
+/// Bytes as MiB with two decimals.
+pub fn mib(b: u64) -> String {
+    format!("{:.2} MiB", b as f64 / (1024.0 * 1024.0))
+}

@@ -1,0 +1,81 @@
+//! The master against llama.cpp's own RPC server (`tests/peer/ggml-rpc-server`, the reference
+//! peer built by `tests/peer/build-peer.sh`): the greedy text equals what llama.cpp itself
+//! generates for SmolLM2 (llama-cpp-python 0.3.36, `temp=0`, FA on and off both give this text),
+//! with the model on one server, split over two, and with leading layers computed here.
+//! ref: ggml-rpc-protocol.md §15 item 34. Skipped with a message when the peer is not built.
+
+mod support;
+
+use std::net::{TcpListener, TcpStream};
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use support::{run_text, smollm2};
+
+/// llama.cpp's greedy continuation of "Hello world, this is" (16 tokens).
+const LLAMA_CPP_TEXT: &str =
+    " a world where the rules of the universe are subtly woven into the fabric of reality\n";
+
+struct Peer {
+    addr: String,
+    child: Child,
+}
+
+impl Drop for Peer {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn peer_available() -> bool {
+    let home = std::env::var("HOME").unwrap_or_default();
+    let root = std::env::var("LLAMAD_PEER_CACHE").unwrap_or(format!("{home}/.cache/llamad-peer"));
+    std::env::var("LLAMAD_PEER_PYTHON").is_ok()
+        || std::fs::read_dir(root).is_ok_and(|d| {
+            d.flatten().any(|e| {
+                e.file_name().to_string_lossy().starts_with("venv-") && e.path().join("bin/python").exists()
+            })
+        })
+}
+
+fn start_peer() -> Peer {
+    let port = TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../tests/peer/ggml-rpc-server");
+    let child = Command::new(script)
+        .args(["-H", "127.0.0.1", "-p", &port.to_string(), "-t", "1"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let addr = format!("127.0.0.1:{port}");
+    let t0 = Instant::now();
+    // The reference serves one connection at a time; a probe connection closes at once.
+    while TcpStream::connect(&addr).is_err() {
+        assert!(t0.elapsed() < Duration::from_secs(60), "reference server did not start on {addr}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    Peer { addr, child }
+}
+
+#[test]
+fn master_on_reference_servers_matches_llama_cpp() {
+    if !peer_available() {
+        eprintln!("skipping: no reference peer (run tests/peer/build-peer.sh)");
+        return;
+    }
+    let model = smollm2();
+    let m = model.to_str().unwrap();
+    let (p1, p2) = (start_peer(), start_peer());
+    let base = ["-m", m, "-p", "Hello world, this is", "-n", "16", "--temp", "0", "-t", "1", "-c", "256"];
+    let run = |extra: &[&str]| {
+        let mut a = base.to_vec();
+        a.extend_from_slice(extra);
+        run_text(&a)
+    };
+    assert_eq!(run(&["--workers", &p1.addr]), LLAMA_CPP_TEXT, "one reference server");
+    let two = format!("{},{}", p1.addr, p2.addr);
+    assert_eq!(run(&["--workers", &two]), LLAMA_CPP_TEXT, "two reference servers");
+    assert_eq!(run(&["--workers", &two, "--flash-attn", "off"]), LLAMA_CPP_TEXT, "two, FA off");
+}

@@ -1,0 +1,164 @@
+//! `llamactl run` end to end: greedy output computed in-process equals the output with the layers
+//! on one and on two llamad workers (in-process servers on 127.0.0.1:0), on SmolLM2 and on a tiny
+//! random model written with the GGUF writer; and the errors a user can act on.
+
+mod support;
+
+use std::io::{Read, Write};
+use std::net::TcpListener;
+
+use support::{llamactl, run_ok, run_text, smollm2, write_tiny_model, Worker};
+
+const MEM: u64 = 512 << 20;
+
+fn greedy<'a>(model: &'a str, prompt: &'a str, n: &'a str) -> Vec<&'a str> {
+    vec!["-m", model, "-p", prompt, "-n", n, "--temp", "0", "-t", "1", "-c", "256"]
+}
+
+fn with<'a>(mut base: Vec<&'a str>, extra: &[&'a str]) -> Vec<&'a str> {
+    base.extend_from_slice(extra);
+    base
+}
+
+#[test]
+fn tiny_model_local_equals_one_and_two_workers() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("tiny.gguf");
+    write_tiny_model(&path, 4);
+    let m = path.to_str().unwrap();
+    let (w1, w2) = (Worker::start(MEM), Worker::start(MEM));
+    let two = format!("{},{}", w1.addr, w2.addr);
+    for fa in ["on", "off"] {
+        let base = with(greedy(m, "the cat sat on the mat", "24"), &["--flash-attn", fa]);
+        let local = run_ok(&base);
+        assert!(local.len() > 8, "the tiny model produced too little: {local:?}");
+        let one = run_ok(&with(base.clone(), &["--workers", &w1.addr]));
+        assert_eq!(one, local, "one worker, fa {fa}");
+        let both = run_ok(&with(base.clone(), &["--workers", &two]));
+        assert_eq!(both, local, "two workers, fa {fa}");
+        // Leading layers here (-ngl 3 of 5 slots: layers 0, 1 local), the rest split 1:3.
+        let mixed = run_ok(&with(base.clone(), &["--workers", &two, "-ngl", "3", "--tensor-split", "1,3"]));
+        assert_eq!(mixed, local, "two layers local, fa {fa}");
+        // A prompt longer than the ubatch: several ubatches per prompt.
+        let small_ub = with(base.clone(), &["--ubatch-size", "2"]);
+        let local_ub = run_ok(&small_ub);
+        assert_eq!(run_ok(&with(small_ub, &["--workers", &two])), local_ub, "ubatch 2, fa {fa}");
+    }
+}
+
+#[test]
+fn smollm2_local_equals_one_and_two_workers() {
+    let model = smollm2();
+    let m = model.to_str().unwrap();
+    let base = greedy(m, "The capital of France is", "24");
+    let local = run_text(&base);
+    assert!(local.split_whitespace().count() > 5, "too little text: {local:?}");
+    let (w1, w2) = (Worker::start(MEM), Worker::start(MEM));
+    let one = run_text(&with(base.clone(), &["--workers", &w1.addr]));
+    assert_eq!(one, local, "one worker");
+    let two = format!("{},{}", w1.addr, w2.addr);
+    let both = run_text(&with(base.clone(), &["--workers", &two]));
+    assert_eq!(both, local, "two workers");
+}
+
+#[test]
+fn smollm2_known_continuation() {
+    // ref: ggml-compute-semantics.md §4.11: "Hello world, this is" → " a world" greedily.
+    let model = smollm2();
+    let w = Worker::start(MEM);
+    let out = run_text(&with(
+        greedy(model.to_str().unwrap(), "Hello world, this is", "2"),
+        &["--workers", &w.addr],
+    ));
+    assert_eq!(out, " a world\n");
+}
+
+/// A server that answers HELLO with another protocol version.
+fn fake_server(major: u8, minor: u8) -> (String, std::thread::JoinHandle<()>) {
+    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = l.local_addr().unwrap().to_string();
+    let t = std::thread::spawn(move || {
+        let (mut s, _) = l.accept().unwrap();
+        let mut req = [0u8; 9 + 24];
+        s.read_exact(&mut req).unwrap();
+        assert_eq!(req[0], 14, "first command is HELLO");
+        let mut rsp = 28u64.to_le_bytes().to_vec();
+        rsp.extend_from_slice(&[major, minor, 3, 0]);
+        rsp.extend_from_slice(&[0u8; 24]);
+        s.write_all(&rsp).unwrap();
+        let mut rest = Vec::new();
+        let _ = s.read_to_end(&mut rest);
+    });
+    (addr, t)
+}
+
+fn run_err(args: &[&str]) -> String {
+    let mut full = vec!["run"];
+    full.extend_from_slice(args);
+    let out = llamactl(&full);
+    assert_eq!(out.status.code(), Some(2), "expected exit code 2 for {full:?}");
+    assert!(out.stdout.is_empty() || out.stdout == b"\n");
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+fn tiny() -> (tempfile::TempDir, String) {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("tiny.gguf");
+    write_tiny_model(&path, 2);
+    let s = path.to_str().unwrap().to_string();
+    (dir, s)
+}
+
+#[test]
+fn protocol_version_mismatch_is_a_clear_error() {
+    let (_d, m) = tiny();
+    for (major, minor) in [(6, 0), (7, 1), (8, 0)] {
+        let (addr, t) = fake_server(major, minor);
+        let err = run_err(&with(greedy(&m, "hi", "2"), &["--workers", &addr]));
+        assert!(
+            err.contains(&format!("worker {addr} speaks RPC protocol version {major}.{minor}.3"))
+                && err.contains("needs 7.0.x"),
+            "{err}"
+        );
+        t.join().unwrap();
+    }
+}
+
+#[test]
+fn unreachable_worker_is_a_clear_error() {
+    let (_d, m) = tiny();
+    let addr = {
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        l.local_addr().unwrap().to_string()
+    };
+    let err = run_err(&with(greedy(&m, "hi", "2"), &["--workers", &addr]));
+    assert!(err.contains(&format!("worker {addr} is unreachable")), "{err}");
+}
+
+#[test]
+fn model_too_large_for_the_workers_says_by_how_much() {
+    let model = smollm2();
+    // 8 MiB each cannot hold SmolLM2's ~92 MiB of weights.
+    let (w1, w2) = (Worker::start(8 << 20), Worker::start(8 << 20));
+    let two = format!("{},{}", w1.addr, w2.addr);
+    let err = run_err(&with(greedy(model.to_str().unwrap(), "hi", "2"), &["--workers", &two]));
+    assert!(err.contains("does not fit in the workers' memory"), "{err}");
+    assert!(err.contains("short by"), "{err}");
+}
+
+#[test]
+fn malformed_gguf_and_missing_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let bad = dir.path().join("bad.gguf");
+    std::fs::write(&bad, b"GGUF\x03\x00\x00\x00garbage").unwrap();
+    let err = run_err(&greedy(bad.to_str().unwrap(), "hi", "2"));
+    assert!(err.contains("is not a readable GGUF file"), "{err}");
+    let err = run_err(&greedy("/nonexistent/model.gguf", "hi", "2"));
+    assert!(err.contains("does not exist"), "{err}");
+}
+
+#[test]
+fn usage_errors_exit_2() {
+    let out = llamactl(&["run", "-m", "x.gguf"]);
+    assert_eq!(out.status.code(), Some(2));
+}
