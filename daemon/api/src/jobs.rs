@@ -183,7 +183,9 @@ pub enum JobEvent {
         /// The new state.
         state: JobState,
     },
-    /// The stream ends: the job is final.
+    /// The stream ends: the job is final. Its `output` is the token texts joined, plus a trailing
+    /// incomplete UTF-8 sequence (as U+FFFD) that no token event carried; a job from before a restart
+    /// has no token events at all.
     End {
         /// The final job.
         job: Box<Job>,
