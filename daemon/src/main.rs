@@ -86,8 +86,16 @@ fn real_main(cli: Cli) -> anyhow::Result<()> {
         if cfg.cache {
             tracing::warn!("the tensor cache is not wired into this build yet; SET_TENSOR_HASH answers 0");
         }
+        let shared = llamad::Shared::new(cfg);
+        // The admin API (defaults until config.rs has an `[admin]` section); a failure to start it is logged, not fatal.
+        if let Ok(Some(admin)) = llamad::admin::AdminConfig::from_raw(&Default::default()) {
+            let started = llamad::admin::start(admin, shared.clone(), Some(addr.to_string()), None, llamad::lifecycle::shutdown_signal());
+            if let Err(e) = started.await {
+                tracing::warn!(error = %e, "admin API not started");
+            }
+        }
         llamad::lifecycle::notify("READY=1");
-        llamad::run(cfg, listener, llamad::lifecycle::shutdown_signal()).await?;
+        llamad::serve(shared, listener, llamad::lifecycle::shutdown_signal()).await?;
         Ok(())
     })
 }

@@ -390,7 +390,8 @@ pub async fn jobs_events(
             }
         }
     });
-    Ok(Sse::new(head.chain(live)).keep_alive(KeepAlive::default()))
+    let stop = st.stopping().clone().cancelled_owned();
+    Ok(Sse::new(head.chain(live).take_until(stop)).keep_alive(KeepAlive::default()))
 }
 
 /// Any other path: 404 in the JSON error shape.

@@ -82,6 +82,67 @@ impl Default for AdminConfig {
     }
 }
 
+/// `[admin]` of the configuration file, every field optional (for `config::RawConfig`); unknown keys are
+/// refused. Environment: `LLAMAD__ADMIN__LISTEN` and so on.
+#[derive(Clone, Debug, Default, serde::Deserialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct RawAdmin {
+    /// Serve the admin API. Default true.
+    pub enabled: Option<bool>,
+    /// `host:port` or a Unix socket path (`/run/llamad/admin.sock` or `unix:/...`). Default `127.0.0.1:50053`.
+    pub listen: Option<String>,
+    /// Bearer token file, created (random, mode 0600) when absent. Default `<state_dir>/admin.token`.
+    pub token_file: Option<PathBuf>,
+    /// Directory of `workers.json` and `jobs/`. Default `$STATE_DIRECTORY` (systemd), else `/var/lib/llamad`.
+    pub state_dir: Option<PathBuf>,
+    /// Seconds between worker probes; 0 disables. Default 30.
+    pub probe_interval_secs: Option<u64>,
+    /// Longest request, seconds. Default 60.
+    pub request_timeout_secs: Option<u64>,
+    /// Compute threads of a job. Default 1.
+    pub job_threads: Option<usize>,
+}
+
+impl AdminConfig {
+    /// The validated settings of `raw`; `None` when the admin API is disabled.
+    pub fn from_raw(raw: &RawAdmin) -> crate::Result<Option<AdminConfig>> {
+        if raw.enabled == Some(false) {
+            return Ok(None);
+        }
+        let state_dir = raw
+            .state_dir
+            .clone()
+            .or_else(|| std::env::var_os("STATE_DIRECTORY").map(PathBuf::from))
+            .unwrap_or_else(|| PathBuf::from(DEFAULT_STATE_DIR));
+        let mut c = AdminConfig::with_state_dir(state_dir);
+        if let Some(l) = &raw.listen {
+            if l.trim().is_empty() {
+                return Err(crate::Error::Config("admin.listen: empty".into()));
+            }
+            c.listen = l.clone();
+        }
+        if let Some(t) = &raw.token_file {
+            c.token_file = t.clone();
+        }
+        if let Some(s) = raw.probe_interval_secs {
+            c.probe_interval = Duration::from_secs(s);
+        }
+        match raw.request_timeout_secs {
+            Some(0) => {
+                return Err(crate::Error::Config("admin.request_timeout_secs: must be at least 1".into()))
+            }
+            Some(s) => c.request_timeout = Duration::from_secs(s),
+            None => {}
+        }
+        match raw.job_threads {
+            Some(0) => return Err(crate::Error::Config("admin.job_threads: must be at least 1".into())),
+            Some(t) => c.job_threads = t,
+            None => {}
+        }
+        Ok(Some(c))
+    }
+}
+
 /// Everything the handlers share. Cheap to clone.
 #[derive(Clone)]
 pub struct AdminState {
@@ -98,6 +159,7 @@ struct Inner {
     workers: workers::Registry,
     jobs: jobs::Jobs,
     metrics: Arc<metrics::Metrics>,
+    stopping: CancellationToken,
 }
 
 impl AdminState {
@@ -133,6 +195,7 @@ impl AdminState {
                 workers,
                 jobs,
                 metrics,
+                stopping: CancellationToken::new(),
             }),
         })
     }
@@ -177,6 +240,11 @@ impl AdminState {
         &self.inner.jobs
     }
 
+    /// Cancelled when the server shuts down (ends event streams).
+    pub fn stopping(&self) -> &CancellationToken {
+        &self.inner.stopping
+    }
+
     /// Admin-side metrics (job decode latency, tokens).
     pub fn metrics(&self) -> &Arc<metrics::Metrics> {
         &self.inner.metrics
@@ -205,23 +273,53 @@ where
     L: axum::serve::Listener,
     L::Addr: std::fmt::Debug,
 {
-    let cancel = CancellationToken::new();
+    let cancel = state.stopping().clone();
     let prober = workers::spawn_periodic_probe(state.clone(), cancel.clone());
     let app = router(state.clone());
     info!(addr = ?listener.local_addr().ok(), "admin API listening");
-    let stop = cancel.clone();
+    let st = state.clone();
     let res = axum::serve(listener, app)
         .with_graceful_shutdown(async move {
             shutdown.await;
-            info!("admin API: shutting down");
-            stop.cancel();
+            // Stop the running job (it ends `interrupted`) and close event streams, so that open
+            // connections can drain.
+            info!("admin API: shutting down: stopping jobs and event streams");
+            st.jobs().shutdown();
+            st.stopping().cancel();
         })
         .await;
     cancel.cancel();
     let _ = prober.await;
-    state.jobs().shutdown();
     info!("admin API: stopped");
     res
+}
+
+/// Loads the state, binds `cfg.listen` (TCP, or a Unix socket when it starts with `/` or `unix:`) and
+/// spawns [`serve`] until `shutdown`. Returns once the listener is bound.
+pub async fn start(
+    cfg: AdminConfig,
+    rpc: Arc<Shared>,
+    rpc_addr: Option<String>,
+    cache: Option<Arc<cachestore::Store>>,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> crate::Result<tokio::task::JoinHandle<std::io::Result<()>>> {
+    let listen = cfg.listen.clone();
+    let state = AdminState::new(cfg, rpc, rpc_addr, cache)?;
+    let bind_err = |e: std::io::Error| crate::Error::Config(format!("admin.listen {listen}: {e}"));
+    let unix = listen.strip_prefix("unix:").or_else(|| listen.starts_with('/').then_some(listen.as_str()));
+    Ok(match unix {
+        Some(path) => {
+            let l = bind_unix(Path::new(path)).map_err(bind_err)?;
+            tokio::spawn(serve(l, state, shutdown))
+        }
+        None => {
+            let l = tokio::net::TcpListener::bind(listen.as_str()).await.map_err(bind_err)?;
+            if l.local_addr().is_ok_and(|a| !a.ip().is_loopback()) {
+                tracing::warn!(addr = %listen, "admin API listening beyond loopback (token-protected, no TLS)");
+            }
+            tokio::spawn(serve(l, state, shutdown))
+        }
+    })
 }
 
 /// Milliseconds since the Unix epoch.

@@ -207,3 +207,62 @@ async fn restart_interrupts_running_and_requeues_queued() {
     assert_eq!(metric(&m, "llamad_jobs{state=\"interrupted\"}"), Some(1.0));
     assert_eq!(metric(&m, "llamad_jobs{state=\"done\"}"), Some(2.0));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shutdown_interrupts_the_running_job_and_closes_streams() {
+    use std::io::{Read, Write};
+
+    let dir = tempfile::tempdir().unwrap();
+    let model = dir.path().join("tiny.gguf");
+    write_tiny_model(&model);
+    let state = llamad::admin::AdminState::new(
+        crate::common::config(&dir.path().join("state")),
+        crate::common::rpc_shared(),
+        None,
+        None,
+    )
+    .unwrap();
+    let token = state.token().expose().to_string();
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let server = tokio::spawn(llamad::admin::serve(listener, state.clone(), async move {
+        let _ = stopped.await;
+    }));
+    let req: llamad_api::JobSubmit = serde_json::from_value(json!({
+        "model": model, "prompt": "abc", "n_predict": 100000, "n_ctx": 100010,
+        "sampling": { "temp": 1.0, "seed": 3, "top_k": 0, "top_p": 1.0, "min_p": 0.0 }
+    }))
+    .unwrap();
+    let id = state.jobs().submit(req).unwrap().id;
+    // An SSE client over a real socket, reading until the server closes the stream.
+    let reader = tokio::task::spawn_blocking(move || {
+        let mut s = std::net::TcpStream::connect(addr).unwrap();
+        write!(s, "GET /v1/jobs/{id}/events HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {token}\r\n\r\n")
+            .unwrap();
+        let mut buf = Vec::new();
+        let _ = s.read_to_end(&mut buf);
+        String::from_utf8_lossy(&buf).into_owned()
+    });
+    let id = state.jobs().list()[0].id.clone();
+    for _ in 0..600 {
+        if state.jobs().get(&id).unwrap().generated_tokens > 0 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    stop.send(()).unwrap();
+    tokio::time::timeout(Duration::from_secs(20), server).await.expect("serve drains").unwrap().unwrap();
+    let body = tokio::time::timeout(Duration::from_secs(20), reader).await.unwrap().unwrap();
+    assert!(body.starts_with("HTTP/1.1 200"), "{body}");
+    assert!(body.contains("event: token"), "the stream was live");
+    for _ in 0..600 {
+        if state.jobs().get(&id).unwrap().state != llamad_api::JobState::Running {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let job = state.jobs().get(&id).unwrap();
+    assert_eq!(job.state, llamad_api::JobState::Interrupted);
+    assert!(job.generated_tokens > 0 && job.generated_tokens < 100000);
+}
