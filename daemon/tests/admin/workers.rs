@@ -77,3 +77,63 @@ async fn add_probe_persist_remove() {
     assert_eq!(v["workers"].as_array().unwrap().len(), 1);
     let _ = stop.send(());
 }
+
+/// `serve` probes every worker periodically, and `start` serves on a Unix socket (mode 0600).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn periodic_probe_and_unix_socket() {
+    use std::io::{Read, Write};
+    use std::time::Duration;
+
+    let dir = tempfile::tempdir().unwrap();
+    let shared = rpc_shared();
+    let (addr, stop_rpc) = crate::common::rpc_server(shared.clone()).await;
+    let sock = dir.path().join("admin.sock");
+    let cfg = llamad::admin::AdminConfig {
+        listen: format!("unix:{}", sock.display()),
+        probe_interval: Duration::from_millis(100),
+        ..crate::common::config(dir.path())
+    };
+    // Register the worker before the server starts: only the periodic probe can fill its health.
+    std::fs::write(
+        dir.path().join("workers.json"),
+        json!([{ "address": addr.to_string(), "labels": [], "added_ms": 1, "health": null }]).to_string(),
+    )
+    .unwrap();
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let server = llamad::admin::start(cfg, shared, None, None, async move {
+        let _ = stopped.await;
+    })
+    .await
+    .unwrap();
+    let mode = std::os::unix::fs::PermissionsExt::mode(&std::fs::metadata(&sock).unwrap().permissions());
+    assert_eq!(mode & 0o777, 0o600);
+    let token = std::fs::read_to_string(dir.path().join("admin.token")).unwrap().trim().to_string();
+    let get = move |path: String| {
+        let mut s = std::os::unix::net::UnixStream::connect(&sock).unwrap();
+        write!(
+            s,
+            "GET {path} HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {token}\r\nConnection: close\r\n\r\n"
+        )
+        .unwrap();
+        let mut b = String::new();
+        s.read_to_string(&mut b).unwrap();
+        b
+    };
+    let g = get.clone();
+    let health = tokio::task::spawn_blocking(move || g("/v1/health".into())).await.unwrap();
+    assert!(health.starts_with("HTTP/1.1 200") && health.ends_with("{\"status\":\"ok\"}"), "{health}");
+    let mut probed = false;
+    for _ in 0..100 {
+        let g = get.clone();
+        let w = tokio::task::spawn_blocking(move || g(format!("/v1/workers/{addr}"))).await.unwrap();
+        if w.contains("\"ok\":true") {
+            probed = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(probed, "the periodic probe filled the worker's health");
+    stop.send(()).unwrap();
+    tokio::time::timeout(Duration::from_secs(10), server).await.unwrap().unwrap().unwrap();
+    let _ = stop_rpc.send(());
+}
