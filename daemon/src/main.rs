@@ -87,15 +87,19 @@ fn real_main(cli: Cli) -> anyhow::Result<()> {
             tracing::warn!("the tensor cache is not wired into this build yet; SET_TENSOR_HASH answers 0");
         }
         let shared = llamad::Shared::new(cfg);
+        // One signal handler for both servers.
+        let stop = tokio_util::sync::CancellationToken::new();
+        let on_signal = stop.clone();
+        tokio::spawn(async move { llamad::lifecycle::shutdown_signal().await; on_signal.cancel() });
         // The admin API (defaults until config.rs has an `[admin]` section); a failure to start it is logged, not fatal.
         if let Ok(Some(admin)) = llamad::admin::AdminConfig::from_raw(&Default::default()) {
-            let started = llamad::admin::start(admin, shared.clone(), Some(addr.to_string()), None, llamad::lifecycle::shutdown_signal());
+            let started = llamad::admin::start(admin, shared.clone(), Some(addr.to_string()), None, stop.clone().cancelled_owned());
             if let Err(e) = started.await {
                 tracing::warn!(error = %e, "admin API not started");
             }
         }
         llamad::lifecycle::notify("READY=1");
-        llamad::serve(shared, listener, llamad::lifecycle::shutdown_signal()).await?;
+        llamad::serve(shared, listener, stop.cancelled_owned()).await?;
         Ok(())
     })
 }
