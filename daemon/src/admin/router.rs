@@ -2,15 +2,17 @@
 //! token check on every route except `GET /v1/health`, a request timeout, and a request log line that
 //! never includes headers.
 
-use axum::extract::Request;
+use axum::extract::{Request, State};
 use axum::http::StatusCode;
 use axum::middleware::{self, Next};
-use axum::response::Response;
+use axum::response::{IntoResponse, Response};
 use axum::routing::{self, MethodRouter};
 use axum::Router;
-use tower_http::timeout::TimeoutLayer;
 use tracing::Instrument;
 
+use llamad_api::code;
+
+use crate::admin::error::ApiError;
 use crate::admin::{auth, handlers, AdminState};
 
 /// Every route: `(method, path)`, in the order they are mounted. `GET /v1/health` is the only one
@@ -97,9 +99,24 @@ async fn log_request(req: Request, next: Next) -> Response {
     rsp
 }
 
+/// Answers 408 `timeout` (JSON, as every error) when the handler has not answered within the configured
+/// time. Our own middleware rather than tower-http's `TimeoutLayer`, whose 408 has an empty body. It bounds
+/// the time to the response head; an SSE body then streams as long as the job runs.
+async fn timeout(State(state): State<AdminState>, req: Request, next: Next) -> Response {
+    let limit = state.config().request_timeout;
+    match tokio::time::timeout(limit, next.run(req)).await {
+        Ok(rsp) => rsp,
+        Err(_) => ApiError::new(
+            StatusCode::REQUEST_TIMEOUT,
+            code::TIMEOUT,
+            format!("no answer within {} ms", limit.as_millis()),
+        )
+        .into_response(),
+    }
+}
+
 /// The admin router over `state`.
 pub fn router(state: AdminState) -> Router {
-    let timeout = state.config().request_timeout;
     let public = mount(Router::new(), ROUTES.iter().copied().filter(|r| *r == HEALTH));
     let private = mount(Router::new(), ROUTES.iter().copied().filter(|r| *r != HEALTH))
         .route_layer(middleware::from_fn_with_state(state.clone(), auth::require_token));
@@ -107,7 +124,7 @@ pub fn router(state: AdminState) -> Router {
         .merge(private)
         .fallback(handlers::fallback)
         .method_not_allowed_fallback(handlers::fallback)
-        .layer(TimeoutLayer::with_status_code(StatusCode::REQUEST_TIMEOUT, timeout))
+        .layer(middleware::from_fn_with_state(state.clone(), timeout))
         .layer(middleware::from_fn(log_request))
         .with_state(state)
 }

@@ -1,6 +1,6 @@
 //! Cache routes against a real `cachestore::Store` in a temp dir: list (filter, sort, paging), stat,
 //! pin/unpin, rm, verify (after a byte flip on disk), gc, totals with hit rate, and GGUF import keyed
-//! by llama.cpp's wire hash.
+//! by llama.cpp's wire hash; and the request timeout's JSON 408.
 
 use std::sync::Arc;
 
@@ -127,4 +127,33 @@ async fn cache_routes_without_a_cache_say_so() {
     let api = Api::new(dir.path());
     let (s, v) = api.call("GET", "/v1/cache", None).await;
     assert_eq!((s, v["code"].as_str()), (StatusCode::CONFLICT, Some("cache-disabled")));
+}
+
+#[tokio::test]
+async fn slow_requests_time_out_with_a_json_error() {
+    // A "worker" that accepts (the kernel does, from the backlog) but never answers HELLO: the probe
+    // blocks for its 2 s timeout, far beyond the 100 ms request timeout.
+    let silent = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = silent.local_addr().unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = llamad::admin::AdminConfig {
+        request_timeout: std::time::Duration::from_millis(100),
+        ..crate::common::config(dir.path())
+    };
+    let state = llamad::admin::AdminState::new(cfg, rpc_shared(), None, None).unwrap();
+    let token = state.token().expose().to_string();
+    state.workers().add(llamad_api::WorkerAdd { address: addr.to_string(), labels: vec![] }).unwrap();
+    let app = llamad::admin::router(state);
+    let req = axum::http::Request::post(format!("/v1/workers/{addr}/probe"))
+        .header("authorization", format!("Bearer {token}"))
+        .body(axum::body::Body::empty())
+        .unwrap();
+    let t0 = std::time::Instant::now();
+    let rsp = tower::ServiceExt::oneshot(app, req).await.unwrap();
+    assert!(t0.elapsed() < std::time::Duration::from_millis(1500), "{:?}", t0.elapsed());
+    assert_eq!(rsp.status(), StatusCode::REQUEST_TIMEOUT);
+    let b = http_body_util::BodyExt::collect(rsp.into_body()).await.unwrap().to_bytes();
+    let v: serde_json::Value = serde_json::from_slice(&b).unwrap();
+    assert_eq!(v["code"], "timeout");
+    drop(silent);
 }
