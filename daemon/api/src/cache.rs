@@ -57,7 +57,7 @@ pub struct CacheListQuery {
     pub asc: Option<bool>,
     /// Skip this many.
     pub offset: Option<u64>,
-    /// Return at most this many (default 100).
+    /// Return at most this many (default 100, at most 10000).
     pub limit: Option<u64>,
 }
 

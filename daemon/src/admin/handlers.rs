@@ -124,6 +124,9 @@ async fn blocking<T: Send + 'static>(f: impl FnOnce() -> ApiResult<T> + Send + '
     tokio::task::spawn_blocking(f).await?
 }
 
+/// Largest page of `GET /v1/cache`.
+pub const MAX_PAGE: u64 = 10_000;
+
 /// `GET /v1/cache`.
 #[utoipa::path(get, path = "/v1/cache", tag = "cache", params(CacheListQuery), responses((status = 200, body = CacheList), (status = 409, body = ErrorBody)))]
 pub async fn cache_list(
@@ -144,7 +147,7 @@ pub async fn cache_list(
         },
         ascending: q.asc.unwrap_or(false),
         offset: q.offset.unwrap_or(0) as usize,
-        limit: Some(q.limit.unwrap_or(100) as usize),
+        limit: Some(q.limit.unwrap_or(100).min(MAX_PAGE) as usize),
     };
     let page = blocking(move || Ok(store.list(&lq)?)).await?;
     Ok(Json(CacheList { total: page.total as u64, items: page.items.iter().map(object).collect() }))
