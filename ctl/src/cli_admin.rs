@@ -294,3 +294,37 @@ fn is_broken_pipe(e: &anyhow::Error) -> bool {
         c.downcast_ref::<std::io::Error>().is_some_and(|io| io.kind() == std::io::ErrorKind::BrokenPipe)
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The way the main command line takes these nouns: `#[command(flatten)]` on a variant.
+    #[derive(Parser, Debug)]
+    struct Main {
+        #[command(subcommand)]
+        command: MainCommand,
+    }
+
+    #[derive(Subcommand, Debug)]
+    enum MainCommand {
+        Run,
+        #[command(flatten)]
+        Admin(AdminCommand),
+    }
+
+    #[test]
+    fn flattens_into_a_main_command_enum() {
+        let m = Main::try_parse_from(["llamactl", "cache", "ls", "--sort", "size", "-o", "json"]).unwrap();
+        let MainCommand::Admin(AdminCommand::Cache(a)) = m.command else { panic!("{m:?}") };
+        assert!(matches!(a.verb, CacheVerb::Ls { sort: SortArg::Size, .. }));
+        assert_eq!(a.server.output, OutputMode::Json);
+        assert_eq!(a.server.server, client::DEFAULT_SERVER);
+        let m = Main::try_parse_from(["llamactl", "jobs", "logs", "-f", "abc", "--server", "http://h:1"])
+            .unwrap();
+        let MainCommand::Admin(AdminCommand::Jobs(j)) = m.command else { panic!("{m:?}") };
+        assert!(matches!(j.verb, JobsVerb::Logs { follow: true, ref id } if id == "abc"));
+        assert_eq!(j.server.server, "http://h:1");
+        assert!(matches!(Main::try_parse_from(["llamactl", "run"]).unwrap().command, MainCommand::Run));
+    }
+}
