@@ -7,7 +7,7 @@ mod support;
 use std::io::{Read, Write};
 use std::net::TcpListener;
 
-use support::{llamactl, run_ok, run_text, smollm2, write_tiny_model, Worker};
+use support::{llamactl, run_ok, run_text, smollm2, write_tiny_model, write_tiny_model_arch, Worker};
 
 const MEM: u64 = 512 << 20;
 
@@ -47,6 +47,42 @@ fn tiny_model_local_equals_one_and_two_workers() {
 }
 
 #[test]
+fn other_architectures_local_equals_two_workers() {
+    let (w1, w2) = (Worker::start(MEM), Worker::start(MEM));
+    let two = format!("{},{}", w1.addr, w2.addr);
+    for arch in ["qwen2", "qwen3", "gemma3"] {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join(format!("{arch}.gguf"));
+        write_tiny_model_arch(&path, 4, arch);
+        let base = greedy(path.to_str().unwrap(), "the theme of the thesis", "16");
+        let local = run_ok(&base);
+        assert!(local.len() > 4, "{arch}: too little output {local:?}");
+        assert_eq!(run_ok(&with(base.clone(), &["--workers", &two])), local, "{arch}");
+        assert_eq!(run_ok(&with(base, &["--workers", &two, "-ngl", "2"])), local, "{arch}, -ngl 2");
+    }
+}
+
+#[test]
+fn generation_across_the_256_cell_boundary() {
+    // 241 prompt tokens + 24 generated: n_kv grows from 256 to 512 mid-generation, so the workers
+    // get new graphs (and a larger compute buffer) after a run of GRAPH_RECOMPUTEs.
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("tiny.gguf");
+    write_tiny_model(&path, 2);
+    let prompt = vec!["the"; 240].join(" ");
+    let base =
+        vec!["-m", path.to_str().unwrap(), "-p", &prompt, "-n", "24", "--temp", "0", "-t", "1", "-c", "600"];
+    let out = llamactl(&with(vec!["run"], &base));
+    let err = String::from_utf8_lossy(&out.stderr);
+    // No early end of text: 241 prompt tokens, then 23 decode steps (the last passes cell 256).
+    assert!(err.contains("/   241 tokens") && err.contains("/    23 runs"), "{err}");
+    let local = out.stdout;
+    let (w1, w2) = (Worker::start(MEM), Worker::start(MEM));
+    let two = format!("{},{}", w1.addr, w2.addr);
+    assert_eq!(run_ok(&with(base, &["--workers", &two])), local);
+}
+
+#[test]
 fn smollm2_local_equals_one_and_two_workers() {
     let model = smollm2();
     let m = model.to_str().unwrap();
@@ -71,6 +107,34 @@ fn smollm2_known_continuation() {
         &["--workers", &w.addr],
     ));
     assert_eq!(out, " a world\n");
+}
+
+#[test]
+fn smollm2_chat_through_workers_matches_llama_cpp() {
+    // llama-cpp-python 0.3.36 create_chat_completion (temperature 0) on the same model: 37 prompt
+    // tokens, "The answer to this classic math problem is 4." then end of turn.
+    let model = smollm2();
+    let (w1, w2) = (Worker::start(MEM), Worker::start(MEM));
+    let two = format!("{},{}", w1.addr, w2.addr);
+    let m = model.to_str().unwrap();
+    let args =
+        ["run", "-m", m, "--chat", "-p", "What is 2+2?", "-n", "32", "--temp", "0", "-t", "1", "-c", "256"];
+    let out = llamactl(&with(args.to_vec(), &["--workers", &two]));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "The answer to this classic math problem is 4.\n");
+    assert!(err.contains("/    37 tokens"), "{err}");
+}
+
+#[test]
+fn prompt_file_equals_prompt_flag() {
+    let (dir, m) = tiny();
+    let f = dir.path().join("prompt.txt");
+    std::fs::write(&f, "the theme").unwrap();
+    let by_flag = run_ok(&greedy(&m, "the theme", "12"));
+    let by_file =
+        run_ok(&["-m", &m, "-f", f.to_str().unwrap(), "-n", "12", "--temp", "0", "-t", "1", "-c", "256"]);
+    assert_eq!(by_file, by_flag);
 }
 
 /// A server that answers HELLO with another protocol version.
@@ -155,6 +219,15 @@ fn malformed_gguf_and_missing_file() {
     assert!(err.contains("is not a readable GGUF file"), "{err}");
     let err = run_err(&greedy("/nonexistent/model.gguf", "hi", "2"));
     assert!(err.contains("does not exist"), "{err}");
+}
+
+#[test]
+fn unsupported_architecture_is_named() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("gptj.gguf");
+    write_tiny_model_arch(&path, 1, "gptj");
+    let err = run_err(&greedy(path.to_str().unwrap(), "hi", "2"));
+    assert!(err.contains("unsupported model") && err.contains("unsupported architecture \"gptj\""), "{err}");
 }
 
 #[test]

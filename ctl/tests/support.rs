@@ -130,12 +130,19 @@ impl Rng {
 /// Matrices are Q8_0 and F16, norms F32, the embedding Q8_0 (so the master's dequantized lookup
 /// is exercised), with a separate F32 output head.
 pub fn write_tiny_model(path: &Path, n_layer: usize) {
+    write_tiny_model_arch(path, n_layer, "llama");
+}
+
+/// [`write_tiny_model`] for another `general.architecture`: `qwen2` adds Q/K/V biases, `qwen3`
+/// Q/K norms, `gemma3` Q/K norms, post-attention/FFN norms, a sliding window of 3 on every
+/// other layer and a tied LM head; any other name keeps llama's tensors.
+pub fn write_tiny_model_arch(path: &Path, n_layer: usize, arch: &str) {
     let (e, h, hkv, d, f, nv) = (64u64, 4u64, 2u64, 16u64, 96u64, 260u64);
     let mut rng = Rng(0x9e3779b97f4a7c15);
     let mut w = GgufWriter::new();
-    w.add("general.architecture", Value::String("llama".into()));
+    w.add("general.architecture", Value::String(arch.into()));
     w.add("general.name", Value::String("tiny-random".into()));
-    let k = |x: &str| format!("llama.{x}");
+    let k = |x: &str| format!("{arch}.{x}");
     for (key, v) in [
         ("embedding_length", e),
         ("block_count", n_layer as u64),
@@ -151,6 +158,12 @@ pub fn write_tiny_model(path: &Path, n_layer: usize) {
     }
     w.add(&k("attention.layer_norm_rms_epsilon"), Value::F32(1e-5));
     w.add(&k("rope.freq_base"), Value::F32(10000.0));
+    let gemma = arch == "gemma3";
+    if gemma {
+        w.add(&k("attention.sliding_window"), Value::U32(3));
+        w.add(&k("attention.sliding_window_pattern"), Value::U32(2));
+        w.add(&k("rope.freq_base_swa"), Value::F32(10000.0));
+    }
     // Byte-level BPE: 256 byte tokens, a few merges, an end-of-text token.
     let chars = byte_chars();
     let mut tokens: Vec<String> = chars.iter().map(|c| c.to_string()).collect();
@@ -188,7 +201,9 @@ pub fn write_tiny_model(path: &Path, n_layer: usize) {
     let lin = |k: u64| 1.5 / (k as f32).sqrt();
     add(&mut w, "token_embd.weight", GgmlType::Q8_0, &[e, nv], 1.0, 0.0);
     add(&mut w, "output_norm.weight", GgmlType::F32, &[e], 0.2, 1.0);
-    add(&mut w, "output.weight", GgmlType::F32, &[e, nv], lin(e), 0.0);
+    if !gemma {
+        add(&mut w, "output.weight", GgmlType::F32, &[e, nv], lin(e), 0.0);
+    }
     for il in 0..n_layer {
         let b = |n: &str| format!("blk.{il}.{n}");
         add(&mut w, &b("attn_norm.weight"), GgmlType::F32, &[e], 0.2, 1.0);
@@ -196,6 +211,19 @@ pub fn write_tiny_model(path: &Path, n_layer: usize) {
         add(&mut w, &b("attn_k.weight"), GgmlType::F16, &[e, hkv * d], lin(e), 0.0);
         add(&mut w, &b("attn_v.weight"), GgmlType::Q8_0, &[e, hkv * d], lin(e), 0.0);
         add(&mut w, &b("attn_output.weight"), GgmlType::Q8_0, &[h * d, e], lin(h * d), 0.0);
+        if arch == "qwen2" {
+            add(&mut w, &b("attn_q.bias"), GgmlType::F32, &[h * d], 0.3, 0.0);
+            add(&mut w, &b("attn_k.bias"), GgmlType::F32, &[hkv * d], 0.3, 0.0);
+            add(&mut w, &b("attn_v.bias"), GgmlType::F32, &[hkv * d], 0.3, 0.0);
+        }
+        if arch == "qwen3" || gemma {
+            add(&mut w, &b("attn_q_norm.weight"), GgmlType::F32, &[d], 0.2, 1.0);
+            add(&mut w, &b("attn_k_norm.weight"), GgmlType::F32, &[d], 0.2, 1.0);
+        }
+        if gemma {
+            add(&mut w, &b("post_attention_norm.weight"), GgmlType::F32, &[e], 0.2, 1.0);
+            add(&mut w, &b("post_ffw_norm.weight"), GgmlType::F32, &[e], 0.2, 1.0);
+        }
         add(&mut w, &b("ffn_norm.weight"), GgmlType::F32, &[e], 0.2, 1.0);
         add(&mut w, &b("ffn_gate.weight"), GgmlType::Q8_0, &[e, f], lin(e), 0.0);
         add(&mut w, &b("ffn_up.weight"), GgmlType::F16, &[e, f], lin(e), 0.0);

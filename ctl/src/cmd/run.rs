@@ -9,6 +9,7 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Context, Result};
 use compute::gguf::Gguf;
 use compute::model::{Model, Session, SessionConfig};
+use compute::quant::kernels;
 use compute::sample::{Sampler, SamplerParams, UserSampling};
 use compute::tokenizer::chat::{ChatMessage, ChatTemplate};
 use compute::tokenizer::Tokenizer;
@@ -35,6 +36,14 @@ pub fn run(args: &RunArgs) -> Result<()> {
     );
     let tok = Tokenizer::from_gguf(&gguf).with_context(|| format!("{}: tokenizer", path.display()))?;
     let model = Model::new(gguf.clone()).with_context(|| format!("{}: unsupported model", path.display()))?;
+    if let Some(t) = gguf.tensors().iter().find(|t| kernels(t.dtype()).to_f32.is_none()) {
+        bail!(
+            "{}: tensor {} has type {}, which this build cannot compute",
+            path.display(),
+            t.name,
+            t.dtype()
+        );
+    }
 
     let text = match (&args.prompt, &args.file) {
         (Some(p), _) => p.clone(),
@@ -93,7 +102,7 @@ pub fn run(args: &RunArgs) -> Result<()> {
             hash_threshold: args.hash_threshold,
         };
         let show_bars = !args.no_progress && std::io::stderr().is_terminal();
-        let progress = LoadProgress::new(show_bars, args.workers.len());
+        let progress = LoadProgress::new(show_bars);
         let p = Pipeline::new(&model, cfg, &args.workers, &opts, &|i, ev| progress.event(i, ev))?;
         progress.finish();
         eprintln!(
@@ -130,7 +139,8 @@ pub fn run(args: &RunArgs) -> Result<()> {
         if tok.is_eog(t) {
             break;
         }
-        pending.extend_from_slice(tok.decode_token(t));
+        // Control tokens are not printed (llama.cpp's default).
+        pending.extend_from_slice(tok.decode_token_with(t, false));
         let valid = utf8_prefix(&pending);
         out.write_all(&pending[..valid])?;
         out.flush()?;
@@ -189,14 +199,16 @@ fn print_timings(
 struct LoadProgress {
     bars: Option<(MultiProgress, Mutex<HashMap<usize, ProgressBar>>)>,
     started: Mutex<HashMap<usize, (String, Instant)>>,
+    /// Summaries printed once the bars are gone.
+    done: Mutex<Vec<String>>,
 }
 
 impl LoadProgress {
-    fn new(show: bool, _n: usize) -> LoadProgress {
+    fn new(show: bool) -> LoadProgress {
         let bars = show.then(|| {
             (MultiProgress::with_draw_target(ProgressDrawTarget::stderr()), Mutex::new(HashMap::new()))
         });
-        LoadProgress { bars, started: Mutex::new(HashMap::new()) }
+        LoadProgress { bars, started: Mutex::new(HashMap::new()), done: Mutex::new(Vec::new()) }
     }
 
     fn event(&self, i: usize, ev: LoadEvent<'_>) {
@@ -247,9 +259,11 @@ impl LoadProgress {
                 match &self.bars {
                     Some((_, map)) => {
                         if let Some(pb) = map.lock().ok().and_then(|m| m.get(&i).cloned()) {
-                            pb.finish_with_message(msg.clone());
+                            pb.finish();
                         }
-                        tracing::info!("{msg}");
+                        if let Ok(mut d) = self.done.lock() {
+                            d.push(msg);
+                        }
                     }
                     None => eprintln!("llamactl: loaded {msg}"),
                 }
@@ -260,6 +274,9 @@ impl LoadProgress {
     fn finish(&self) {
         if let Some((mp, _)) = &self.bars {
             let _ = mp.clear();
+            for msg in self.done.lock().map(|d| d.clone()).unwrap_or_default() {
+                eprintln!("llamactl: loaded {msg}");
+            }
         }
     }
 }

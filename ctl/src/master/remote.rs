@@ -266,6 +266,9 @@ impl Worker {
                 mib(self.probe.free)
             );
         }
+        if r.remote_size < size {
+            bail!("worker {}: ALLOC_BUFFER of {size} bytes returned only {}", self.addr, r.remote_size);
+        }
         let base = self.client.buffer_get_base(r.remote_ptr)?;
         if base == 0 || base % self.probe.alignment != 0 {
             bail!("worker {}: buffer base {base:#x} is null or misaligned", self.addr);
@@ -432,7 +435,12 @@ impl Worker {
         let out_bytes = out_def.layout.nbytes().unwrap_or(0);
         let recompute = self.graph_on_server;
         let blob = if recompute { None } else { Some(pr.blob.clone()) };
-        let ctx = || format!("worker {addr} (layers {:?})", p.layers);
+        let ctx = || {
+            format!(
+                "worker {addr} (layers {}..{}) failed; if it closed the connection, its log says why",
+                p.layers.start, p.layers.end
+            )
+        };
         for (t, bytes) in writes {
             self.client.set_tensor(&t, 0, bytes, false).with_context(ctx)?;
         }
