@@ -22,6 +22,9 @@ pub struct Cli {
 pub enum Command {
     /// Generate text from a prompt, locally or with layers on RPC workers (`--workers`).
     Run(RunArgs),
+    /// Admin nouns: status, workers, cache, jobs (through a llamad's admin API).
+    #[command(flatten)]
+    Admin(crate::cli_admin::AdminCommand),
 }
 
 /// Flash attention mode.

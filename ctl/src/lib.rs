@@ -1,6 +1,8 @@
 //! `llamactl`: the command-line client of llamad workers and a Rust RPC master.
 //!
 //! * [`cli`] — the clap command line (`llamactl run …`; more nouns live next to it in [`cmd`]).
+//! * [`cli_admin`] — the admin nouns (`status`, `workers`, `cache`, `jobs`), talking to llamad's
+//!   admin API through [`client`] and printing through [`output`].
 //! * [`cmd`] — one module per noun; [`cmd::run`] loads a GGUF, tokenizes, samples and streams text.
 //! * [`master`] — the engine behind `run`: a [`master::Forward`] trait with two implementations, the
 //!   in-process [`compute::model::Session`] and the RPC master [`master::pipeline::Pipeline`], which
@@ -10,5 +12,8 @@
 #![cfg_attr(test, allow(clippy::unwrap_used, clippy::expect_used, clippy::panic))]
 
 pub mod cli;
+pub mod cli_admin;
+pub mod client;
 pub mod cmd;
 pub mod master;
+pub mod output;

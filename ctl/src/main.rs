@@ -1,7 +1,7 @@
 //! The `llamactl` binary: parse the command line, init tracing, dispatch to a `cmd::` module.
 //!
-//! Exit codes (house style): 0 success, 2 error (including usage errors, as clap reports them);
-//! 1 is reserved for negative answers of future nouns (`run` has none). A closed stdout
+//! Exit codes (house style): 0 success, 1 a negative answer (`cache verify` found corruption) or an
+//! error reported by the admin API, 2 usage and local errors. A closed stdout
 //! (`llamactl run … | head`) counts as success.
 #![deny(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
@@ -15,6 +15,7 @@ fn main() -> ExitCode {
     init_tracing(cli.verbose);
     let res = match cli.command {
         Command::Run(args) => llamactl::cmd::run::run(&args),
+        Command::Admin(cmd) => return llamactl::cli_admin::main(&cmd),
     };
     match res {
         Ok(()) => ExitCode::SUCCESS,

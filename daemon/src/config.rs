@@ -101,6 +101,9 @@ pub struct RawConfig {
     /// `[cache]`.
     #[serde(default)]
     pub cache: RawCache,
+    /// `[admin]`: the admin REST API.
+    #[serde(default)]
+    pub admin: crate::admin::RawAdmin,
 }
 
 /// Command-line values; each one set overrides the file and the environment.
@@ -122,6 +125,10 @@ pub struct Overrides {
     pub cache_dir: Option<PathBuf>,
     /// `--cache-max-size`.
     pub cache_max_size: Option<String>,
+    /// `--admin-listen` (`off` disables the admin API).
+    pub admin_listen: Option<String>,
+    /// `--admin-token-file`.
+    pub admin_token_file: Option<PathBuf>,
 }
 
 /// The validated configuration.
@@ -157,6 +164,8 @@ pub struct Config {
     pub cache_max_size: Option<u64>,
     /// Verify every cache object's BLAKE3 hash before serving it.
     pub cache_verify: bool,
+    /// The admin API; `None` when disabled (and for in-process servers built from `Config::default()`).
+    pub admin: Option<crate::admin::AdminConfig>,
 }
 
 impl Default for Config {
@@ -177,6 +186,7 @@ impl Default for Config {
             cache_dir: None,
             cache_max_size: None,
             cache_verify: true,
+            admin: None,
         }
     }
 }
@@ -279,6 +289,18 @@ impl Config {
             cache_dir: flags.cache_dir.clone().or(c.dir),
             cache_max_size,
             cache_verify: c.verify_on_read.unwrap_or(d.cache_verify),
+            admin: {
+                let mut a = raw.admin;
+                match flags.admin_listen.as_deref() {
+                    Some("off") | Some("none") => a.enabled = Some(false),
+                    Some(l) => a.listen = Some(l.to_string()),
+                    None => {}
+                }
+                if let Some(t) = &flags.admin_token_file {
+                    a.token_file = Some(t.clone());
+                }
+                crate::admin::AdminConfig::from_raw(&a)?
+            },
         })
     }
 }

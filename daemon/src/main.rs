@@ -31,6 +31,12 @@ struct Cli {
     /// Memory budget for buffers (e.g. 8G) [default: available memory].
     #[arg(long, global = true, value_name = "SIZE")]
     mem: Option<String>,
+    /// Admin API address (host:port or a Unix socket path), or `off` [default: 127.0.0.1:50053].
+    #[arg(long, global = true, value_name = "ADDR")]
+    admin_listen: Option<String>,
+    /// Admin API bearer token file (created with a random token, mode 0600, when absent).
+    #[arg(long, global = true, value_name = "FILE")]
+    admin_token_file: Option<PathBuf>,
     /// Cache root [default: $LLAMA_CACHE/rpc, else ~/.cache/llama.cpp/rpc].
     #[arg(long, global = true, value_name = "DIR")]
     cache_dir: Option<PathBuf>,
@@ -71,6 +77,8 @@ fn real_main(cli: Cli) -> anyhow::Result<()> {
         mem: cli.mem,
         cache_dir: cli.cache_dir,
         cache_max_size: cli.cache_max_size,
+        admin_listen: cli.admin_listen,
+        admin_token_file: cli.admin_token_file,
     };
     let cfg =
         Config::load(cli.config.as_deref(), std::env::vars(), &flags).context("loading the configuration")?;
@@ -99,10 +107,27 @@ fn real_main(cli: Cli) -> anyhow::Result<()> {
             ),
             None => None,
         };
+        let store = cache.as_ref().map(|c| c.store().clone());
         let wire_cache = cache.map(|c| c as std::sync::Arc<dyn llamad::rpc::cache::WireCache>);
+        let admin = cfg.admin.clone();
         let shared = llamad::Shared::with_cache(cfg, wire_cache);
+        // One signal handler for both servers.
+        let stop = tokio_util::sync::CancellationToken::new();
+        let on_signal = stop.clone();
+        tokio::spawn(async move {
+            llamad::lifecycle::shutdown_signal().await;
+            on_signal.cancel()
+        });
+        // The admin API; a failure to start it is logged, not fatal (the RPC service matters most).
+        if let Some(admin) = admin {
+            let started =
+                llamad::admin::start(admin, shared.clone(), Some(addr.to_string()), store, stop.clone().cancelled_owned());
+            if let Err(e) = started.await {
+                tracing::warn!(error = %e, "admin API not started");
+            }
+        }
         llamad::lifecycle::notify("READY=1");
-        llamad::serve(shared, listener, llamad::lifecycle::shutdown_signal()).await?;
+        llamad::serve(shared, listener, stop.cancelled_owned()).await?;
         Ok(())
     })
 }

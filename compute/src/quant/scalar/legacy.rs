@@ -178,6 +178,37 @@ pub fn q8_1_from_f32(src: &[f32], dst: &mut [u8]) {
     });
 }
 
+/// Q8_0 quants of one block with ggml's x86 (AVX/AVX2) rounding: `id = 127/amax` (0 when amax is 0)
+/// and `q = x*id` rounded half to even; `d = amax/127`. The SIMD quantizers on x86 compute exactly this,
+/// so that activations quantize as a llama.cpp master's own x86 CPU backend does. Returns the unrounded `d`.
+#[inline(always)]
+pub(crate) fn q8_quants_x86(x: &[f32], qs: &mut [i8; QK]) -> f32 {
+    let amax = x.iter().fold(0.0f32, |a, v| a.max(v.abs()));
+    let id = if amax != 0.0 { 127.0 / amax } else { 0.0 };
+    for (q, &v) in qs.iter_mut().zip(x) {
+        *q = (v * id).round_ties_even() as i8;
+    }
+    amax / 127.0
+}
+
+/// f32 → Q8_0 with ggml's x86 rounding ([`q8_quants_x86`]): the scalar twin of the x86 SIMD quantizer.
+pub fn q8_0_from_f32_x86(src: &[f32], dst: &mut [u8]) {
+    quant_blocks(src, dst, QK, |x, b: &mut BlockQ8_0| {
+        let d = q8_quants_x86(x, &mut b.qs);
+        b.d = to_f16le(d);
+    });
+}
+
+/// f32 → Q8_1 with ggml's x86 rounding: the scalar twin of the x86 SIMD quantizer.
+pub fn q8_1_from_f32_x86(src: &[f32], dst: &mut [u8]) {
+    quant_blocks(src, dst, QK, |x, b: &mut BlockQ8_1| {
+        let d = q8_quants_x86(x, &mut b.qs);
+        let sum: i32 = b.qs.iter().map(|&q| q as i32).sum();
+        b.d = to_f16le(d);
+        b.s = to_f16le(sum as f32 * d);
+    });
+}
+
 /// Symmetric 4/5-bit quants: `d = max / -half` (max = signed largest magnitude),
 /// `q = min(2*half-1, trunc(x/d + half + 0.5))`. Returns the unrounded `d`.
 #[inline(always)]

@@ -1,6 +1,6 @@
-//! AVX2 activation quantizers Q8_0, Q8_1 and Q8_K, rounding exactly as the scalar reference
-//! (ref: ggml-compute-semantics.md §2.3): Q8_0/Q8_1 multiply by the same scalar `1/d` and round
-//! half away from zero; Q8_K multiplies by the same `-127/max` and rounds half to even.
+//! AVX2 activation quantizers Q8_0, Q8_1 and Q8_K (ref: ggml-compute-semantics.md §2.3). Q8_0/Q8_1
+//! round as ggml's x86 path does (`127/amax`, half to even; scalar twin `q8_0_from_f32_x86`), Q8_K as
+//! the reference (`-127/max`, half to even).
 
 use std::arch::x86_64::*;
 
@@ -22,21 +22,6 @@ unsafe fn amax8(x: &[f32]) -> f32 {
         let m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
         let m4 = _mm_max_ss(m4, _mm_movehdup_ps(m4));
         _mm_cvtss_f32(m4)
-    }
-}
-
-/// `roundf` (half away from zero) of 8 lanes: truncate, then step away from zero where the
-/// dropped fraction is at least one half (the subtraction is exact).
-#[inline(always)]
-unsafe fn round_away(v: __m256) -> __m256 {
-    // SAFETY: register arithmetic under AVX.
-    unsafe {
-        let t = _mm256_round_ps(v, _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC);
-        let abs = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fff_ffff));
-        let frac = _mm256_and_ps(_mm256_sub_ps(v, t), abs);
-        let step = _mm256_or_ps(_mm256_set1_ps(1.0), _mm256_andnot_ps(abs, v));
-        let big = _mm256_cmp_ps(frac, _mm256_set1_ps(0.5), _CMP_GE_OQ);
-        _mm256_add_ps(t, _mm256_and_ps(big, step))
     }
 }
 

@@ -1,0 +1,59 @@
+//! `llamactl status`: version, uptime, memory and RPC traffic of a daemon.
+
+use std::io::Write;
+
+use anyhow::Result;
+use llamad_api::Status;
+
+use crate::cli_admin::Outcome;
+use crate::client::Client;
+use crate::output::{self, size, OutputMode, Table};
+
+/// Runs `status`.
+pub fn run(c: &Client, mode: OutputMode, out: &mut dyn Write) -> Result<Outcome> {
+    let s: Status = c.get("/v1/status")?;
+    if mode == OutputMode::Json {
+        output::json(out, &s)?;
+        return Ok(Outcome::Success);
+    }
+    let devices: Vec<String> = s.devices.iter().map(|d| format!("{}:{}", d.index, d.name)).collect();
+    let mut t = Table::new(&["FIELD", "VALUE"]);
+    t.row(vec!["version".into(), s.version.clone()])
+        .row(vec!["protocol".into(), s.protocol_version.clone()])
+        .row(vec!["uptime".into(), output::duration(s.uptime_secs)])
+        .row(vec!["rpc address".into(), s.rpc_addr.clone().unwrap_or_else(|| "-".into())])
+        .row(vec!["devices".into(), devices.join(", ")])
+        .row(vec!["threads".into(), s.threads.to_string()])
+        .row(vec![
+            "memory".into(),
+            format!(
+                "{} free of {}, {} held by RPC buffers",
+                size(s.memory.free),
+                size(s.memory.total),
+                size(s.memory.allocated_rpc)
+            ),
+        ])
+        .row(vec![
+            "connections".into(),
+            format!(
+                "{} open, {} total, {} refused",
+                s.rpc.open_connections, s.rpc.connections_total, s.rpc.connections_refused
+            ),
+        ])
+        .row(vec!["graphs computed".into(), s.rpc.graphs_computed.to_string()])
+        .row(vec![
+            "rpc traffic".into(),
+            format!("{} in, {} out", size(s.rpc.bytes_in), size(s.rpc.bytes_out)),
+        ])
+        .row(vec!["cache".into(), if s.cache_enabled { "enabled" } else { "disabled" }.into()]);
+    t.write(out)?;
+    if !s.rpc.commands.is_empty() {
+        writeln!(out)?;
+        let mut t = Table::new(&["COMMAND", "COUNT", "IN", "OUT"]);
+        for c in &s.rpc.commands {
+            t.row(vec![c.command.clone(), c.count.to_string(), size(c.bytes_in), size(c.bytes_out)]);
+        }
+        t.write(out)?;
+    }
+    Ok(Outcome::Success)
+}

@@ -1,0 +1,204 @@
+//! `/v1/jobs`: text generation jobs run by the daemon.
+
+use serde::{Deserialize, Serialize};
+
+/// Sampling options; every field left out takes the model's recommendation, else llama.cpp's default.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct Sampling {
+    /// RNG seed.
+    pub seed: Option<u32>,
+    /// Temperature (≤ 0: greedy).
+    pub temp: Option<f32>,
+    /// top_k (≤ 0 disables).
+    pub top_k: Option<i32>,
+    /// top_p (≥ 1 disables).
+    pub top_p: Option<f32>,
+    /// min_p (≤ 0 disables).
+    pub min_p: Option<f32>,
+    /// Repetition penalty (1 = off).
+    pub repeat_penalty: Option<f32>,
+    /// Tokens of history the penalties look at.
+    pub repeat_last_n: Option<i32>,
+}
+
+/// `POST /v1/jobs` body.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct JobSubmit {
+    /// A GGUF model file readable by the daemon.
+    pub model: String,
+    /// The prompt text.
+    pub prompt: String,
+    /// Tokens to generate at most.
+    pub n_predict: u32,
+    /// Context size (default: prompt + n_predict, at most the model's context).
+    #[serde(default)]
+    pub n_ctx: Option<u32>,
+    /// Sampling options.
+    #[serde(default)]
+    pub sampling: Sampling,
+    /// Workers to put layers on, by address or label; empty runs on this machine.
+    #[serde(default)]
+    pub workers: Vec<String>,
+}
+
+/// A job's state.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(rename_all = "kebab-case")]
+pub enum JobState {
+    /// Waiting for the runner.
+    Queued,
+    /// Generating.
+    Running,
+    /// Finished normally.
+    Done,
+    /// Stopped by an error.
+    Failed,
+    /// Stopped on request.
+    Cancelled,
+    /// Found running when the daemon started (the daemon stopped under it).
+    Interrupted,
+}
+
+impl JobState {
+    /// Every state, in lifecycle order.
+    pub const ALL: [JobState; 6] = [
+        JobState::Queued,
+        JobState::Running,
+        JobState::Done,
+        JobState::Failed,
+        JobState::Cancelled,
+        JobState::Interrupted,
+    ];
+
+    /// The JSON name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            JobState::Queued => "queued",
+            JobState::Running => "running",
+            JobState::Done => "done",
+            JobState::Failed => "failed",
+            JobState::Cancelled => "cancelled",
+            JobState::Interrupted => "interrupted",
+        }
+    }
+
+    /// Whether the job can change no more.
+    pub fn is_final(self) -> bool {
+        !matches!(self, JobState::Queued | JobState::Running)
+    }
+}
+
+impl std::fmt::Display for JobState {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// A job as `GET /v1/jobs/{id}` shows it.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct Job {
+    /// Job id.
+    pub id: String,
+    /// State.
+    pub state: JobState,
+    /// The request.
+    pub request: JobSubmit,
+    /// Submitted (ms since the epoch).
+    pub created_ms: u64,
+    /// Started running.
+    pub started_ms: Option<u64>,
+    /// Reached a final state.
+    pub finished_ms: Option<u64>,
+    /// Prompt tokens.
+    pub prompt_tokens: u64,
+    /// Tokens generated so far.
+    pub generated_tokens: u64,
+    /// `generated_tokens / n_predict`, 1 when done.
+    pub progress: f64,
+    /// Generation speed, tokens per second (after the prompt).
+    pub tokens_per_sec: Option<f64>,
+    /// The text generated so far.
+    pub output: String,
+    /// Why it failed.
+    pub error: Option<crate::ErrorBody>,
+}
+
+/// A job in a list (no output text).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct JobSummary {
+    /// Job id.
+    pub id: String,
+    /// State.
+    pub state: JobState,
+    /// Model path.
+    pub model: String,
+    /// Submitted (ms since the epoch).
+    pub created_ms: u64,
+    /// Tokens generated so far.
+    pub generated_tokens: u64,
+    /// Generation speed.
+    pub tokens_per_sec: Option<f64>,
+}
+
+/// `GET /v1/jobs`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct JobList {
+    /// Jobs, newest first.
+    pub jobs: Vec<JobSummary>,
+}
+
+/// `POST /v1/jobs` answer.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct JobCreated {
+    /// The new job's id.
+    pub id: String,
+    /// Its state (`queued`).
+    pub state: JobState,
+}
+
+/// One server-sent event of `GET /v1/jobs/{id}/events`. The SSE `event:` field is `token`, `state` or
+/// `end`; `data:` is this type as JSON.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(tag = "type", rename_all = "kebab-case")]
+pub enum JobEvent {
+    /// Text produced by one token (may be empty when a character spans tokens).
+    Token {
+        /// Index of the token among the generated ones.
+        index: u64,
+        /// The token id.
+        id: u32,
+        /// Its text.
+        text: String,
+    },
+    /// The job changed state.
+    State {
+        /// The new state.
+        state: JobState,
+    },
+    /// The stream ends: the job is final. Its `output` is the token texts joined, plus a trailing
+    /// incomplete UTF-8 sequence (as U+FFFD) that no token event carried; a job from before a restart
+    /// has no token events at all.
+    End {
+        /// The final job.
+        job: Box<Job>,
+    },
+}
+
+impl JobEvent {
+    /// The SSE `event:` name.
+    pub fn name(&self) -> &'static str {
+        match self {
+            JobEvent::Token { .. } => "token",
+            JobEvent::State { .. } => "state",
+            JobEvent::End { .. } => "end",
+        }
+    }
+}

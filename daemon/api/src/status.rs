@@ -1,0 +1,91 @@
+//! `GET /v1/status` and `GET /v1/health`.
+
+use serde::{Deserialize, Serialize};
+
+/// `GET /v1/health`: liveness, no authentication.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct Health {
+    /// Always `"ok"` when the daemon answers.
+    pub status: String,
+}
+
+/// `GET /v1/status`: what the daemon is and does.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct Status {
+    /// llamad's version.
+    pub version: String,
+    /// The RPC protocol version, `"7.0.0"`.
+    pub protocol_version: String,
+    /// Seconds since the daemon started.
+    pub uptime_secs: u64,
+    /// The RPC listen address, when known.
+    pub rpc_addr: Option<String>,
+    /// Devices in RPC index order.
+    pub devices: Vec<DeviceStatus>,
+    /// Memory account of the RPC server.
+    pub memory: MemoryStatus,
+    /// Compute threads.
+    pub threads: u64,
+    /// RPC connection counters.
+    pub rpc: RpcStatus,
+    /// Whether the tensor cache is enabled.
+    pub cache_enabled: bool,
+}
+
+/// One compute device.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct DeviceStatus {
+    /// RPC device index.
+    pub index: u32,
+    /// Device name (`CPU`).
+    pub name: String,
+}
+
+/// Memory as the RPC server accounts it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct MemoryStatus {
+    /// Total bytes (the budget, or the machine's memory).
+    pub total: u64,
+    /// Bytes free (GET_DEVICE_MEMORY's answer).
+    pub free: u64,
+    /// Bytes held by buffers that RPC peers allocated.
+    pub allocated_rpc: u64,
+}
+
+/// RPC traffic since start.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct RpcStatus {
+    /// Connections open now.
+    pub open_connections: u64,
+    /// Connections accepted since start.
+    pub connections_total: u64,
+    /// Connections closed for breaking a protocol rule.
+    pub connections_refused: u64,
+    /// Graphs computed (GRAPH_COMPUTE and GRAPH_RECOMPUTE).
+    pub graphs_computed: u64,
+    /// Request bytes received, all commands.
+    pub bytes_in: u64,
+    /// Response bytes sent, all commands.
+    pub bytes_out: u64,
+    /// Per-command totals (commands seen at least once).
+    pub commands: Vec<CommandStats>,
+}
+
+/// One RPC command's totals.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct CommandStats {
+    /// Command name (`GRAPH_COMPUTE`).
+    pub command: String,
+    /// Times received.
+    pub count: u64,
+    /// Request bytes.
+    pub bytes_in: u64,
+    /// Response bytes.
+    pub bytes_out: u64,
+}
