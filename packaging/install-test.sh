@@ -127,7 +127,8 @@ for m in proc dev; do
     esac
     MOUNTS+=("$CH/$m")
 done
-in_chroot() { chroot "$CH" /usr/bin/env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin HOME=/root LANG=C.UTF-8 "$@"; }
+CHROOT_ENV=(/usr/bin/env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin HOME=/root LANG=C.UTF-8)
+in_chroot() { chroot "$CH" "${CHROOT_ENV[@]}" "$@"; }
 
 echo "chroot: $(in_chroot sh -c '. /etc/os-release; echo "$PRETTY_NAME"'), $(in_chroot dpkg --print-architecture), glibc $(in_chroot ldd --version | head -1 | awk '{print $NF}')"
 
@@ -168,7 +169,8 @@ in_chroot /usr/bin/llamad check-config || fail "llamad check-config exited $?"
 echo "check-config: exit 0"
 
 log "llamad serve --port $PORT (foreground process in the chroot)"
-in_chroot /usr/bin/llamad serve --port "$PORT" >"$TMP/server.log" 2>&1 &
+# chroot and env exec: $! is llamad's own PID (a shell function here would put a subshell between).
+chroot "$CH" "${CHROOT_ENV[@]}" /usr/bin/llamad serve --port "$PORT" >"$TMP/server.log" 2>&1 &
 SERVER_PID=$!
 probe() {
     python3 - "$PORT" <<'EOF'
@@ -204,7 +206,7 @@ for _ in $(seq 1 100); do
     sleep 0.2
 done
 [[ $answered -eq 1 ]] || fail "nothing listens on port $PORT after 20 s"
-if in_chroot /usr/bin/llamactl status --help >/dev/null 2>&1; then
+if in_chroot /usr/bin/llamactl status --help 2>&1 | grep -qi '^usage:'; then
     in_chroot /usr/bin/llamactl status || fail "llamactl status exited $?"
     echo "llamactl status: exit 0"
 else
@@ -212,9 +214,18 @@ else
 fi
 probe || fail "HELLO probe"
 kill -TERM "$SERVER_PID"
+# TimeoutStopSec=30s in the unit: the daemon must be gone by then.
+for _ in $(seq 1 150); do
+    kill -0 "$SERVER_PID" 2>/dev/null || break
+    sleep 0.2
+done
+if kill -0 "$SERVER_PID" 2>/dev/null; then
+    kill -KILL "$SERVER_PID"
+    fail "llamad still runs 30 s after SIGTERM"
+fi
 wait "$SERVER_PID" && rc=0 || rc=$?
 SERVER_PID=
-echo "llamad stopped by SIGTERM: exit status $rc"
+echo "llamad stopped after SIGTERM: exit status $rc"
 sed 's/^/  server: /' "$TMP/server.log" | tail -20
 [[ $rc -eq 0 ]] || fail "llamad exited $rc on SIGTERM"
 
