@@ -115,8 +115,8 @@ impl GgmlType {
             Q4_0 | Q4_1 | Q5_0 | Q5_1 | Q8_0 | Q8_1 | IQ4_NL | MXFP4 => 32,
             NVFP4 | Q2_0 => 64,
             Q1_0 => 128,
-            Q2_K | Q3_K | Q4_K | Q5_K | Q6_K | Q8_K | IQ2_XXS | IQ2_XS | IQ3_XXS | IQ1_S | IQ3_S
-            | IQ2_S | IQ4_XS | IQ1_M | TQ1_0 | TQ2_0 => 256,
+            Q2_K | Q3_K | Q4_K | Q5_K | Q6_K | Q8_K | IQ2_XXS | IQ2_XS | IQ3_XXS | IQ1_S | IQ3_S | IQ2_S
+            | IQ4_XS | IQ1_M | TQ1_0 | TQ2_0 => 256,
         }
     }
 

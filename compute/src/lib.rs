@@ -18,10 +18,16 @@
 
 pub mod dtype;
 pub mod error;
+pub mod gguf;
 pub mod graph;
+pub mod model;
 pub mod op;
+pub(crate) mod ops;
+pub mod pool;
 pub mod quant;
+pub mod sample;
 pub mod tensor;
+pub mod tokenizer;
 
 pub use dtype::GgmlType;
 pub use error::{Error, Result};

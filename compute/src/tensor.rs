@@ -87,7 +87,8 @@ impl Layout {
             )));
         }
         self.nelements().ok_or_else(|| Error::Layout(format!("element count overflows: {:?}", self.ne)))?;
-        self.nbytes().ok_or_else(|| Error::Layout(format!("extent overflows: ne {:?} nb {:?}", self.ne, self.nb)))?;
+        self.nbytes()
+            .ok_or_else(|| Error::Layout(format!("extent overflows: ne {:?} nb {:?}", self.ne, self.nb)))?;
         Ok(())
     }
 
@@ -170,6 +171,7 @@ impl Layout {
             seen[a] = true;
         }
         let mut out = *self;
+        #[allow(clippy::needless_range_loop)]
         for k in 0..MAX_DIMS {
             out.ne[axes[k]] = self.ne[k];
             out.nb[axes[k]] = self.nb[k];
@@ -224,7 +226,11 @@ mod tests {
 
     #[test]
     fn nbytes_overflow_and_empty() {
-        let l = Layout { dtype: GgmlType::F32, ne: [u32::MAX as u64; 4], nb: [4, u32::MAX as u64, u32::MAX as u64, u32::MAX as u64] };
+        let l = Layout {
+            dtype: GgmlType::F32,
+            ne: [u32::MAX as u64; 4],
+            nb: [4, u32::MAX as u64, u32::MAX as u64, u32::MAX as u64],
+        };
         assert!(l.nelements().is_none());
         let e = Layout { dtype: GgmlType::F32, ne: [0, 5, 1, 1], nb: [4, 0, 0, 0] };
         assert_eq!(e.nbytes(), Some(0));

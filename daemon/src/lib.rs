@@ -1,1 +1,67 @@
-//! `llamad`: the worker daemon library (RPC server, cache, admin API).
+//! `llamad`: the worker daemon library. It serves llama.cpp's RPC protocol 7.0.0 so an unmodified
+//! llama.cpp master can put model layers on this machine, computing with the `compute` crate.
+//!
+//! [`run`] takes a bound listener and a shutdown future (mini-redis style), so tests start the server
+//! in-process on `127.0.0.1:0`:
+//!
+//! ```
+//! # fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! let rt = tokio::runtime::Runtime::new()?;
+//! let listener = rt.block_on(tokio::net::TcpListener::bind("127.0.0.1:0"))?;
+//! let addr = listener.local_addr()?;
+//! let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+//! let cfg = llamad::Config { threads: 1, mem: Some(16 << 20), ..llamad::Config::default() };
+//! let server = rt.spawn(llamad::run(cfg, listener, async move {
+//!     let _ = stopped.await;
+//! }));
+//!
+//! let mut client = llamad_proto::RpcClient::connect(addr)?;
+//! assert_eq!(client.device_count()?, 1);
+//! assert_eq!(client.get_device_memory(0)?.total, 16 << 20);
+//!
+//! let _ = stop.send(());
+//! rt.block_on(server)??;
+//! # Ok(())
+//! # }
+//! ```
+#![deny(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+#![cfg_attr(test, allow(clippy::unwrap_used, clippy::expect_used, clippy::panic))]
+
+pub mod config;
+pub mod error;
+pub mod lifecycle;
+pub mod rpc;
+pub mod telemetry;
+
+use std::future::Future;
+use std::sync::Arc;
+
+pub use config::Config;
+pub use error::{Error, Result};
+pub use rpc::server::Shared;
+
+/// Serves RPC connections on `listener` with `cfg` until `shutdown` resolves.
+pub async fn run(
+    cfg: Config,
+    listener: tokio::net::TcpListener,
+    shutdown: impl Future<Output = ()>,
+) -> Result<()> {
+    serve(Shared::new(cfg), listener, shutdown).await
+}
+
+/// As [`run`], with shared state the caller keeps (to read the counters, or to share with the admin API).
+pub async fn serve(
+    shared: Arc<Shared>,
+    listener: tokio::net::TcpListener,
+    shutdown: impl Future<Output = ()>,
+) -> Result<()> {
+    tracing::info!(
+        addr = %listener.local_addr()?,
+        threads = shared.cfg.threads,
+        devices = %shared.cfg.devices.join(","),
+        cache = shared.cfg.cache,
+        max_size = shared.max_size,
+        "llamad serving RPC protocol 7.0.0"
+    );
+    rpc::server::serve(shared, listener, shutdown).await
+}

@@ -192,6 +192,7 @@ def run_master(
     seed: int = 1234,
     n_ctx: int = 512,
     timeout: float = 300.0,
+    logits_dir: Optional[str] = None,
 ) -> MasterResult:
     """Runs ref_master.py in a fresh process: loads the model (layers on the endpoints' RPC devices
     when any, else the local CPU) and returns greedy completions of ``n_tokens`` for each prompt."""
@@ -212,6 +213,7 @@ def run_master(
                     "n_threads": n_threads,
                     "prompts": list(prompts),
                     "n_tokens": n_tokens,
+                    "logits_dir": logits_dir,
                 },
                 f,
             )

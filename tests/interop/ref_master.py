@@ -51,9 +51,19 @@ def main() -> int:
         n_threads=args.get("n_threads", 1),
         n_threads_batch=args.get("n_threads", 1),
         verbose=bool(args.get("verbose", True)),
+        logits_all=bool(args.get("logits_dir")),
     )
     load_s = time.perf_counter() - t0
     eos = llm.token_eos()
+    if args.get("logits_dir"):
+        # Logits at every prompt position, one .npy per prompt (for closeness checks).
+        import numpy as np
+
+        for i, prompt in enumerate(args["prompts"]):
+            toks = llm.tokenize(prompt.encode(), add_bos=True, special=False)
+            llm.reset()
+            llm.eval(toks)
+            np.save(f"{args['logits_dir']}/logits-{i}.npy", np.array(llm.scores[: len(toks)], dtype=np.float32))
     runs = []
     for prompt in args["prompts"]:
         ptoks = llm.tokenize(prompt.encode(), add_bos=True, special=False)

@@ -12,9 +12,14 @@ cache=${LLAMAD_PEER_CACHE:-$HOME/.cache/llamad-peer}
 
 # Instruction sets: explicit (never -march=native, which enables AMX where present and crashes
 # llama.cpp's CPU path), chosen from what this CPU has, so the reference is as fast as it can be here.
+#
+# LLAMAD_PEER_ISA=avx2 builds the AVX2 baseline (the parity reference: llamad's x86 kernels reproduce
+# ggml's AVX2 arithmetic); the default, native, adds the AVX-512 extensions this CPU has (the
+# performance reference).
+isa=${LLAMAD_PEER_ISA:-native}
 flags="-DGGML_RPC=ON -DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON -DGGML_BMI2=ON"
 tag=avx2
-if grep -qw avx512f /proc/cpuinfo && grep -qw avx512bw /proc/cpuinfo && grep -qw avx512vl /proc/cpuinfo; then
+if [ "$isa" = native ] && grep -qw avx512f /proc/cpuinfo && grep -qw avx512bw /proc/cpuinfo && grep -qw avx512vl /proc/cpuinfo; then
     flags="$flags -DGGML_AVX512=ON"
     tag=avx512
     if grep -qw avx512_vnni /proc/cpuinfo; then flags="$flags -DGGML_AVX512_VNNI=ON"; tag="$tag-vnni"; fi

@@ -1,10 +1,16 @@
 //! Executable graphs: nodes over raw tensor memory, validated once, run by an [`Executor`].
 //!
-//! This is the API the daemon and the model engine build on. The executor behind it (thread pool,
-//! per-op work splitting, every op) lives in the ops modules.
+//! This is the API the daemon and the model engine build on. [`Graph::new`] validates and plans
+//! every node that will run (`crate::ops`); [`Executor`] runs a graph on a persistent thread pool
+//! (`crate::pool`), all threads in lockstep over the nodes with a barrier between them.
 
-use crate::error::{Error, Result};
+mod exec;
+
+pub use exec::Executor;
+
+use crate::error::Result;
 use crate::op::{flags, GgmlOp};
+use crate::ops::{self, Plan};
 use crate::tensor::Layout;
 
 /// Maximum number of sources of a node (`GGML_MAX_SRC`).
@@ -44,81 +50,54 @@ impl Node {
 /// A validated graph.
 pub struct Graph {
     nodes: Vec<Node>,
+    /// `(node index, plan)` for every node that runs, in order.
+    plans: Vec<(usize, Plan)>,
+    /// Largest shared scratch any node needs, in bytes.
+    shared_bytes: usize,
+    /// Largest per-thread scratch any node needs, in f32 words.
+    local_f32: usize,
 }
 
 // SAFETY: a Graph only holds addresses; the contract of `Graph::new` makes the caller responsible for
 // the memory behind them, including that no one else touches it while the graph runs.
 unsafe impl Send for Graph {}
+// SAFETY: computing needs `&mut Executor`; a shared `&Graph` only exposes the nodes' metadata.
+unsafe impl Sync for Graph {}
 
 impl Graph {
-    /// Validates every node that will run.
+    /// Validates every node that will run and plans its scratch memory.
+    ///
+    /// Fails with `UnsupportedOp` / `UnsupportedTypes` for ops or operand types this backend does
+    /// not implement, and with `Shape` / `Layout` for shapes, strides or op_params that break the
+    /// op's rules (ref: ggml-rpc-protocol.md §14 items 7–12).
     ///
     /// # Safety
     /// For every tensor of every node, `[data, data + layout.nbytes())` must be valid for reads and
     /// writes for as long as the graph exists, and nothing else may access that memory while
     /// [`Executor::compute`] runs the graph.
     pub unsafe fn new(nodes: Vec<Node>) -> Result<Graph> {
-        for n in nodes.iter().filter(|n| n.runs()) {
-            validate(n)?;
+        let mut plans = Vec::new();
+        let (mut shared_bytes, mut local_f32) = (0usize, 0usize);
+        for (i, n) in nodes.iter().enumerate().filter(|(_, n)| n.runs()) {
+            // SAFETY: forwarded contract of this function.
+            let plan = unsafe { ops::prepare(n)? };
+            shared_bytes = shared_bytes.max(plan.shared_bytes);
+            local_f32 = local_f32.max(plan.local_f32);
+            if plan.phases > 0 {
+                plans.push((i, plan));
+            }
         }
-        Ok(Graph { nodes })
+        Ok(Graph { nodes, plans, shared_bytes, local_f32 })
     }
 
     /// The nodes, in execution order.
     pub fn nodes(&self) -> &[Node] {
         &self.nodes
     }
-}
 
-fn validate(n: &Node) -> Result<()> {
-    match n.op {
-        GgmlOp::Add => {
-            let (Some(a), Some(b)) = (n.src[0], n.src[1]) else {
-                return Err(Error::Shape { op: n.op, detail: "missing source".into() });
-            };
-            if !(a.layout.is_contiguous() && b.layout.is_contiguous() && n.dst.layout.is_contiguous())
-                || a.layout.ne != b.layout.ne
-                || a.layout.ne != n.dst.layout.ne
-                || [a, b, n.dst].iter().any(|t| t.layout.dtype != crate::GgmlType::F32)
-            {
-                return Err(Error::UnsupportedTypes { op: n.op, detail: "interim executor: f32 same shape only".into() });
-            }
-            Ok(())
-        }
-        op => Err(Error::UnsupportedOp { op, detail: "not implemented yet".into() }),
-    }
-}
-
-/// Runs graphs on a fixed number of threads.
-pub struct Executor {
-    n_threads: usize,
-}
-
-impl Executor {
-    /// An executor with `n_threads` threads (at least one).
-    pub fn new(n_threads: usize) -> Executor {
-        Executor { n_threads: n_threads.max(1) }
-    }
-
-    /// Number of threads.
-    pub fn n_threads(&self) -> usize {
-        self.n_threads
-    }
-
-    /// Runs every node of `graph` that has the COMPUTE flag, in order.
-    pub fn compute(&mut self, graph: &Graph) -> Result<()> {
-        for n in graph.nodes().iter().filter(|n| n.runs()) {
-            let (Some(a), Some(b)) = (n.src[0], n.src[1]) else { continue };
-            let count = a.layout.nelements().unwrap_or(0) as usize;
-            for i in 0..count {
-                // SAFETY: validated contiguous f32 tensors of `count` elements; memory per Graph::new.
-                unsafe {
-                    let x = (a.data as *const f32).add(i).read_unaligned();
-                    let y = (b.data as *const f32).add(i).read_unaligned();
-                    (n.dst.data as *mut f32).add(i).write_unaligned(x + y);
-                }
-            }
-        }
-        Ok(())
+    /// Bytes of scratch memory the graph needs besides its tensors (shared + per thread for
+    /// `n_threads` threads).
+    pub fn scratch_bytes(&self, n_threads: usize) -> usize {
+        self.shared_bytes.saturating_add(self.local_f32.saturating_mul(4).saturating_mul(n_threads))
     }
 }

@@ -1,12 +1,65 @@
 //! Run-time choice of kernels: the instruction set is detected once and the table filled.
+//!
+//! `LLAMAD_KERNELS=scalar|avx2|avx512|neon` forces a path (for tests and benchmarks); a forced
+//! path the CPU cannot run falls back to the best available one, with a warning.
 
 use std::sync::OnceLock;
 
-use super::{scalar, TypeKernels};
+use super::{scalar, FromF32Fn, ToF32Fn, TypeKernels, VecDotFn};
 use crate::dtype::{GgmlType, GGML_TYPE_COUNT};
+
+/// An instruction-set level with its own kernel table.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Isa {
+    /// Portable Rust: the reference kernels.
+    Scalar,
+    /// x86_64 with AVX2, FMA and F16C.
+    Avx2,
+    /// x86_64 with AVX-512 F/BW/VL/VNNI on top of AVX2.
+    Avx512,
+    /// aarch64 NEON (dotprod used inside where the CPU has it).
+    Neon,
+}
+
+impl Isa {
+    /// The name used by `LLAMAD_KERNELS` and [`super::active_isa`].
+    pub const fn name(self) -> &'static str {
+        match self {
+            Isa::Scalar => "scalar",
+            Isa::Avx2 => "avx2",
+            Isa::Avx512 => "avx512",
+            Isa::Neon => "neon",
+        }
+    }
+
+    /// Whether this CPU can run the kernel set.
+    pub fn available(self) -> bool {
+        match self {
+            Isa::Scalar => true,
+            #[cfg(target_arch = "x86_64")]
+            Isa::Avx2 => super::x86_64::avx2_available(),
+            #[cfg(target_arch = "x86_64")]
+            Isa::Avx512 => super::x86_64::avx512_available(),
+            #[cfg(target_arch = "aarch64")]
+            Isa::Neon => std::arch::is_aarch64_feature_detected!("neon"),
+            #[allow(unreachable_patterns)]
+            _ => false,
+        }
+    }
+
+    /// Every kernel set this CPU can run, best last.
+    pub fn all_available() -> Vec<Isa> {
+        [Isa::Scalar, Isa::Avx2, Isa::Avx512, Isa::Neon].into_iter().filter(|i| i.available()).collect()
+    }
+
+    fn parse(s: &str) -> Option<Isa> {
+        [Isa::Scalar, Isa::Avx2, Isa::Avx512, Isa::Neon].into_iter().find(|i| i.name() == s)
+    }
+}
 
 /// Kernel tables for every type, indexed by the type's numeric value.
 pub struct Kernels {
+    isa: Isa,
     types: [TypeKernels; GGML_TYPE_COUNT as usize],
 }
 
@@ -15,29 +68,117 @@ impl Kernels {
     pub fn get(&self, t: GgmlType) -> &TypeKernels {
         &self.types[t as usize]
     }
+
+    /// The instruction set this table was built for.
+    pub fn isa(&self) -> Isa {
+        self.isa
+    }
+
+    /// Builds the table for `isa` (scalar kernels where the ISA has no faster one). The caller
+    /// must have checked `isa.available()`; an unavailable ISA yields the scalar table.
+    pub fn build(isa: Isa) -> Kernels {
+        let mut k = build_scalar();
+        if !isa.available() {
+            return k;
+        }
+        k.isa = isa;
+        match isa {
+            Isa::Scalar => {}
+            #[cfg(target_arch = "x86_64")]
+            Isa::Avx2 => super::x86_64::install_avx2(&mut k),
+            #[cfg(target_arch = "x86_64")]
+            Isa::Avx512 => {
+                super::x86_64::install_avx2(&mut k);
+                super::x86_64::install_avx512(&mut k);
+            }
+            #[cfg(target_arch = "aarch64")]
+            Isa::Neon => super::aarch64::install_neon(&mut k),
+            #[allow(unreachable_patterns)]
+            _ => k.isa = Isa::Scalar,
+        }
+        k
+    }
+
+    /// Replaces the dot product of `t`.
+    pub(crate) fn set_vec_dot(&mut self, t: GgmlType, f: VecDotFn) {
+        self.types[t as usize].vec_dot = Some(f);
+    }
+
+    /// Replaces the quantizer (or narrowing) of `t`.
+    pub(crate) fn set_from_f32(&mut self, t: GgmlType, f: FromF32Fn) {
+        self.types[t as usize].from_f32 = Some(f);
+    }
+
+    /// Replaces the dequantizer (or widening) of `t`.
+    pub(crate) fn set_to_f32(&mut self, t: GgmlType, f: ToF32Fn) {
+        self.types[t as usize].to_f32 = Some(f);
+    }
 }
 
 static KERNELS: OnceLock<Kernels> = OnceLock::new();
 
 /// The table for this CPU (built on first use).
 pub fn table() -> &'static Kernels {
-    KERNELS.get_or_init(build_scalar)
+    KERNELS.get_or_init(|| Kernels::build(choose()))
+}
+
+/// The best available ISA, or the one `LLAMAD_KERNELS` forces.
+fn choose() -> Isa {
+    let best = *Isa::all_available().last().unwrap_or(&Isa::Scalar);
+    match std::env::var("LLAMAD_KERNELS") {
+        Ok(s) if !s.is_empty() => match Isa::parse(&s) {
+            Some(isa) if isa.available() => isa,
+            _ => {
+                tracing::warn!(requested = %s, using = best.name(), "LLAMAD_KERNELS names no kernel set this CPU runs");
+                best
+            }
+        },
+        _ => best,
+    }
+}
+
+fn entry(to: ToF32Fn, from: Option<FromF32Fn>, dot: Option<VecDotFn>, vdt: GgmlType) -> TypeKernels {
+    TypeKernels { to_f32: Some(to), from_f32: from, vec_dot: dot, vec_dot_type: vdt }
 }
 
 fn build_scalar() -> Kernels {
-    let empty = TypeKernels { to_f32: None, from_f32: None, vec_dot: None, vec_dot_type: GgmlType::F32 };
-    let mut types = [empty; GGML_TYPE_COUNT as usize];
-    types[GgmlType::F32 as usize] = TypeKernels {
-        to_f32: Some(scalar::f32_to_f32),
-        from_f32: Some(scalar::f32_from_f32),
-        vec_dot: Some(scalar::vec_dot_f32_f32),
-        vec_dot_type: GgmlType::F32,
-    };
-    types[GgmlType::F16 as usize] = TypeKernels {
-        to_f32: Some(scalar::f16_to_f32),
-        from_f32: Some(scalar::f16_from_f32),
-        vec_dot: Some(scalar::vec_dot_f16_f16),
-        vec_dot_type: GgmlType::F16,
-    };
-    Kernels { types }
+    use scalar as s;
+    use GgmlType::*;
+    let empty = TypeKernels { to_f32: None, from_f32: None, vec_dot: None, vec_dot_type: F32 };
+    let mut t = [empty; GGML_TYPE_COUNT as usize];
+    // ref: ggml-compute-semantics.md §2.3, the vec_dot_type table.
+    let rows: [(GgmlType, TypeKernels); 24] = [
+        (F32, entry(s::f32_to_f32, Some(s::f32_from_f32), Some(s::vec_dot_f32_f32), F32)),
+        (F16, entry(s::f16_to_f32, Some(s::f16_from_f32), Some(s::vec_dot_f16_f16), F16)),
+        (BF16, entry(s::bf16_to_f32, Some(s::bf16_from_f32), Some(s::vec_dot_bf16_bf16), BF16)),
+        (Q4_0, entry(s::q4_0_to_f32, Some(s::q4_0_from_f32), Some(s::vec_dot_q4_0_q8_0), Q8_0)),
+        (Q4_1, entry(s::q4_1_to_f32, Some(s::q4_1_from_f32), Some(s::vec_dot_q4_1_q8_1), Q8_1)),
+        (Q5_0, entry(s::q5_0_to_f32, Some(s::q5_0_from_f32), Some(s::vec_dot_q5_0_q8_0), Q8_0)),
+        (Q5_1, entry(s::q5_1_to_f32, Some(s::q5_1_from_f32), Some(s::vec_dot_q5_1_q8_1), Q8_1)),
+        (Q8_0, entry(s::q8_0_to_f32, Some(s::q8_0_from_f32), Some(s::vec_dot_q8_0_q8_0), Q8_0)),
+        (Q8_1, entry(s::q8_1_to_f32, Some(s::q8_1_from_f32), None, Q8_1)),
+        (Q2_K, entry(s::q2_k_to_f32, Some(s::q2_k_from_f32), Some(s::vec_dot_q2_k_q8_k), Q8_K)),
+        (Q3_K, entry(s::q3_k_to_f32, Some(s::q3_k_from_f32), Some(s::vec_dot_q3_k_q8_k), Q8_K)),
+        (Q4_K, entry(s::q4_k_to_f32, Some(s::q4_k_from_f32), Some(s::vec_dot_q4_k_q8_k), Q8_K)),
+        (Q5_K, entry(s::q5_k_to_f32, Some(s::q5_k_from_f32), Some(s::vec_dot_q5_k_q8_k), Q8_K)),
+        (Q6_K, entry(s::q6_k_to_f32, Some(s::q6_k_from_f32), Some(s::vec_dot_q6_k_q8_k), Q8_K)),
+        (Q8_K, entry(s::q8_k_to_f32, Some(s::q8_k_from_f32), None, Q8_K)),
+        (IQ4_NL, entry(s::iq4_nl_to_f32, Some(s::iq4_nl_from_f32), Some(s::vec_dot_iq4_nl_q8_0), Q8_0)),
+        (IQ4_XS, entry(s::iq4_xs_to_f32, Some(s::iq4_xs_from_f32), Some(s::vec_dot_iq4_xs_q8_k), Q8_K)),
+        (MXFP4, entry(s::mxfp4_to_f32, Some(s::mxfp4_from_f32), Some(s::vec_dot_mxfp4_q8_0), Q8_0)),
+        (NVFP4, entry(s::nvfp4_to_f32, None, Some(s::vec_dot_nvfp4_q8_0), Q8_0)),
+        (Q1_0, entry(s::q1_0_to_f32, None, Some(s::vec_dot_q1_0_q8_0), Q8_0)),
+        (Q2_0, entry(s::q2_0_to_f32, None, Some(s::vec_dot_q2_0_q8_0), Q8_0)),
+        (TQ2_0, entry(s::tq2_0_to_f32, None, Some(s::vec_dot_tq2_0_q8_k), Q8_K)),
+        // Types without kernels keep their vec_dot_type for completeness (§2.3).
+        (TQ1_0, TypeKernels { vec_dot_type: Q8_K, ..empty }),
+        (IQ2_XXS, TypeKernels { vec_dot_type: Q8_K, ..empty }),
+    ];
+    for (ty, k) in rows {
+        t[ty as usize] = k;
+    }
+    for ty in [IQ2_XS, IQ3_XXS, IQ1_S, IQ3_S, IQ2_S, IQ1_M] {
+        t[ty as usize].vec_dot_type = Q8_K;
+    }
+    Kernels { isa: Isa::Scalar, types: t }
 }

@@ -4,8 +4,18 @@
 //! SIMD twins chosen once at run time by [`dispatch`]. Callers only ever see the [`TypeKernels`]
 //! table returned by [`kernels`].
 
+// Block layouts are easiest to check against the reference with explicit indices.
+#![allow(clippy::needless_range_loop)]
+
+#[cfg(target_arch = "aarch64")]
+pub mod aarch64;
+pub mod blocks;
 pub mod dispatch;
 pub mod scalar;
+#[cfg(test)]
+mod tests;
+#[cfg(target_arch = "x86_64")]
+pub mod x86_64;
 
 use crate::dtype::GgmlType;
 
@@ -35,4 +45,9 @@ pub struct TypeKernels {
 /// The kernel table of `t`, for the instruction set chosen at start-up.
 pub fn kernels(t: GgmlType) -> &'static TypeKernels {
     dispatch::table().get(t)
+}
+
+/// The name of the kernel set in use (`scalar`, `avx2`, `avx512` or `neon`).
+pub fn active_isa() -> &'static str {
+    dispatch::table().isa().name()
 }

@@ -1,1 +1,35 @@
 //! `llamad-proto`: the byte layouts of llama.cpp's RPC protocol 7.0.0.
+//!
+//! This is the only crate that knows the wire format: command ids and frame sizes ([`cmd`]), the
+//! 296-byte tensor descriptor ([`tensor`]), every request and response ([`msg`]), the GRAPH_COMPUTE
+//! blob ([`graph`]), the FNV-1a cache key ([`hash`]) and a blocking client ([`client`]).
+//! Decoders never panic: they return [`Error::Incomplete`] or [`Error::Invalid`].
+//!
+//! ```
+//! use llamad_proto::{hash::WireHash, msg::Command};
+//! assert_eq!(WireHash::of(b"a").to_string(), "af63dc4c8601ec8c");
+//! let frame = Command::DeviceCount.encode_frame();
+//! assert_eq!(frame, [15, 0, 0, 0, 0, 0, 0, 0, 0]);
+//! ```
+#![deny(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+#![cfg_attr(test, allow(clippy::unwrap_used, clippy::expect_used, clippy::panic))]
+
+pub mod client;
+pub mod cmd;
+pub mod error;
+pub mod graph;
+pub mod hash;
+pub mod msg;
+pub mod tensor;
+mod wire;
+
+#[cfg(test)]
+mod prop_tests;
+
+pub use client::RpcClient;
+pub use cmd::Cmd;
+pub use error::{Error, Result};
+pub use graph::GraphBlob;
+pub use hash::WireHash;
+pub use msg::{Command, Limits};
+pub use tensor::RpcTensor;

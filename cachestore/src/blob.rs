@@ -1,0 +1,104 @@
+//! `Blob`: a read-only memory map of one object file, and the checks made before one is handed out.
+
+use std::fs::File;
+use std::ops::Deref;
+use std::path::Path;
+
+use memmap2::Mmap;
+
+use crate::digest::Digest;
+
+/// The bytes of one object, mapped read-only. Cheap to hold; the file stays readable while mapped even if
+/// the store removes it (the mapping keeps the inode alive).
+pub struct Blob {
+    digest: Digest,
+    // `None` for an empty object: mapping a zero-length file fails on Linux.
+    map: Option<Mmap>,
+}
+
+impl Blob {
+    /// Maps `file` read-only.
+    ///
+    /// # Safety
+    ///
+    /// The file must never be truncated or written while the mapping lives (a truncation turns reads
+    /// into SIGBUS, a write changes bytes already verified). The store guarantees this for its objects: they
+    /// are written once to a temp file, made read-only (0444) and renamed into place; removal only unlinks the
+    /// name, which leaves the mapped inode intact. Only someone editing the files by hand can break it.
+    pub(crate) unsafe fn map(file: &File, digest: Digest, len: u64) -> std::io::Result<Blob> {
+        if len == 0 {
+            return Ok(Blob { digest, map: None });
+        }
+        // SAFETY: the caller guarantees the file is immutable while mapped (see `# Safety` above).
+        let map = unsafe { Mmap::map(file)? };
+        Ok(Blob { digest, map: Some(map) })
+    }
+
+    /// The object's digest (already verified when `Options::verify_on_read` is on).
+    pub fn digest(&self) -> Digest {
+        self.digest
+    }
+
+    /// The object's bytes.
+    pub fn as_slice(&self) -> &[u8] {
+        self.map.as_deref().unwrap_or(&[])
+    }
+}
+
+impl Deref for Blob {
+    type Target = [u8];
+
+    fn deref(&self) -> &[u8] {
+        self.as_slice()
+    }
+}
+
+impl AsRef<[u8]> for Blob {
+    fn as_ref(&self) -> &[u8] {
+        self.as_slice()
+    }
+}
+
+impl std::fmt::Debug for Blob {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Blob").field("digest", &self.digest).field("len", &self.as_slice().len()).finish()
+    }
+}
+
+/// Outcome of opening an object file for serving.
+pub(crate) enum Checked {
+    /// Size (and hash, when asked) match.
+    Good(Blob),
+    /// No such file.
+    Missing,
+    /// Wrong size, wrong hash, not a regular file, or unreadable: never serve it.
+    Corrupt(&'static str),
+}
+
+/// Opens `path`, checks it is a regular file of `size` bytes and, when `verify`, that its BLAKE3 is `digest`.
+pub(crate) fn open_checked(path: &Path, digest: Digest, size: u64, verify: bool) -> Checked {
+    let file = match File::open(path) {
+        Ok(f) => f,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Checked::Missing,
+        Err(_) => return Checked::Corrupt("cannot open"),
+    };
+    let meta = match file.metadata() {
+        Ok(m) => m,
+        Err(_) => return Checked::Corrupt("cannot stat"),
+    };
+    if !meta.is_file() {
+        return Checked::Corrupt("not a regular file");
+    }
+    if meta.len() != size {
+        return Checked::Corrupt("size differs from the index");
+    }
+    // SAFETY: object files are immutable once renamed into place (written via temp + rename, mode 0444).
+    let blob = match unsafe { Blob::map(&file, digest, size) } {
+        Ok(b) => b,
+        Err(_) => return Checked::Corrupt("cannot map"),
+    };
+    if verify && Digest::of(blob.as_slice()) != digest {
+        return Checked::Corrupt("content hash differs from the name");
+    }
+    Checked::Good(blob)
+}

@@ -1,0 +1,61 @@
+//! Lookups by the caller's secondary key (llama.cpp's FNV-1a-64), including a simulated collision.
+
+use cachestore::{Options, Store, WireHash};
+
+use crate::common::{bytes, fnv1a64, rng};
+
+#[test]
+fn lookup_by_wire_hash_and_size() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(dir.path(), Options::default()).unwrap();
+    let mut r = rng(10);
+    let a = bytes(&mut r, 3000);
+    let b = bytes(&mut r, 4000);
+    let wa = WireHash(fnv1a64(&a));
+    let da = store.put(&a, Some(wa), Some("a")).unwrap();
+    // A second object planted under the same wire hash (FNV-1a is not collision resistant; ref: §14 item 20).
+    let db = store.put(&b, Some(wa), Some("b")).unwrap();
+
+    let mut all: Vec<_> = store.find_by_wire_hash(wa, None).unwrap().into_iter().map(|m| m.digest).collect();
+    all.sort();
+    let mut expect = vec![da, db];
+    expect.sort();
+    assert_eq!(all, expect);
+    let sized = store.find_by_wire_hash(wa, Some(3000)).unwrap();
+    assert_eq!(sized.len(), 1);
+    assert_eq!(sized[0].digest, da);
+    assert_eq!(&store.get_by_wire_hash(wa, 3000).unwrap().unwrap()[..], &a[..]);
+    assert_eq!(&store.get_by_wire_hash(wa, 4000).unwrap().unwrap()[..], &b[..]);
+    assert!(store.get_by_wire_hash(wa, 5000).unwrap().is_none());
+    assert!(store.find_by_wire_hash(WireHash(fnv1a64(&b)), None).unwrap().is_empty());
+
+    store.remove(&da).unwrap();
+    assert!(store.get_by_wire_hash(wa, 3000).unwrap().is_none());
+    assert_eq!(store.find_by_wire_hash(wa, None).unwrap().len(), 1);
+}
+
+#[test]
+fn wire_hash_added_by_a_later_put() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(dir.path(), Options::default()).unwrap();
+    let a = bytes(&mut rng(11), 2048);
+    let d = store.put(&a, None, None).unwrap();
+    let w = WireHash(fnv1a64(&a));
+    assert!(store.find_by_wire_hash(w, None).unwrap().is_empty());
+    assert_eq!(store.put(&a, Some(w), Some("tensor")).unwrap(), d);
+    assert_eq!(store.find_by_wire_hash(w, Some(2048)).unwrap()[0].digest, d);
+    assert_eq!(store.stat(&d).unwrap().unwrap().label.as_deref(), Some("tensor"));
+    assert_eq!(store.totals().count, 1);
+}
+
+#[test]
+fn wire_hash_of_corrupt_object_is_a_miss() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(dir.path(), Options::default()).unwrap();
+    let a = bytes(&mut rng(12), 2048);
+    let w = WireHash(fnv1a64(&a));
+    let d = store.put(&a, Some(w), None).unwrap();
+    crate::common::flip_byte(&store.layout().object_path(&d), 2047);
+    assert!(store.get_by_wire_hash(w, 2048).unwrap().is_none());
+    assert!(store.find_by_wire_hash(w, None).unwrap().is_empty());
+}

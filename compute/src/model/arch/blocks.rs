@@ -1,0 +1,302 @@
+//! Building blocks shared by the architectures: norms, Q/K/V projections with RoPE, the KV-cache
+//! store, attention with and without flash attention, and the dense and MoE feed-forward blocks.
+//!
+//! ref: ggml-compute-semantics.md §4.3 (FA on), §4.4 (FA off), §4.6 (deltas), §4.7 (MoE).
+
+use crate::error::Result;
+use crate::model::arch::Ctx;
+use crate::model::graph_def::{KvKind, RopeParams, TensorId};
+use crate::op::{GluOp, UnaryOp};
+
+/// `RMS_NORM` then `MUL` by `weight` (named `{name}-{il}`).
+pub fn rms_norm_mul(b: &mut Ctx<'_>, x: TensorId, weight: TensorId, name: &str, il: u32) -> Result<TensorId> {
+    let n = b.g.rms_norm(x, b.hp.rms_eps)?;
+    b.name(n, "norm", il);
+    let y = b.g.mul(n, weight)?;
+    Ok(b.name(y, name, il))
+}
+
+/// What differs between the architectures' attention blocks.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct AttnOptions {
+    /// Per-head RMS norm of Q and K with `attn_{q,k}_norm.weight` before RoPE (Qwen3, Gemma 3).
+    pub qk_norm: bool,
+    /// Scale Q by this after RoPE and use KQ scale 1 (Gemma 3); 0 = use `1/√D` in the attention op.
+    pub q_scale: f32,
+}
+
+/// The RoPE parameters of layer `il`.
+pub fn rope_params(b: &Ctx<'_>, il: u32) -> RopeParams {
+    let hp = b.hp;
+    let (base, scale) = if hp.is_swa_layer(il) {
+        (hp.rope_freq_base_swa, 1.0)
+    } else {
+        (hp.rope_freq_base, hp.rope_freq_scale)
+    };
+    RopeParams {
+        n_dims: hp.n_rot as i32,
+        mode: hp.arch.rope_mode(),
+        n_ctx_orig: hp.n_ctx_orig as i32,
+        freq_base: base,
+        freq_scale: scale,
+        ext_factor: hp.yarn_ext_factor,
+        attn_factor: hp.yarn_attn_factor,
+        beta_fast: hp.yarn_beta_fast,
+        beta_slow: hp.yarn_beta_slow,
+    }
+}
+
+/// Self-attention of layer `il` on the normed input `cur` `[E, T]`; returns the output projection
+/// `[E, T]` (before the residual).
+pub fn attention(b: &mut Ctx<'_>, il: u32, cur: TensorId, o: AttnOptions) -> Result<TensorId> {
+    let hp = b.hp;
+    let (e, h, hkv, d, dv, t) =
+        (hp.n_embd, hp.n_head, hp.n_head_kv, hp.head_dim_k, hp.head_dim_v, b.p.n_tokens);
+    let pos = b.inputs.pos.ok_or_else(|| crate::Error::Model("attention inputs not created".into()))?;
+    let rope = rope_params(b, il);
+    let freqs = b.weight_opt("rope_freqs.weight", [hp.n_rot / 2, 1, 1, 1])?;
+
+    // Projections (+ optional biases).
+    let proj = |b: &mut Ctx<'_>, w: &str, bias: &str, rows: u64, name: &str| -> Result<TensorId> {
+        let wt = b.lw(il, w, [e, rows, 1, 1])?;
+        let mut x = b.g.mul_mat(wt, cur)?;
+        b.name(x, name, il);
+        if let Some(bs) = b.lw_opt(il, bias, [rows, 1, 1, 1])? {
+            x = b.g.add(x, bs)?;
+            b.name(x, name, il);
+        }
+        Ok(x)
+    };
+    // Biases (Qwen2 q/k/v, optional elsewhere) are added whenever the model has them (ref §4.6).
+    // Node order as llama.cpp emits it (ref §4.3): the Q chain, V, then the K chain.
+    let q = proj(b, "attn_q.weight", "attn_q.bias", h * d, "Qcur")?;
+    let mut q = b.g.reshape(q, [d, h, t, 1])?;
+    if o.qk_norm {
+        let qn = b.lw(il, "attn_q_norm.weight", [d, 1, 1, 1])?;
+        q = rms_norm_mul(b, q, qn, "Qcur_normed", il)?;
+    }
+    let mut q = b.g.rope_ext(q, pos, freqs, &rope)?;
+    b.name(q, "Qcur", il);
+    let v = proj(b, "attn_v.weight", "attn_v.bias", hkv * dv, "Vcur")?;
+    let v = b.g.reshape(v, [dv, hkv, t, 1])?;
+    let k = proj(b, "attn_k.weight", "attn_k.bias", hkv * d, "Kcur")?;
+    let mut k = b.g.reshape(k, [d, hkv, t, 1])?;
+    if o.qk_norm {
+        let kn = b.lw(il, "attn_k_norm.weight", [d, 1, 1, 1])?;
+        k = rms_norm_mul(b, k, kn, "Kcur_normed", il)?;
+    }
+    let k = b.g.rope_ext(k, pos, freqs, &rope)?;
+    b.name(k, "Kcur", il);
+    let kq_scale = if o.q_scale != 0.0 {
+        q = b.g.scale(q, o.q_scale)?;
+        b.name(q, "Qcur_scaled", il);
+        1.0
+    } else if hp.attention_scale != 0.0 {
+        hp.attention_scale
+    } else {
+        1.0 / (d as f32).sqrt()
+    };
+
+    // Store K and V for this ubatch into the cache (ref §4.3 / §4.4).
+    let cache_k = b.kv_cache(il, KvKind::K)?;
+    let cache_v = b.kv_cache(il, KvKind::V)?;
+    let k_idxs = b.inputs.k_idxs.ok_or_else(|| crate::Error::Model("attention inputs not created".into()))?;
+    let v_idxs = b.inputs.v_idxs.ok_or_else(|| crate::Error::Model("attention inputs not created".into()))?;
+    let k_rows = b.g.view_2d(k, hkv * d, t, b.g.layout(k).nb[2], 0)?;
+    b.g.set_rows(cache_k, k_rows, k_idxs)?;
+    if b.p.flash_attn {
+        let v_rows = b.g.view_2d(v, hkv * dv, t, b.g.layout(v).nb[2], 0)?;
+        b.g.set_rows(cache_v, v_rows, v_idxs)?;
+    } else {
+        let v_flat = b.g.reshape(v, [1, t * hkv * dv, 1, 1])?;
+        let cache_flat = b.g.reshape(cache_v, [1, hkv * dv * b.p.kv_size, 1, 1])?;
+        b.g.set_rows(cache_flat, v_flat, v_idxs)?;
+    }
+
+    // Views of the attended cells.
+    let nkv = b.p.n_kv;
+    let kv_size = b.p.kv_size;
+    // Row sizes in the cache type (block-quantized caches are addressed by whole rows).
+    let kt = b.p.kv_type;
+    let row =
+        |n: u64| kt.row_size(n).ok_or_else(|| crate::Error::Model(format!("{kt} rows of {n} elements")));
+    let (rk, rk_all) = (row(d)?, row(hkv * d)?);
+    let qperm = b.g.permute(q, [0, 2, 1, 3])?;
+    let kview = b.g.view(cache_k, [d, hkv, nkv, 1], [rk, rk_all, kv_size * rk_all], 0)?;
+    let kperm = b.g.permute(kview, [0, 2, 1, 3])?;
+    let mask = if hp.is_swa_layer(il) { b.inputs.kq_mask_swa } else { b.inputs.kq_mask };
+
+    let kqv_out = if b.p.flash_attn {
+        let (rv, rv_all) = (row(dv)?, row(hkv * dv)?);
+        let vview = b.g.view(cache_v, [dv, hkv, nkv, 1], [rv, rv_all, kv_size * rv_all], 0)?;
+        let vperm = b.g.permute(vview, [0, 2, 1, 3])?;
+        let fa = b.g.flash_attn_ext(qperm, kperm, vperm, mask, kq_scale, 0.0, 0.0)?;
+        b.name(fa, "fattn", il);
+        b.g.reshape(fa, [h * dv, t, 1, 1])?
+    } else {
+        // Transposed V: element (channel c, cell p) at c*kv_size + p (needs a non-block cache type).
+        if kt.blck_size() != 1 {
+            return Err(crate::Error::Model(format!("a {kt} V cache needs flash attention")));
+        }
+        let es = kt.type_size() as u64;
+        let vview = b.g.view(
+            cache_v,
+            [nkv, hkv, dv, 1],
+            [kv_size * dv * es, kv_size * es, kv_size * hkv * dv * es],
+            0,
+        )?;
+        let vperm = b.g.permute(vview, [0, 2, 1, 3])?;
+        let kq = b.g.mul_mat(kperm, qperm)?;
+        b.g.set_prec_f32(kq);
+        b.name(kq, "kq", il);
+        let sm = b.g.soft_max_ext(kq, mask, kq_scale, 0.0)?;
+        b.name(sm, "kq_soft_max", il);
+        let kqv = b.g.mul_mat(vperm, sm)?;
+        b.name(kqv, "kqv", il);
+        let p = b.g.permute(kqv, [0, 2, 1, 3])?;
+        b.g.cont_4d(p, [h * dv, t, 1, 1])?
+    };
+    b.name(kqv_out, "kqv_out", il);
+    let wo = b.lw(il, "attn_output.weight", [h * dv, e, 1, 1])?;
+    let mut out = b.g.mul_mat(wo, kqv_out)?;
+    if let Some(bias) = b.lw_opt(il, "attn_output.bias", [e, 1, 1, 1])? {
+        out = b.g.add(out, bias)?;
+    }
+    Ok(b.name(out, "attn_out", il))
+}
+
+/// On the model's last layer, keeps only the `out_ids` rows of the attention output and of the
+/// residual (ref §4.3); elsewhere returns both unchanged.
+pub fn select_outputs(
+    b: &mut Ctx<'_>,
+    il: u32,
+    cur: TensorId,
+    residual: TensorId,
+) -> Result<(TensorId, TensorId)> {
+    if !b.is_output_layer(il) {
+        return Ok((cur, residual));
+    }
+    let ids = b.out_ids()?;
+    let c = b.g.get_rows(cur, ids)?;
+    let r = b.g.get_rows(residual, ids)?;
+    Ok((c, r))
+}
+
+/// Dense gated feed-forward: `down(act(gate(x)) * up(x))`.
+pub fn ffn_gated(b: &mut Ctx<'_>, il: u32, cur: TensorId, act: GluOp) -> Result<TensorId> {
+    let (e, f) = (b.hp.n_embd, b.hp.n_ff);
+    let wg = b.lw(il, "ffn_gate.weight", [e, f, 1, 1])?;
+    let wu = b.lw(il, "ffn_up.weight", [e, f, 1, 1])?;
+    let wd = b.lw(il, "ffn_down.weight", [f, e, 1, 1])?;
+    let gate = b.g.mul_mat(wg, cur)?;
+    b.name(gate, "ffn_gate", il);
+    let up = b.g.mul_mat(wu, cur)?;
+    b.name(up, "ffn_up", il);
+    let x = b.g.glu_split(gate, up, act)?;
+    b.name(x, if act == GluOp::Geglu { "ffn_geglu" } else { "ffn_swiglu" }, il);
+    let out = b.g.mul_mat(wd, x)?;
+    Ok(b.name(out, "ffn_out", il))
+}
+
+/// Mixture-of-experts feed-forward with softmax gating and SwiGLU experts (ref §4.7).
+pub fn ffn_moe(b: &mut Ctx<'_>, il: u32, cur: TensorId) -> Result<TensorId> {
+    let hp = b.hp;
+    let (e, f, ne, nu) = (hp.n_embd, hp.n_ff_exp, hp.n_expert, hp.n_expert_used);
+    let t = b.g.layout(cur).ne[1];
+    let router = b.lw(il, "ffn_gate_inp.weight", [e, ne, 1, 1])?;
+    let logits = b.g.mul_mat(router, cur)?;
+    b.name(logits, "ffn_moe_logits", il);
+    let probs = b.g.soft_max_ext(logits, None, 1.0, 0.0)?;
+    b.name(probs, "ffn_moe_probs", il);
+    let topk = b.g.argsort_top_k(probs, nu)?;
+    b.name(topk, "ffn_moe_topk", il);
+    let probs3 = b.g.reshape(probs, [1, ne, t, 1])?;
+    let mut weights = b.g.get_rows(probs3, topk)?;
+    b.name(weights, "ffn_moe_weights", il);
+    if hp.expert_weights_norm {
+        let w2 = b.g.reshape(weights, [nu, t, 1, 1])?;
+        let sum = b.g.sum_rows(w2)?;
+        b.name(sum, "ffn_moe_weights_sum", il);
+        let sum = b.g.clamp(sum, 6.103_515_6e-5, f32::INFINITY)?;
+        let w2 = b.g.div(w2, sum)?;
+        b.name(w2, "ffn_moe_weights_norm", il);
+        weights = b.g.reshape(w2, [1, nu, t, 1])?;
+    }
+    if hp.expert_weights_scale != 0.0 && hp.expert_weights_scale != 1.0 {
+        weights = b.g.scale(weights, hp.expert_weights_scale)?;
+    }
+    let x = b.g.reshape(cur, [e, 1, t, 1])?;
+    let up_exps = b.lw(il, "ffn_up_exps.weight", [e, f, ne, 1])?;
+    let gate_exps = b.lw(il, "ffn_gate_exps.weight", [e, f, ne, 1])?;
+    let down_exps = b.lw(il, "ffn_down_exps.weight", [f, e, ne, 1])?;
+    let up = b.g.mul_mat_id(up_exps, x, topk)?;
+    b.name(up, "ffn_moe_up", il);
+    let gate = b.g.mul_mat_id(gate_exps, x, topk)?;
+    b.name(gate, "ffn_moe_gate", il);
+    let act = b.g.glu_split(gate, up, GluOp::Swiglu)?;
+    b.name(act, "ffn_moe_swiglu", il);
+    let down = b.g.mul_mat_id(down_exps, act, topk)?;
+    b.name(down, "ffn_moe_down", il);
+    let weighted = b.g.mul(down, weights)?;
+    b.name(weighted, "ffn_moe_weighted", il);
+    let l = b.g.layout(weighted);
+    let mut out = b.g.view_2d(weighted, e, t, l.nb[2], 0)?;
+    for slot in 1..nu {
+        let v = b.g.view_2d(weighted, e, t, l.nb[2], slot * l.nb[1])?;
+        out = b.g.add(out, v)?;
+    }
+    if nu == 1 {
+        out = b.g.cont(out)?;
+    }
+    Ok(b.name(out, "ffn_moe_out", il))
+}
+
+/// The feed-forward of layer `il`: MoE when the model has experts, else dense SwiGLU.
+pub fn ffn_swiglu_or_moe(b: &mut Ctx<'_>, il: u32, cur: TensorId) -> Result<TensorId> {
+    if b.hp.n_expert > 0 {
+        ffn_moe(b, il, cur)
+    } else {
+        ffn_gated(b, il, cur, GluOp::Swiglu)
+    }
+}
+
+/// The standard pre-norm layer (llama, qwen2, qwen3): attention and FFN with residuals.
+pub fn pre_norm_layer(b: &mut Ctx<'_>, il: u32, inp: TensorId, o: AttnOptions) -> Result<TensorId> {
+    let e = b.hp.n_embd;
+    let wn = b.lw(il, "attn_norm.weight", [e, 1, 1, 1])?;
+    let cur = rms_norm_mul(b, inp, wn, "attn_norm", il)?;
+    let cur = attention(b, il, cur, o)?;
+    let (cur, inp) = select_outputs(b, il, cur, inp)?;
+    let ffn_inp = b.g.add(cur, inp)?;
+    b.name(ffn_inp, "ffn_inp", il);
+    let wf = b.lw(il, "ffn_norm.weight", [e, 1, 1, 1])?;
+    let cur = rms_norm_mul(b, ffn_inp, wf, "ffn_norm", il)?;
+    let cur = ffn_swiglu_or_moe(b, il, cur)?;
+    let out = b.g.add(cur, ffn_inp)?;
+    Ok(b.name(out, "l_out", il))
+}
+
+/// Runs `layer` over the graph's layer range and finishes with the output head when the range
+/// ends at the last layer.
+pub fn layers_and_head(
+    b: &mut Ctx<'_>,
+    mut x: TensorId,
+    mut layer: impl FnMut(&mut Ctx<'_>, u32, TensorId) -> Result<TensorId>,
+) -> Result<TensorId> {
+    b.attention_inputs()?;
+    for il in b.p.layers.clone() {
+        x = layer(b, il, x)?;
+    }
+    if b.p.layers.end == b.hp.n_layer {
+        b.output_head(x)
+    } else {
+        Ok(x)
+    }
+}
+
+/// Logit softcapping: `cap * tanh(x / cap)` as SCALE, TANH, SCALE.
+pub fn softcap(b: &mut Ctx<'_>, x: TensorId, cap: f32) -> Result<TensorId> {
+    let y = b.g.scale(x, 1.0 / cap)?;
+    let y = b.g.unary(y, UnaryOp::Tanh)?;
+    b.g.scale(y, cap)
+}

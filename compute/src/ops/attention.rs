@@ -1,0 +1,231 @@
+//! FLASH_ATTN_EXT: fused attention with an online softmax.
+//!
+//! ref: ggml-compute-semantics.md §3.3 FLASH_ATTN_EXT. Each thread takes whole query rows
+//! (query, head, sequence). Q is converted to K's `vec_dot_type` (as the ggml CPU backend does for
+//! small batches) so scores use the SIMD dot kernels; V rows are widened to f32 and accumulated in
+//! f32 (ggml keeps an f16 accumulator for F16 V; the difference is within the documented bound).
+
+use crate::dtype::GgmlType;
+use crate::error::Result;
+use crate::graph::Node;
+use crate::quant::{self, FromF32Fn, VecDotFn};
+
+use super::access::{is_float, split, Tv};
+use super::rows::check_loadable;
+use super::softmax::alibi_slope;
+use super::{check_overlap, opt_tv, param_f32, shape_err, src, tv, types_err, Alias, Ctx, Kind, Plan};
+
+/// How scores are computed.
+enum Scores {
+    /// Q converted to K's vec_dot type, then the table's vec_dot.
+    VecDot { vec_dot: VecDotFn, from_f32: Option<FromF32Fn>, row: usize },
+    /// K rows widened to f32, f32 dot.
+    F32,
+}
+
+/// A planned FLASH_ATTN_EXT.
+pub(crate) struct FlashAttn {
+    q: Tv,
+    k: Tv,
+    v: Tv,
+    mask: Option<Tv>,
+    sinks: Option<Tv>,
+    dst: Tv,
+    scale: f32,
+    max_bias: f32,
+    softcap: f32,
+    scores: Scores,
+}
+
+/// Validates FLASH_ATTN_EXT.
+///
+/// # Safety
+/// As `ops::prepare`.
+pub(crate) unsafe fn prepare(n: &Node) -> Result<Plan> {
+    let op = n.op;
+    // SAFETY: forwarded contract.
+    let (q, k, v, dst) = unsafe { (tv(src(n, 0)?)?, tv(src(n, 1)?)?, tv(src(n, 2)?)?, tv(&n.dst)?) };
+    // SAFETY: forwarded contract.
+    let mask = unsafe { opt_tv(n, 3)? };
+    // SAFETY: forwarded contract.
+    let sinks = unsafe { opt_tv(n, 4)? };
+    if !is_float(q.dtype()) || dst.dtype() != GgmlType::F32 {
+        return Err(types_err(op, format!("q {} dst {}", q.dtype(), dst.dtype())));
+    }
+    check_loadable(op, &q, "q")?;
+    check_loadable(op, &k, "k")?;
+    check_loadable(op, &v, "v")?;
+    let (dk, nq, h, ne3) = (q.ne[0], q.ne[1], q.ne[2], q.ne[3]);
+    let (nkv, hkv) = (k.ne[1], k.ne[2]);
+    let dv = v.ne[0];
+    let shapes_ok =
+        k.ne[0] == dk && v.ne[1] == nkv && v.ne[2] == hkv && v.ne[3] == k.ne[3] && dst.ne == [dv, h, nq, ne3];
+    if !shapes_ok {
+        return Err(shape_err(op, format!("q {:?} k {:?} v {:?} dst {:?}", q.ne, k.ne, v.ne, dst.ne)));
+    }
+    if dst.is_empty() {
+        return Ok(super::simple(Kind::Nop, 0));
+    }
+    if hkv == 0 || h % hkv != 0 || k.ne[3] == 0 || ne3 % k.ne[3] != 0 {
+        return Err(shape_err(
+            op,
+            format!("{h} heads over {hkv} kv heads, {ne3} over {} sequences", k.ne[3]),
+        ));
+    }
+    if !k.packed || !v.packed {
+        return Err(shape_err(op, "k and v rows must be packed"));
+    }
+    if let Some(m) = &mask {
+        if !matches!(m.dtype(), GgmlType::F16 | GgmlType::F32) {
+            return Err(types_err(op, format!("mask {}", m.dtype())));
+        }
+        let ok = m.ne[0] >= nkv
+            && m.ne[1] >= nq
+            && m.ne[2] != 0
+            && m.ne[3] != 0
+            && h % m.ne[2] == 0
+            && ne3 % m.ne[3] == 0;
+        if !ok {
+            return Err(shape_err(op, format!("mask {:?} for q {:?}, {nkv} kv", m.ne, q.ne)));
+        }
+        check_overlap(op, &dst, m, Alias::Never)?;
+    }
+    if let Some(s) = &sinks {
+        if s.dtype() != GgmlType::F32 || s.ne[0] < h {
+            return Err(shape_err(op, format!("sinks {} {:?} for {h} heads", s.dtype(), s.ne)));
+        }
+        check_overlap(op, &dst, s, Alias::Never)?;
+    }
+    for t in [&q, &k, &v] {
+        check_overlap(op, &dst, t, Alias::Never)?;
+    }
+    let kk = quant::kernels(k.dtype());
+    let vdt = kk.vec_dot_type;
+    let scores = match (kk.vec_dot, quant::kernels(vdt).from_f32) {
+        (Some(vec_dot), Some(f)) if dk % vdt.blck_size() == 0 => {
+            let row = vdt.row_size(dk as u64).unwrap_or(0) as usize;
+            let from_f32 = if vdt == GgmlType::F32 { None } else { Some(f) };
+            Scores::VecDot { vec_dot, from_f32, row }
+        }
+        _ => Scores::F32,
+    };
+    let conv_words = match &scores {
+        Scores::VecDot { row, .. } => row.div_ceil(4),
+        Scores::F32 => 0,
+    };
+    // Layout of the local scratch: q (dk) | k row (dk) | acc (dv) | v row (dv) | converted q.
+    let local = 2 * dk + 2 * dv + conv_words;
+    let mut softcap = param_f32(n, 2);
+    if !softcap.is_finite() {
+        softcap = 0.0;
+    }
+    let plan = FlashAttn {
+        q,
+        k,
+        v,
+        mask,
+        sinks,
+        dst,
+        scale: param_f32(n, 0),
+        max_bias: param_f32(n, 1),
+        softcap,
+        scores,
+    };
+    Ok(super::simple(Kind::FlashAttn(Box::new(plan)), local))
+}
+
+impl FlashAttn {
+    pub(crate) fn run(&self, ctx: &mut Ctx<'_>) {
+        let (q, k, v) = (&self.q, &self.k, &self.v);
+        let (dk, nq, h) = (q.ne[0], q.ne[1], q.ne[2]);
+        let dv = v.ne[0];
+        let nkv = k.ne[1];
+        let rk2 = h / k.ne[2];
+        let rk3 = q.ne[3] / k.ne[3];
+        let mut scale = self.scale;
+        if self.softcap != 0.0 {
+            scale /= self.softcap;
+        }
+        let (qf, rest) = ctx.local.split_at_mut(dk);
+        let (kf, rest) = rest.split_at_mut(dk);
+        let (acc, rest) = rest.split_at_mut(dv);
+        let (vf, conv) = rest.split_at_mut(dv);
+        let total = nq * h * q.ne[3];
+        for u in split(total, ctx.ith, ctx.nth) {
+            let iq1 = u % nq;
+            let iq2 = (u / nq) % h;
+            let iq3 = u / (nq * h);
+            let (ik2, ik3) = (iq2 / rk2, iq3 / rk3);
+            q.load_row(iq1, iq2, iq3, qf);
+            let qbytes: &[u8] = match &self.scores {
+                Scores::VecDot { from_f32, row, .. } => {
+                    let bytes: &mut [u8] = bytemuck::cast_slice_mut(&mut conv[..]);
+                    let bytes = &mut bytes[..*row];
+                    match from_f32 {
+                        Some(f) => f(qf, bytes),
+                        None => {
+                            for (o, x) in bytes.chunks_exact_mut(4).zip(qf.iter()) {
+                                o.copy_from_slice(&x.to_le_bytes());
+                            }
+                        }
+                    }
+                    bytes
+                }
+                Scores::F32 => &[],
+            };
+            let slope = alibi_slope(self.max_bias, h, iq2);
+            acc.fill(0.0);
+            let mut m = f32::NEG_INFINITY;
+            let mut s_sum = 0.0f32;
+            for j in 0..nkv {
+                let mv = match &self.mask {
+                    Some(mk) => slope * mk.get_f32(j, iq1, iq2 % mk.ne[2], iq3 % mk.ne[3]),
+                    None => 0.0,
+                };
+                if mv == f32::NEG_INFINITY {
+                    continue;
+                }
+                let dot = match &self.scores {
+                    Scores::VecDot { vec_dot, .. } => vec_dot(dk, k.row_bytes(j, ik2, ik3), qbytes),
+                    Scores::F32 => {
+                        k.load_row(j, ik2, ik3, kf);
+                        qf.iter().zip(kf.iter()).map(|(a, b)| a * b).sum()
+                    }
+                };
+                let mut s = dot * scale;
+                if self.softcap != 0.0 {
+                    s = self.softcap * s.tanh();
+                }
+                s += mv;
+                let mut ms = 1.0f32;
+                let mut vs = 1.0f32;
+                if s > m {
+                    let old = m;
+                    m = s;
+                    ms = (old - m).exp();
+                    acc.iter_mut().for_each(|a| *a *= ms);
+                } else {
+                    vs = (s - m).exp();
+                }
+                v.load_row(j, ik2, ik3, vf);
+                acc.iter_mut().zip(vf.iter()).for_each(|(a, x)| *a += x * vs);
+                s_sum = s_sum * ms + vs;
+            }
+            if let Some(sk) = &self.sinks {
+                let s = sk.get_f32(iq2, 0, 0, 0);
+                let mut ms = 1.0f32;
+                let mut vs = 1.0f32;
+                if s > m {
+                    ms = (m - s).exp();
+                    acc.iter_mut().for_each(|a| *a *= ms);
+                } else {
+                    vs = (s - m).exp();
+                }
+                s_sum = s_sum * ms + vs;
+            }
+            let inv = if s_sum == 0.0 { 0.0 } else { 1.0 / s_sum };
+            acc.iter_mut().for_each(|a| *a *= inv);
+            self.dst.store_row(iq2, iq1, iq3, acc);
+        }
+    }
+}

@@ -1,0 +1,341 @@
+//! MUL_MAT and MUL_MAT_ID.
+//!
+//! ref: ggml-compute-semantics.md §3.3 MUL_MAT, MUL_MAT_ID and §2.3. Rows of `src1` are first
+//! converted to the weight type's `vec_dot_type` (phase 0, rows split across threads, into shared
+//! scratch); then (phase 1) every output element is one `vec_dot` of a weight row with a converted
+//! row, the work split in tiles of weight rows so each tile stays in cache while it meets every
+//! activation row.
+
+use crate::dtype::GgmlType;
+use crate::error::{Error, Result};
+use crate::graph::Node;
+use crate::op::GgmlOp;
+use crate::quant::{self, FromF32Fn, VecDotFn};
+
+use super::access::{split, Tv};
+use super::{check_overlap, shape_err, src, tv, types_err, Alias, Ctx, Kind, Plan};
+
+/// Weight rows per work unit.
+const ROW_BLOCK: usize = 16;
+/// Activation rows per inner tile.
+const COL_BLOCK: usize = 16;
+
+/// How activation rows reach `vec_dot`.
+struct Activations {
+    /// Converted rows live in shared scratch (else `src1` rows are used in place).
+    convert: bool,
+    /// Quantizer of the vec_dot type (`None` for F32: rows are stored as f32).
+    from_f32: Option<FromF32Fn>,
+    /// Bytes of one converted row.
+    row: usize,
+}
+
+fn plan_activations(op: GgmlOp, a: &Tv, b: &Tv) -> Result<(VecDotFn, Activations)> {
+    let k = quant::kernels(a.dtype());
+    let vec_dot =
+        k.vec_dot.ok_or_else(|| types_err(op, format!("no vec_dot kernel for src0 {}", a.dtype())))?;
+    let vdt = k.vec_dot_type;
+    let k_len = a.ne[0];
+    if k_len % vdt.blck_size() != 0 {
+        return Err(shape_err(op, format!("K = {k_len} is not a multiple of the {vdt} block")));
+    }
+    let row = vdt.row_size(k_len as u64).ok_or_else(|| shape_err(op, "row size overflows"))? as usize;
+    if b.dtype() == vdt && b.packed {
+        return Ok((vec_dot, Activations { convert: false, from_f32: None, row }));
+    }
+    if !b.can_load() || !matches!(b.dtype(), GgmlType::F32 | GgmlType::F16 | GgmlType::BF16) {
+        return Err(types_err(op, format!("src1 {} cannot be converted to {vdt}", b.dtype())));
+    }
+    let from_f32 = if vdt == GgmlType::F32 {
+        None
+    } else {
+        Some(quant::kernels(vdt).from_f32.ok_or(Error::MissingKernel { dtype: vdt, kernel: "from_f32" })?)
+    };
+    Ok((vec_dot, Activations { convert: true, from_f32, row }))
+}
+
+/// Phase 0: converts the rows `rows` (flat indices over `b`) into shared scratch.
+fn convert_rows(b: &Tv, act: &Activations, ctx: &mut Ctx<'_>) {
+    let range = split(b.nrows(), ctx.ith, ctx.nth);
+    for r in range {
+        let (i1, i2, i3) = b.unravel_row(r);
+        let k = b.ne[0];
+        let local = &mut ctx.local[..k];
+        b.load_row(i1, i2, i3, local);
+        let sh = ctx.sh;
+        let out = sh.bytes_mut(r * act.row, act.row);
+        match act.from_f32 {
+            Some(f) => f(local, out),
+            None => {
+                for (o, v) in out.chunks_exact_mut(4).zip(local.iter()) {
+                    o.copy_from_slice(&v.to_le_bytes());
+                }
+            }
+        }
+    }
+}
+
+/// Activation row `(i1, i2, i3)` of `b`, converted or in place.
+fn act_row<'c>(b: &'c Tv, act: &Activations, ctx: &'c Ctx<'_>, i1: usize, i2: usize, i3: usize) -> &'c [u8] {
+    if act.convert {
+        let r = i1 + b.ne[1] * (i2 + b.ne[2] * i3);
+        ctx.shared(r * act.row, act.row)
+    } else {
+        b.row_bytes(i1, i2, i3)
+    }
+}
+
+/// A planned MUL_MAT.
+pub(crate) struct MulMat {
+    a: Tv,
+    b: Tv,
+    dst: Tv,
+    vec_dot: VecDotFn,
+    act: Activations,
+}
+
+/// Validates MUL_MAT.
+///
+/// # Safety
+/// As `ops::prepare`.
+pub(crate) unsafe fn prepare_mul_mat(n: &Node) -> Result<Plan> {
+    let op = n.op;
+    // SAFETY: forwarded contract.
+    let (a, b, dst) = unsafe { (tv(src(n, 0)?)?, tv(src(n, 1)?)?, tv(&n.dst)?) };
+    if !a.packed || a.l.is_transposed() && a.ne[1] > 1 {
+        return Err(shape_err(op, "src0 rows must be packed and not transposed"));
+    }
+    if a.ne[0] != b.ne[0] {
+        return Err(shape_err(op, format!("K mismatch: src0 ne0 {} vs src1 ne0 {}", a.ne[0], b.ne[0])));
+    }
+    if dst.dtype() != GgmlType::F32 || !dst.packed {
+        return Err(types_err(op, format!("dst must be packed F32, got {}", dst.dtype())));
+    }
+    if dst.ne != [a.ne[1], b.ne[1], b.ne[2], b.ne[3]] {
+        return Err(shape_err(op, format!("dst {:?} for src0 {:?} x src1 {:?}", dst.ne, a.ne, b.ne)));
+    }
+    if dst.is_empty() {
+        return Ok(super::simple(Kind::Nop, 0));
+    }
+    if a.is_empty() || b.is_empty() || b.ne[2] % a.ne[2] != 0 || b.ne[3] % a.ne[3] != 0 {
+        return Err(shape_err(op, format!("src1 batch {:?} does not broadcast src0 {:?}", b.ne, a.ne)));
+    }
+    check_overlap(op, &dst, &a, Alias::Never)?;
+    check_overlap(op, &dst, &b, Alias::Never)?;
+    let (vec_dot, act) = plan_activations(op, &a, &b)?;
+    let shared_bytes = if act.convert {
+        b.nrows().checked_mul(act.row).ok_or_else(|| shape_err(op, "scratch size overflows"))?
+    } else {
+        0
+    };
+    let phases = if act.convert { 2 } else { 1 };
+    let local = if act.convert { a.ne[0] } else { 0 };
+    Ok(Plan {
+        phases,
+        shared_bytes,
+        local_f32: local,
+        kind: Kind::MulMat(MulMat { a, b, dst, vec_dot, act }),
+    })
+}
+
+impl MulMat {
+    pub(crate) fn run(&self, phase: u8, ctx: &mut Ctx<'_>) {
+        if self.act.convert && phase == 0 {
+            convert_rows(&self.b, &self.act, ctx);
+            return;
+        }
+        let (a, b, dst) = (&self.a, &self.b, &self.dst);
+        let m = a.ne[1];
+        let n = b.ne[1];
+        let k = a.ne[0];
+        let row_blocks = m.div_ceil(ROW_BLOCK);
+        let batches = b.ne[2] * b.ne[3];
+        let r2 = b.ne[2] / a.ne[2];
+        let r3 = b.ne[3] / a.ne[3];
+        // Split the (batch, row block) units: prefer splitting rows when there is one batch.
+        for u in split(batches * row_blocks, ctx.ith, ctx.nth) {
+            let batch = u / row_blocks;
+            let rb = u % row_blocks;
+            let (i12, i13) = (batch % b.ne[2], batch / b.ne[2]);
+            let (i02, i03) = (i12 / r2, i13 / r3);
+            let r0 = rb * ROW_BLOCK;
+            let r1 = (r0 + ROW_BLOCK).min(m);
+            let mut c0 = 0;
+            while c0 < n {
+                let c1 = (c0 + COL_BLOCK).min(n);
+                for r in r0..r1 {
+                    let x = a.row_bytes(r, i02, i03);
+                    for c in c0..c1 {
+                        let y = act_row(b, &self.act, ctx, c, i12, i13);
+                        let v = (self.vec_dot)(k, x, y);
+                        dst.set_f32(r, c, i12, i13, v);
+                    }
+                }
+                c0 = c1;
+            }
+        }
+    }
+}
+
+/// A planned MUL_MAT_ID.
+pub(crate) struct MulMatId {
+    a: Tv,
+    b: Tv,
+    ids: Tv,
+    dst: Tv,
+    vec_dot: VecDotFn,
+    act: Activations,
+    /// Offset of the expert lists in shared scratch.
+    lists_off: usize,
+}
+
+/// Validates MUL_MAT_ID.
+///
+/// # Safety
+/// As `ops::prepare`.
+pub(crate) unsafe fn prepare_mul_mat_id(n: &Node) -> Result<Plan> {
+    let op = n.op;
+    // SAFETY: forwarded contract.
+    let (a, b, ids, dst) = unsafe { (tv(src(n, 0)?)?, tv(src(n, 1)?)?, tv(src(n, 2)?)?, tv(&n.dst)?) };
+    if !a.packed {
+        return Err(shape_err(op, "src0 rows must be packed"));
+    }
+    if ids.dtype() != GgmlType::I32 {
+        return Err(types_err(op, format!("ids must be I32, got {}", ids.dtype())));
+    }
+    if dst.dtype() != GgmlType::F32 || !dst.packed {
+        return Err(types_err(op, "dst must be packed F32"));
+    }
+    let (n_used, n_tok) = (ids.ne[0], ids.ne[1]);
+    if a.ne[3] != 1
+        || ids.ne[2] != 1
+        || ids.ne[3] != 1
+        || b.ne[3] != 1
+        || a.ne[0] != b.ne[0]
+        || b.ne[2] != n_tok
+    {
+        return Err(shape_err(op, format!("src0 {:?} src1 {:?} ids {:?}", a.ne, b.ne, ids.ne)));
+    }
+    if dst.ne != [a.ne[1], n_used, n_tok, 1] {
+        return Err(shape_err(op, format!("dst {:?} for src0 {:?} ids {:?}", dst.ne, a.ne, ids.ne)));
+    }
+    if dst.is_empty() {
+        return Ok(super::simple(Kind::Nop, 0));
+    }
+    if a.is_empty() || b.ne[1] == 0 || (b.ne[1] != 1 && b.ne[1] != n_used) {
+        return Err(shape_err(op, format!("src1 ne1 {} must be 1 or n_used {n_used}", b.ne[1])));
+    }
+    for s in [&a, &b, &ids] {
+        check_overlap(op, &dst, s, Alias::Never)?;
+    }
+    let (vec_dot, act) = plan_activations(op, &a, &b)?;
+    let conv = if act.convert {
+        b.nrows().checked_mul(act.row).ok_or_else(|| shape_err(op, "scratch overflows"))?
+    } else {
+        0
+    };
+    let lists_off = conv.next_multiple_of(8);
+    let n_exp = a.ne[2];
+    // Expert lists: n_exp + 1 offsets, then n_used * n_tok pair indices (u32 each).
+    let lists = (n_exp + 1 + n_used * n_tok) * 4;
+    let shared_bytes = lists_off + lists;
+    let local = a.ne[0].max(n_exp + 1);
+    Ok(Plan {
+        phases: 2,
+        shared_bytes,
+        local_f32: local,
+        kind: Kind::MulMatId(MulMatId { a, b, ids, dst, vec_dot, act, lists_off }),
+    })
+}
+
+impl MulMatId {
+    pub(crate) fn run(&self, op: GgmlOp, phase: u8, ctx: &mut Ctx<'_>) {
+        let (a, b, ids, dst) = (&self.a, &self.b, &self.ids, &self.dst);
+        let n_exp = a.ne[2];
+        let (n_used, n_tok) = (ids.ne[0], ids.ne[1]);
+        let pairs = n_used * n_tok;
+        if phase == 0 {
+            if self.act.convert {
+                convert_rows(b, &self.act, ctx);
+            }
+            if ctx.ith == 0 {
+                self.build_lists(op, ctx);
+            }
+            return;
+        }
+        let offs = ctx.shared(self.lists_off, (n_exp + 1) * 4);
+        let m = a.ne[1];
+        let k = a.ne[0];
+        let row_blocks = m.div_ceil(ROW_BLOCK);
+        for u in split(n_exp * row_blocks, ctx.ith, ctx.nth) {
+            let e = u / row_blocks;
+            let (p0, p1) = (u32_at(offs, e) as usize, u32_at(offs, e + 1) as usize);
+            if p0 >= p1 || p1 > pairs {
+                continue;
+            }
+            let list = ctx.shared(self.lists_off + (n_exp + 1 + p0) * 4, (p1 - p0) * 4);
+            let r0 = (u % row_blocks) * ROW_BLOCK;
+            let r1 = (r0 + ROW_BLOCK).min(m);
+            for chunk in list.chunks(COL_BLOCK * 4) {
+                for r in r0..r1 {
+                    let x = a.row_bytes(r, e, 0);
+                    for pb in chunk.chunks_exact(4) {
+                        let p = u32_at(pb, 0) as usize;
+                        let (slot, t) = (p % n_used, p / n_used);
+                        let y = act_row(b, &self.act, ctx, slot % b.ne[1], t, 0);
+                        dst.set_f32(r, slot, t, 0, (self.vec_dot)(k, x, y));
+                    }
+                }
+            }
+        }
+    }
+
+    /// Counting sort of the (slot, token) pairs by expert; ids out of range are reported and
+    /// left out (their output rows are not written).
+    fn build_lists(&self, op: GgmlOp, ctx: &mut Ctx<'_>) {
+        let ids = &self.ids;
+        let n_exp = self.a.ne[2];
+        let (n_used, n_tok) = (ids.ne[0], ids.ne[1]);
+        let mut counts = vec![0u32; n_exp + 1];
+        let mut bad = 0usize;
+        for t in 0..n_tok {
+            for s in 0..n_used {
+                let id = ids.get_index(s, t, 0, 0);
+                if id >= 0 && (id as usize) < n_exp {
+                    counts[id as usize + 1] += 1;
+                } else {
+                    bad += 1;
+                }
+            }
+        }
+        for e in 0..n_exp {
+            counts[e + 1] += counts[e];
+        }
+        let offs = ctx.shared_mut(self.lists_off, (n_exp + 1) * 4);
+        for (o, c) in offs.chunks_exact_mut(4).zip(counts.iter()) {
+            o.copy_from_slice(&c.to_le_bytes());
+        }
+        let list = ctx.shared_mut(self.lists_off + (n_exp + 1) * 4, n_used * n_tok * 4);
+        let mut fill = counts.clone();
+        for t in 0..n_tok {
+            for s in 0..n_used {
+                let id = ids.get_index(s, t, 0, 0);
+                if id >= 0 && (id as usize) < n_exp {
+                    let at = fill[id as usize] as usize;
+                    fill[id as usize] += 1;
+                    list[at * 4..at * 4 + 4].copy_from_slice(&((t * n_used + s) as u32).to_le_bytes());
+                }
+            }
+        }
+        if bad > 0 {
+            ctx.errors.report(Error::IndexOutOfRange {
+                op,
+                detail: format!("{bad} expert ids outside 0..{n_exp}"),
+            });
+        }
+    }
+}
+
+fn u32_at(b: &[u8], i: usize) -> u32 {
+    u32::from_le_bytes([b[4 * i], b[4 * i + 1], b[4 * i + 2], b[4 * i + 3]])
+}

@@ -1,0 +1,170 @@
+//! GET_ROWS and SET_ROWS: rows selected by indices read from tensor data.
+//!
+//! ref: ggml-compute-semantics.md §3.3 GET_ROWS, SET_ROWS; ggml-rpc-protocol.md §14 items 10–11.
+//! The shapes that tie the three tensors together are checked in `prepare`; the indices are
+//! checked row by row at run time (out of range: the row is skipped and the graph reports
+//! `IndexOutOfRange`).
+
+use crate::dtype::GgmlType;
+use crate::error::{Error, Result};
+use crate::graph::Node;
+use crate::op::GgmlOp;
+
+use super::access::{split, Tv};
+use super::{check_overlap, shape_err, src, tv, types_err, Alias, Ctx, Kind, Plan};
+
+/// Checks a tensor can be read row by row as f32.
+pub(crate) fn check_loadable(op: GgmlOp, t: &Tv, what: &str) -> Result<()> {
+    if !t.can_load() || t.bs > 1 && !t.packed {
+        return Err(types_err(op, format!("{what} of type {} cannot be read as f32 here", t.dtype())));
+    }
+    Ok(())
+}
+
+/// Checks a tensor can be written row by row from f32.
+pub(crate) fn check_storable(op: GgmlOp, t: &Tv, what: &str) -> Result<()> {
+    if !t.can_store() || t.bs > 1 && !t.packed {
+        return Err(types_err(op, format!("{what} of type {} cannot be written from f32 here", t.dtype())));
+    }
+    Ok(())
+}
+
+/// A planned GET_ROWS.
+pub(crate) struct GetRows {
+    table: Tv,
+    idx: Tv,
+    dst: Tv,
+    /// Same element type on both sides: copy bytes (keeps I32 exact).
+    raw: bool,
+}
+
+/// Validates GET_ROWS.
+///
+/// # Safety
+/// As `ops::prepare`.
+pub(crate) unsafe fn prepare_get_rows(n: &Node) -> Result<Plan> {
+    let op = n.op;
+    // SAFETY: forwarded contract.
+    let (table, idx, dst) = unsafe { (tv(src(n, 0)?)?, tv(src(n, 1)?)?, tv(&n.dst)?) };
+    if idx.dtype() != GgmlType::I32 {
+        return Err(types_err(op, format!("indices must be I32, got {}", idx.dtype())));
+    }
+    let want = [table.ne[0], idx.ne[0], idx.ne[1], idx.ne[2]];
+    if dst.ne != want || table.ne[2] != idx.ne[1] || table.ne[3] != idx.ne[2] || idx.ne[3] != 1 {
+        return Err(shape_err(
+            op,
+            format!("src0 {:?}, indices {:?}, dst {:?} do not match", table.ne, idx.ne, dst.ne),
+        ));
+    }
+    check_overlap(op, &dst, &table, Alias::Never)?;
+    check_overlap(op, &dst, &idx, Alias::Never)?;
+    let raw = table.dtype() == dst.dtype() && table.bs == 1;
+    if !raw {
+        check_loadable(op, &table, "src0")?;
+        check_storable(op, &dst, "dst")?;
+    }
+    Ok(super::simple(Kind::GetRows(GetRows { table, idx, dst, raw }), dst.ne[0]))
+}
+
+impl GetRows {
+    pub(crate) fn run(&self, op: GgmlOp, ctx: &mut Ctx<'_>) {
+        let (t, dst) = (&self.table, &self.dst);
+        let mut bad = 0usize;
+        for r in split(dst.nrows(), ctx.ith, ctx.nth) {
+            let (i10, i11, i12) = dst.unravel_row(r);
+            let id = self.idx.get_index(i10, i11, i12, 0);
+            if id < 0 || id as usize >= t.ne[1] {
+                bad += 1;
+                continue;
+            }
+            let id = id as usize;
+            if self.raw {
+                for i0 in 0..dst.ne[0] {
+                    dst.copy_elem_from([i0, i10, i11, i12], t, [i0, id, i11, i12]);
+                }
+            } else {
+                t.load_row(id, i11, i12, ctx.local);
+                dst.store_row(i10, i11, i12, ctx.local);
+            }
+        }
+        if bad > 0 {
+            ctx.errors.report(Error::IndexOutOfRange {
+                op,
+                detail: format!("{bad} row ids outside 0..{}", t.ne[1]),
+            });
+        }
+    }
+}
+
+/// A planned SET_ROWS.
+pub(crate) struct SetRows {
+    rows: Tv,
+    idx: Tv,
+    dst: Tv,
+}
+
+/// Validates SET_ROWS (src0 = rows, src1 = indices, dst = view of the destination).
+///
+/// # Safety
+/// As `ops::prepare`.
+pub(crate) unsafe fn prepare_set_rows(n: &Node) -> Result<Plan> {
+    let op = n.op;
+    // SAFETY: forwarded contract.
+    let (rows, idx, dst) = unsafe { (tv(src(n, 0)?)?, tv(src(n, 1)?)?, tv(&n.dst)?) };
+    if !matches!(idx.dtype(), GgmlType::I32 | GgmlType::I64) {
+        return Err(types_err(op, format!("indices must be I64 or I32, got {}", idx.dtype())));
+    }
+    if !matches!(rows.dtype(), GgmlType::F32 | GgmlType::F16 | GgmlType::BF16) {
+        return Err(types_err(op, format!("source rows must be F32/F16/BF16, got {}", rows.dtype())));
+    }
+    check_storable(op, &dst, "dst")?;
+    let ok = dst.ne[0] == rows.ne[0]
+        && rows.ne[1] == idx.ne[0]
+        && rows.ne[2] == dst.ne[2]
+        && rows.ne[3] == dst.ne[3]
+        && idx.ne[3] == 1
+        && (dst.ne[2] == 0 || idx.ne[1] != 0 && dst.ne[2] % idx.ne[1] == 0)
+        && (dst.ne[3] == 0 || idx.ne[2] != 0 && dst.ne[3] % idx.ne[2] == 0);
+    if !ok {
+        return Err(shape_err(
+            op,
+            format!("rows {:?}, indices {:?}, dst {:?} do not match", rows.ne, idx.ne, dst.ne),
+        ));
+    }
+    check_overlap(op, &dst, &rows, Alias::Never)?;
+    check_overlap(op, &dst, &idx, Alias::Never)?;
+    Ok(super::simple(Kind::SetRows(SetRows { rows, idx, dst }), dst.ne[0]))
+}
+
+impl SetRows {
+    pub(crate) fn run(&self, op: GgmlOp, ctx: &mut Ctx<'_>) {
+        let (rows, dst, idx) = (&self.rows, &self.dst, &self.idx);
+        // Each thread owns a range of destination rows, so duplicate indices are written in
+        // source order by one thread (the last one wins, as in a sequential run).
+        let mine = split(dst.ne[1], ctx.ith, ctx.nth);
+        let mut bad = 0usize;
+        for i3 in 0..dst.ne[3] {
+            for i2 in 0..dst.ne[2] {
+                for i in 0..rows.ne[1] {
+                    let r = idx.get_index(i, i2 % idx.ne[1], i3 % idx.ne[2], 0);
+                    if r < 0 || r as usize >= dst.ne[1] {
+                        bad += 1;
+                        continue;
+                    }
+                    let r = r as usize;
+                    if !mine.contains(&r) {
+                        continue;
+                    }
+                    rows.load_row(i, i2, i3, ctx.local);
+                    dst.store_row(r, i2, i3, ctx.local);
+                }
+            }
+        }
+        if bad > 0 && ctx.ith == 0 {
+            ctx.errors.report(Error::IndexOutOfRange {
+                op,
+                detail: format!("{bad} row ids outside 0..{}", dst.ne[1]),
+            });
+        }
+    }
+}

@@ -1,0 +1,67 @@
+//! Throughput of every kernel set's dot products (only with `LLAMAD_SLOW_TESTS=1`; prints
+//! GB/s of weight bytes and ns per 4096-element row to stderr). Each run is also checked against
+//! the scalar result, so the test cannot pass on a broken kernel.
+
+use std::time::Instant;
+
+use super::*;
+
+#[test]
+fn dot_throughput() {
+    if std::env::var("LLAMAD_SLOW_TESTS").as_deref() != Ok("1") {
+        return;
+    }
+    let n = 4096;
+    let rows = 64;
+    let s = scalar_table();
+    let mut r = rng(1);
+    let types = [
+        GgmlType::Q4_0,
+        GgmlType::Q4_1,
+        GgmlType::Q8_0,
+        GgmlType::Q4_K,
+        GgmlType::Q6_K,
+        GgmlType::Q5_K,
+        GgmlType::Q2_K,
+        GgmlType::Q3_K,
+        GgmlType::Q5_0,
+        GgmlType::IQ4_XS,
+        GgmlType::F16,
+    ];
+    for t in types {
+        let x = gaussian(&mut r, n * rows);
+        let qx = quantize(&s, t, &x);
+        let vt = s.get(t).vec_dot_type;
+        let qy = quantize(&s, vt, &gaussian(&mut r, n));
+        let rs = t.row_size(n as u64).unwrap() as usize;
+        for isa in Isa::all_available() {
+            let k = Kernels::build(isa);
+            let dot = k.get(t).vec_dot.unwrap();
+            let reps = if isa == Isa::Scalar { 2 } else { 20 };
+            // The best of 10 trials: the machine is shared, the minimum is the least disturbed.
+            let mut dt = f64::INFINITY;
+            let mut acc = 0.0f32;
+            for _ in 0..10 {
+                let t0 = Instant::now();
+                acc = 0.0;
+                for _ in 0..reps {
+                    for row in qx.chunks_exact(rs) {
+                        acc += dot(n, row, &qy);
+                    }
+                }
+                dt = dt.min(t0.elapsed().as_secs_f64());
+            }
+            let want: f32 =
+                qx.chunks_exact(rs).map(|row| (s.get(t).vec_dot.unwrap())(n, row, &qy)).sum::<f32>()
+                    * reps as f32;
+            assert!((acc - want).abs() <= 1e-3 * want.abs().max(1.0), "{t} {}", isa.name());
+            let bytes = (qx.len() * reps) as f64;
+            eprintln!(
+                "{t:>7} {:>7}: {:6.2} GB/s  {:8.1} ns/row",
+                isa.name(),
+                bytes / dt / 1e9,
+                dt * 1e9 / (rows * reps) as f64
+            );
+        }
+    }
+}

@@ -1,0 +1,150 @@
+//! Every SIMD kernel set this CPU can run, against the scalar reference.
+//!
+//! `simd_vs_scalar!` instantiates one test per type; each test runs every available kernel set
+//! (AVX2, AVX-512, NEON with and without dotprod as the CPU has them) on random blocks (random
+//! bytes with finite scales, so every bit pattern of the quants occurs) and on edge rows (odd block
+//! counts, all-zero and negative scales, large values). Bounds:
+//! * dequantization and the activation quantizers Q8_0 / Q8_1 / Q8_K / F16 / BF16: bitwise equal
+//!   (the SIMD paths use the reference rounding);
+//! * dot products: |simd - scalar| ≤ 1e-5 · Σ|x_i·y_i| + 1e-6 (only the summation order differs).
+
+use super::*;
+use crate::quant::blocks::to_f16le;
+
+/// Byte offsets of the f16 scale fields in a block of `t` (set to finite values in random blocks).
+fn f16_fields(t: GgmlType) -> &'static [usize] {
+    use GgmlType::*;
+    match t {
+        Q4_0 | Q5_0 | Q8_0 | IQ4_NL | IQ4_XS => &[0],
+        Q4_1 | Q5_1 | Q4_K | Q5_K => &[0, 2],
+        Q2_K => &[80, 82],
+        Q3_K => &[108],
+        Q6_K => &[208],
+        _ => &[],
+    }
+}
+
+/// A random row of `nb` blocks of `t` with finite scales; float types get random finite values.
+fn random_row(r: &mut StdRng, t: GgmlType, nb: usize, scale: f32) -> Vec<u8> {
+    let n = nb * t.blck_size();
+    match t {
+        GgmlType::F32 | GgmlType::F16 | GgmlType::BF16 => {
+            let x: Vec<f32> = gaussian(r, n).iter().map(|v| v * scale).collect();
+            quantize(&scalar_table(), t, &x)
+        }
+        _ => {
+            let mut q: Vec<u8> = (0..nb * t.type_size()).map(|_| r.random()).collect();
+            for b in q.chunks_exact_mut(t.type_size()) {
+                for &off in f16_fields(t) {
+                    b[off..off + 2].copy_from_slice(&to_f16le(r.random_range(-1.0..1.0) * scale));
+                }
+            }
+            q
+        }
+    }
+}
+
+/// Activation rows: random, all zero, negative-heavy, large.
+fn activations(r: &mut StdRng, n: usize) -> Vec<Vec<f32>> {
+    vec![
+        gaussian(r, n),
+        vec![0.0; n],
+        gaussian(r, n).iter().map(|v| -v.abs() * 3.0).collect(),
+        gaussian(r, n).iter().map(|v| v * 300.0).collect(),
+        (0..n).map(|i| if i % 7 == 0 { 1000.0 } else { (i as f32 * 0.37).sin() }).collect(),
+    ]
+}
+
+fn check_dot(isa: Isa, t: GgmlType, qx: &[u8], y: &[f32]) {
+    let (s, k) = (scalar_table(), Kernels::build(isa));
+    let vt = s.get(t).vec_dot_type;
+    let n = y.len();
+    let qy = quantize(&s, vt, y);
+    let want = (s.get(t).vec_dot.unwrap())(n, qx, &qy);
+    let got = (k.get(t).vec_dot.unwrap())(n, qx, &qy);
+    let (dx, dy) = (dequantize(&s, t, qx, n), dequantize(&s, vt, &qy, n));
+    let mag: f64 = dx.iter().zip(&dy).map(|(a, b)| (*a as f64 * *b as f64).abs()).sum();
+    if !want.is_finite() || !mag.is_finite() {
+        // Overflow (an f16 sum or an E8M0 scale near 2^127): only the absence of a panic is checked.
+        return;
+    }
+    let err = (got as f64 - want as f64).abs();
+    assert!(err <= 1e-5 * mag + 1e-6, "{} {t} n={n}: simd {got} vs scalar {want} (mag {mag:e})", isa.name());
+}
+
+fn check_bitwise(isa: Isa, t: GgmlType, qx: &[u8], x: &[f32]) {
+    let (s, k) = (scalar_table(), Kernels::build(isa));
+    let n = x.len();
+    let a = dequantize(&s, t, qx, n);
+    let b = dequantize(&k, t, qx, n);
+    assert!(a.iter().zip(&b).all(|(a, b)| a.to_bits() == b.to_bits()), "{} {t}: to_f32 differs", isa.name());
+    if matches!(t, GgmlType::Q8_0 | GgmlType::Q8_1 | GgmlType::Q8_K | GgmlType::F16 | GgmlType::BF16) {
+        assert_eq!(quantize(&s, t, x), quantize(&k, t, x), "{} {t}: from_f32 differs", isa.name());
+    }
+}
+
+/// Runs every check of `t` on every available SIMD kernel set.
+fn check_type(t: GgmlType) {
+    let mut r = rng(t as u64 * 1000 + 1);
+    let blocks_per_256 = 256 / t.blck_size().min(256);
+    for isa in Isa::all_available().into_iter().filter(|&i| i != Isa::Scalar) {
+        for nb256 in [1usize, 2, 3, 5, 7] {
+            // Odd counts of the type's own blocks too: 1 block of 32 is 32 elements.
+            for nb in [nb256 * blocks_per_256, nb256] {
+                let n = nb * t.blck_size();
+                for scale in [1.0f32, -3.0, 0.0, 2000.0] {
+                    let qx = random_row(&mut r, t, nb, scale);
+                    for y in activations(&mut r, n) {
+                        check_dot(isa, t, &qx, &y);
+                        check_bitwise(isa, t, &qx, &y);
+                    }
+                }
+            }
+        }
+    }
+}
+
+macro_rules! simd_vs_scalar {
+    ($($name:ident => $t:ident),* $(,)?) => {
+        $(
+            #[test]
+            fn $name() {
+                check_type(GgmlType::$t);
+            }
+        )*
+    };
+}
+
+simd_vs_scalar! {
+    f32_kernels => F32,
+    f16_kernels => F16,
+    bf16_kernels => BF16,
+    q4_0_kernels => Q4_0,
+    q4_1_kernels => Q4_1,
+    q5_0_kernels => Q5_0,
+    q5_1_kernels => Q5_1,
+    q8_0_kernels => Q8_0,
+    q2_k_kernels => Q2_K,
+    q3_k_kernels => Q3_K,
+    q4_k_kernels => Q4_K,
+    q5_k_kernels => Q5_K,
+    q6_k_kernels => Q6_K,
+    iq4_nl_kernels => IQ4_NL,
+    iq4_xs_kernels => IQ4_XS,
+    mxfp4_kernels => MXFP4,
+}
+
+#[test]
+fn activation_quantizers_bitwise() {
+    let mut r = rng(99);
+    for isa in Isa::all_available().into_iter().filter(|&i| i != Isa::Scalar) {
+        for t in [GgmlType::Q8_0, GgmlType::Q8_1, GgmlType::Q8_K, GgmlType::F16, GgmlType::BF16] {
+            for nb in [1usize, 2, 3, 9] {
+                for x in activations(&mut r, nb * 256) {
+                    let (s, k) = (scalar_table(), Kernels::build(isa));
+                    assert_eq!(quantize(&s, t, &x), quantize(&k, t, &x), "{} {t} nb={nb}", isa.name());
+                }
+            }
+        }
+    }
+}

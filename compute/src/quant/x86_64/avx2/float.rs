@@ -1,0 +1,133 @@
+//! AVX2 F32 / F16 / BF16 dot products and F16C conversions.
+
+use std::arch::x86_64::*;
+
+use super::util::hsum_ps;
+use crate::quant::scalar;
+
+fn check(n: usize, x: &[u8], y: &[u8], elem: usize) {
+    assert!(x.len() >= n * elem && y.len() >= n * elem, "vec_dot: rows shorter than {n} elements");
+}
+
+/// Loads 8 values at element `i` of a row, widened to f32.
+type Load8 = unsafe fn(&[u8], usize) -> __m256;
+
+#[inline(always)]
+unsafe fn load_f32(p: &[u8], i: usize) -> __m256 {
+    // SAFETY: the caller checked that 8 elements of 4 bytes exist at `i`.
+    unsafe { _mm256_loadu_ps(p.as_ptr().add(4 * i).cast()) }
+}
+
+#[inline(always)]
+unsafe fn load_f16(p: &[u8], i: usize) -> __m256 {
+    // SAFETY: the caller checked that 8 elements of 2 bytes exist at `i`; F16C is enabled.
+    unsafe { _mm256_cvtph_ps(_mm_loadu_si128(p.as_ptr().add(2 * i).cast())) }
+}
+
+#[inline(always)]
+unsafe fn load_bf16(p: &[u8], i: usize) -> __m256 {
+    // SAFETY: the caller checked that 8 elements of 2 bytes exist at `i`; bf16 → f32 is `<< 16`.
+    unsafe {
+        let w = _mm256_cvtepu16_epi32(_mm_loadu_si128(p.as_ptr().add(2 * i).cast()));
+        _mm256_castsi256_ps(_mm256_slli_epi32(w, 16))
+    }
+}
+
+/// Σ x·y over the first `n / 32 * 32` elements with four accumulators.
+#[inline(always)]
+unsafe fn dot_body(n: usize, x: &[u8], y: &[u8], load: Load8) -> f32 {
+    // SAFETY: every load is below `n / 32 * 32` elements, which the caller checked.
+    unsafe {
+        let mut acc = [_mm256_setzero_ps(); 4];
+        let mut i = 0;
+        while i + 32 <= n {
+            for (k, a) in acc.iter_mut().enumerate() {
+                *a = _mm256_fmadd_ps(load(x, i + 8 * k), load(y, i + 8 * k), *a);
+            }
+            i += 32;
+        }
+        hsum_ps(_mm256_add_ps(_mm256_add_ps(acc[0], acc[1]), _mm256_add_ps(acc[2], acc[3])))
+    }
+}
+
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn dot_f32(n: usize, x: &[u8], y: &[u8]) -> f32 {
+    // SAFETY: lengths checked by the caller; features enabled on this fn.
+    unsafe { dot_body(n, x, y, load_f32) }
+}
+
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn dot_f16(n: usize, x: &[u8], y: &[u8]) -> f32 {
+    // SAFETY: lengths checked by the caller; features enabled on this fn.
+    unsafe { dot_body(n, x, y, load_f16) }
+}
+
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn dot_bf16(n: usize, x: &[u8], y: &[u8]) -> f32 {
+    // SAFETY: lengths checked by the caller; features enabled on this fn.
+    unsafe { dot_body(n, x, y, load_bf16) }
+}
+
+/// Splits off the tail that the vector loop does not cover and dots it with the scalar kernel.
+fn tail(n: usize, x: &[u8], y: &[u8], elem: usize, f: fn(usize, &[u8], &[u8]) -> f32) -> f32 {
+    let head = n / 32 * 32;
+    f(n - head, &x[head * elem..n * elem], &y[head * elem..n * elem])
+}
+
+/// f32 · f32.
+pub(super) fn vec_dot_f32_f32(n: usize, x: &[u8], y: &[u8]) -> f32 {
+    check(n, x, y, 4);
+    // SAFETY: installed only after AVX2/FMA/F16C detection; lengths checked above.
+    unsafe { dot_f32(n, x, y) + tail(n, x, y, 4, scalar::vec_dot_f32_f32) }
+}
+
+/// f16 · f16.
+pub(super) fn vec_dot_f16_f16(n: usize, x: &[u8], y: &[u8]) -> f32 {
+    check(n, x, y, 2);
+    // SAFETY: installed only after AVX2/FMA/F16C detection; lengths checked above.
+    unsafe { dot_f16(n, x, y) + tail(n, x, y, 2, scalar::vec_dot_f16_f16) }
+}
+
+/// bf16 · bf16.
+pub(super) fn vec_dot_bf16_bf16(n: usize, x: &[u8], y: &[u8]) -> f32 {
+    check(n, x, y, 2);
+    // SAFETY: installed only after AVX2/FMA/F16C detection; lengths checked above.
+    unsafe { dot_bf16(n, x, y) + tail(n, x, y, 2, scalar::vec_dot_bf16_bf16) }
+}
+
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn f16_to_f32_body(src: &[u8], dst: &mut [f32]) {
+    let head = dst.len() / 8 * 8;
+    for i in (0..head).step_by(8) {
+        // SAFETY: `src` holds 2·dst.len() bytes (checked by the caller), `dst` has 8 slots at i.
+        unsafe { _mm256_storeu_ps(dst.as_mut_ptr().add(i), load_f16(src, i)) }
+    }
+    scalar::f16_to_f32(&src[2 * head..], &mut dst[head..]);
+}
+
+/// f16 → f32 (exact, F16C).
+pub(super) fn f16_to_f32(src: &[u8], dst: &mut [f32]) {
+    assert!(src.len() >= 2 * dst.len(), "f16_to_f32: {} bytes for {} values", src.len(), dst.len());
+    // SAFETY: installed only after AVX2/FMA/F16C detection; lengths checked above.
+    unsafe { f16_to_f32_body(src, dst) }
+}
+
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn f16_from_f32_body(src: &[f32], dst: &mut [u8]) {
+    let head = src.len() / 8 * 8;
+    for i in (0..head).step_by(8) {
+        // SAFETY: `dst` holds 2·src.len() bytes (checked by the caller), `src` has 8 values at i.
+        unsafe {
+            let h = _mm256_cvtps_ph(_mm256_loadu_ps(src.as_ptr().add(i)), _MM_FROUND_TO_NEAREST_INT);
+            _mm_storeu_si128(dst.as_mut_ptr().add(2 * i).cast(), h);
+        }
+    }
+    scalar::f16_from_f32(&src[head..], &mut dst[2 * head..]);
+}
+
+/// f32 → f16, round to nearest even (F16C).
+pub(super) fn f16_from_f32(src: &[f32], dst: &mut [u8]) {
+    assert!(dst.len() >= 2 * src.len(), "f16_from_f32: {} bytes for {} values", dst.len(), src.len());
+    // SAFETY: installed only after AVX2/FMA/F16C detection; lengths checked above.
+    unsafe { f16_from_f32_body(src, dst) }
+}

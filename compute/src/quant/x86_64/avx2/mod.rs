@@ -1,0 +1,43 @@
+//! AVX2 + FMA + F16C kernels.
+//!
+//! Each kernel is a private safe `fn` with the table's signature: it asserts every length the
+//! vector body relies on, then calls an inner `#[target_feature]` `unsafe fn`. The safe wrappers
+//! are reachable only through [`install`], which runs only after the features were detected; that
+//! is the invariant every `// SAFETY:` comment below refers to.
+
+mod float;
+mod kquants;
+mod legacy;
+mod quantize;
+mod util;
+
+use crate::dtype::GgmlType;
+use crate::quant::dispatch::Kernels;
+
+/// Installs the AVX2 kernels into `k`; does nothing unless AVX2, FMA and F16C are present.
+pub fn install(k: &mut Kernels) {
+    if !super::avx2_available() {
+        return;
+    }
+    use GgmlType::*;
+    k.set_vec_dot(F32, float::vec_dot_f32_f32);
+    k.set_vec_dot(F16, float::vec_dot_f16_f16);
+    k.set_vec_dot(BF16, float::vec_dot_bf16_bf16);
+    k.set_to_f32(F16, float::f16_to_f32);
+    k.set_from_f32(F16, float::f16_from_f32);
+    k.set_vec_dot(Q4_0, legacy::vec_dot_q4_0_q8_0);
+    k.set_vec_dot(Q4_1, legacy::vec_dot_q4_1_q8_1);
+    k.set_vec_dot(Q5_0, legacy::vec_dot_q5_0_q8_0);
+    k.set_vec_dot(Q5_1, legacy::vec_dot_q5_1_q8_1);
+    k.set_vec_dot(Q8_0, legacy::vec_dot_q8_0_q8_0);
+    k.set_vec_dot(IQ4_NL, legacy::vec_dot_iq4_nl_q8_0);
+    k.set_vec_dot(Q2_K, kquants::vec_dot_q2_k_q8_k);
+    k.set_vec_dot(Q3_K, kquants::vec_dot_q3_k_q8_k);
+    k.set_vec_dot(Q4_K, kquants::vec_dot_q4_k_q8_k);
+    k.set_vec_dot(Q5_K, kquants::vec_dot_q5_k_q8_k);
+    k.set_vec_dot(Q6_K, kquants::vec_dot_q6_k_q8_k);
+    k.set_vec_dot(IQ4_XS, kquants::vec_dot_iq4_xs_q8_k);
+    k.set_from_f32(Q8_0, quantize::q8_0_from_f32);
+    k.set_from_f32(Q8_1, quantize::q8_1_from_f32);
+    k.set_from_f32(Q8_K, quantize::q8_k_from_f32);
+}

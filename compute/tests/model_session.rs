@@ -1,0 +1,126 @@
+//! `Session::decode` on the real executor: tiny random models per architecture against the
+//! independent f64 forward pass (prompt of 6 tokens, then 3 decode steps reusing the KV cache),
+//! and graph reuse across decode steps.
+//!
+//! Bound: max |Δlogit| ≤ 5e-3 on logits of magnitude ~1–3 (measured with the ops branch: 2e-4 to
+//! 2.6e-3; the remaining differences are f32 intermediates, f16 rounding of Q / softmax output
+//! against the F16 cache and GELU's f16 table).
+
+mod model_support;
+
+use std::sync::Arc;
+
+use compute::model::{Model, Session, SessionConfig};
+use compute::sample::{Sampler, SamplerParams};
+use model_support::{max_abs_diff, reference, tiny, Spec};
+
+const BOUND: f64 = 5e-3;
+
+fn check(spec: Spec, flash_attn: bool) {
+    let name = spec.arch;
+    let m = tiny(spec, 7);
+    let prompt = [3u32, 17, 42, 99, 0, 56];
+    let steps = [11u32, 72, 5];
+    let all: Vec<u32> = prompt.iter().chain(&steps).copied().collect();
+    let want = reference::forward(&m, &all, true);
+    let model = Model::new(Arc::new(m.src.clone())).unwrap();
+    let cfg = SessionConfig { n_ctx: 64, flash_attn, n_threads: 2, ..SessionConfig::default() };
+    let mut s = Session::new(model, cfg).unwrap();
+    let got = s.decode(&prompt).unwrap().to_vec();
+    let d = max_abs_diff(&got, &want[prompt.len() - 1]);
+    assert!(d <= BOUND, "{name} fa={flash_attn}: prompt logits differ by {d}");
+    for (i, &t) in steps.iter().enumerate() {
+        let got = s.decode(&[t]).unwrap().to_vec();
+        let d = max_abs_diff(&got, &want[prompt.len() + i]);
+        assert!(d <= BOUND, "{name} fa={flash_attn}: step {i} logits differ by {d}");
+    }
+    // One graph for the prompt, one for all single-token steps (same T, O and Nkv).
+    assert_eq!(s.backend().graphs_built(), 2);
+    assert_eq!(s.n_past(), all.len() as u64);
+}
+
+#[test]
+fn session_llama_matches_reference() {
+    check(Spec::llama(), true);
+    check(Spec::llama(), false);
+}
+
+#[test]
+fn session_qwen2_matches_reference() {
+    check(Spec::qwen2(), true);
+    check(Spec::qwen2(), false);
+}
+
+#[test]
+fn session_qwen3_matches_reference() {
+    check(Spec::qwen3(), true);
+}
+
+#[test]
+fn session_gemma3_matches_reference() {
+    check(Spec::gemma3(), true);
+    check(Spec::gemma3(), false);
+}
+
+#[test]
+fn session_moe_matches_reference() {
+    check(Spec::qwen3moe(), true);
+}
+
+#[test]
+fn session_rejects_bad_tokens_and_context_overflow() {
+    let m = tiny(Spec::llama(), 3);
+    let model = Model::new(Arc::new(m.src.clone())).unwrap();
+    let mut s = Session::new(model, SessionConfig { n_ctx: 4, ..SessionConfig::default() }).unwrap();
+    assert!(s.decode(&[100]).is_err(), "token id = vocab size");
+    assert!(s.decode(&[1, 2, 3, 4, 5]).is_err(), "more tokens than n_ctx");
+    assert!(s.decode(&[]).is_err());
+    assert_eq!(s.n_past(), 0);
+}
+
+#[test]
+fn greedy_generation_follows_the_reference_argmax() {
+    let m = tiny(Spec::qwen2(), 5);
+    let model = Model::new(Arc::new(m.src.clone())).unwrap();
+    let mut s = Session::new(model, SessionConfig { n_ctx: 64, ..SessionConfig::default() }).unwrap();
+    let mut sampler = Sampler::new(SamplerParams { temp: 0.0, ..SamplerParams::default() });
+    let prompt = [4u32, 8, 15, 16];
+    let out = s.generate(&prompt, &mut sampler, 5, |_| false, |_| true).unwrap();
+    assert_eq!(out.len(), 5);
+    // Each generated token is the argmax of the reference logits after the tokens before it.
+    let mut seq = prompt.to_vec();
+    for &t in &out {
+        let want = reference::forward(&m, &seq, true);
+        let last = want.last().unwrap();
+        let argmax = (0..last.len()).max_by(|&a, &b| last[a].total_cmp(&last[b])).unwrap() as u32;
+        assert_eq!(t, argmax, "after {seq:?}");
+        seq.push(t);
+    }
+    assert_eq!(s.n_past(), (prompt.len() + 4) as u64);
+}
+
+#[test]
+fn decode_all_returns_every_position() {
+    // Perplexity-style: logits of all 7 positions, over two ubatches (4 + 3), against the
+    // reference at each position.
+    let m = tiny(Spec::qwen3(), 13);
+    let toks = [9u32, 8, 7, 6, 5, 4, 3];
+    let want = reference::forward(&m, &toks, true);
+    let model = Model::new(Arc::new(m.src.clone())).unwrap();
+    let cfg = SessionConfig { n_ctx: 16, n_ubatch: 4, ..SessionConfig::default() };
+    let mut s = Session::new(model, cfg).unwrap();
+    let got = s.decode_all(&toks).unwrap().to_vec();
+    assert_eq!(got.len(), 7 * 100);
+    for (i, row) in got.chunks_exact(100).enumerate() {
+        let d = max_abs_diff(row, &want[i]);
+        assert!(d <= BOUND, "position {i}: {d}");
+    }
+}
+
+#[test]
+fn an_impossible_kv_cache_is_an_error_not_an_abort() {
+    let m = tiny(Spec::llama(), 3);
+    let model = Model::new(Arc::new(m.src.clone())).unwrap();
+    let mut s = Session::new(model, SessionConfig { n_ctx: 1 << 50, ..SessionConfig::default() }).unwrap();
+    assert!(s.decode(&[1]).is_err());
+}

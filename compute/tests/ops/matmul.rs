@@ -1,0 +1,194 @@
+//! MUL_MAT and MUL_MAT_ID against an f64 reference (weights dequantized with the scalar to_f32).
+
+use compute::quant::kernels;
+use compute::{Error, GgmlOp, GgmlType};
+
+use crate::harness::*;
+
+/// Types the target models use as weights (ref: ggml-compute-semantics.md §4.10).
+const WEIGHT_TYPES: [GgmlType; 16] = [
+    GgmlType::F32,
+    GgmlType::F16,
+    GgmlType::BF16,
+    GgmlType::Q4_0,
+    GgmlType::Q4_1,
+    GgmlType::Q5_0,
+    GgmlType::Q5_1,
+    GgmlType::Q8_0,
+    GgmlType::Q2_K,
+    GgmlType::Q3_K,
+    GgmlType::Q4_K,
+    GgmlType::Q5_K,
+    GgmlType::Q6_K,
+    GgmlType::IQ4_NL,
+    GgmlType::IQ4_XS,
+    GgmlType::MXFP4,
+];
+
+/// NMSE budget of a MUL_MAT against f64 math on the dequantized weights: the error is only
+/// the rounding of src1 to the vec_dot type (f16 ≈ 2^-11 relative, bf16 ≈ 2^-8, q8 ≈ 1/254 of the
+/// block max). ggml's test-backend-ops uses 5e-4 for every mul_mat case.
+fn bound(t: GgmlType) -> f64 {
+    match kernels(t).vec_dot_type {
+        GgmlType::F32 => 1e-10,
+        GgmlType::F16 => 1e-6,
+        _ => 5e-4,
+    }
+}
+
+/// f64 reference: `dst[m, n, i2, i3] = Σ_k a[k, m, i2/r2, i3/r3] * b[k, n, i2, i3]`.
+fn reference(a: &compute::graph::Tensor, b: &compute::graph::Tensor) -> Vec<f64> {
+    let (an, bn) = (a.layout.ne.map(|v| v as usize), b.layout.ne.map(|v| v as usize));
+    let (r2, r3) = (bn[2] / an[2], bn[3] / an[3]);
+    let mut out = Vec::new();
+    for i3 in 0..bn[3] {
+        for i2 in 0..bn[2] {
+            for n in 0..bn[1] {
+                let y: Vec<f64> = (0..bn[0]).map(|k| get(b, [k, n, i2, i3])).collect();
+                for m in 0..an[1] {
+                    let x = row(a, m, i2 / r2, i3 / r3);
+                    out.push(x.iter().zip(&y).map(|(p, q)| p * q).sum());
+                }
+            }
+        }
+    }
+    out
+}
+
+fn mul_mat_case(t: GgmlType, k: u64, m: u64, n: u64, batch: [u64; 4], seed: u64) {
+    let mut r = rng(seed);
+    let (ne02, ne03, ne12, ne13) = (batch[0], batch[1], batch[2], batch[3]);
+    let a = T::from_f32(t, [k, m, ne02, ne03], &randv(&mut r, (k * m * ne02 * ne03) as usize, 1.0));
+    let b =
+        T::from_f32(GgmlType::F32, [k, n, ne12, ne13], &randv(&mut r, (k * n * ne12 * ne13) as usize, 1.0));
+    let want = reference(&a.t(), &b.t());
+    let mut outs = Vec::new();
+    for nth in [1, 2, 3] {
+        let d = T::new(GgmlType::F32, [m, n, ne12, ne13]);
+        run(vec![node(GgmlOp::MulMat, d.t(), &[a.t(), b.t()])], nth).unwrap();
+        let got = d.values();
+        check(&format!("mul_mat {t} k{k} m{m} n{n} {batch:?} nth{nth}"), &got, &want, bound(t));
+        outs.push(got);
+    }
+    assert_eq!(outs[0], outs[1], "{t}: 1 vs 2 threads differ");
+    assert_eq!(outs[0], outs[2], "{t}: 1 vs 3 threads differ");
+}
+
+#[test]
+fn mul_mat_every_weight_type() {
+    assert!(has_matmul_kernels(GgmlType::F32) && has_matmul_kernels(GgmlType::F16));
+    let mut covered = Vec::new();
+    for (i, t) in WEIGHT_TYPES.into_iter().enumerate() {
+        if !has_matmul_kernels(t) {
+            continue;
+        }
+        covered.push(t);
+        let seed = 100 + i as u64;
+        mul_mat_case(t, 256, 7, 1, [1, 1, 1, 1], seed);
+        mul_mat_case(t, 512, 33, 19, [1, 1, 1, 1], seed + 1000);
+        mul_mat_case(t, 256, 5, 3, [2, 1, 6, 2], seed + 2000);
+    }
+    eprintln!("mul_mat covered: {covered:?}");
+}
+
+#[test]
+fn mul_mat_f16_kv_views_times_permuted_f32() {
+    // ref: §4.4: kq = MUL_MAT(k_perm, q_perm) with an F16 cache view and a permuted F32 q.
+    let (d, hkv, h, kv, nkv, t) = (64u64, 2u64, 6u64, 40u64, 24u64, 5u64);
+    let mut r = rng(7);
+    let cache = T::from_f32(GgmlType::F16, [hkv * d, kv, 1, 1], &randv(&mut r, (hkv * d * kv) as usize, 1.0));
+    // View [D, Hkv, Nkv] then permute (0,2,1,3) -> [D, Nkv, Hkv].
+    let k = cache.view([d, nkv, hkv, 1], [2, hkv * d * 2, d * 2, hkv * d * kv * 2], 0);
+    let q = T::from_f32(GgmlType::F32, [d, h, t, 1], &randv(&mut r, (d * h * t) as usize, 1.0));
+    let qp = q.permuted([0, 2, 1, 3]);
+    let want = reference(&k, &qp);
+    let dst = T::new(GgmlType::F32, [nkv, t, h, 1]);
+    run(vec![node(GgmlOp::MulMat, dst.t(), &[k, qp])], 2).unwrap();
+    check("kq", &dst.values(), &want, 1e-6);
+
+    // kqv = MUL_MAT(v_perm, softmax): the transposed V cache view [Nkv, D, Hkv].
+    let vcache =
+        T::from_f32(GgmlType::F16, [kv * hkv * d, 1, 1, 1], &randv(&mut r, (hkv * d * kv) as usize, 1.0));
+    let v = vcache.view([nkv, d, hkv, 1], [2, kv * 2, kv * d * 2, kv * hkv * d * 2], 0);
+    let s = T::from_f32(GgmlType::F32, [nkv, t, h, 1], &randv(&mut r, (nkv * t * h) as usize, 1.0));
+    let want = reference(&v, &s.t());
+    let out = T::new(GgmlType::F32, [d, t, h, 1]);
+    run(vec![node(GgmlOp::MulMat, out.t(), &[v, s.t()])], 3).unwrap();
+    check("kqv", &out.values(), &want, 1e-6);
+}
+
+#[test]
+fn mul_mat_rejects_bad_shapes() {
+    let a = T::new(GgmlType::F32, [64, 4, 2, 1]);
+    let b = T::new(GgmlType::F32, [64, 3, 3, 1]);
+    let d = T::new(GgmlType::F32, [4, 3, 3, 1]);
+    // ne12 = 3 is not a multiple of ne02 = 2.
+    assert!(matches!(validate(vec![node(GgmlOp::MulMat, d.t(), &[a.t(), b.t()])]), Err(Error::Shape { .. })));
+    // dst shape that does not match.
+    let a = T::new(GgmlType::F32, [64, 4, 1, 1]);
+    let b = T::new(GgmlType::F32, [64, 3, 1, 1]);
+    let d = T::new(GgmlType::F32, [4, 2, 1, 1]);
+    assert!(validate(vec![node(GgmlOp::MulMat, d.t(), &[a.t(), b.t()])]).is_err());
+    // K mismatch.
+    let b = T::new(GgmlType::F32, [32, 3, 1, 1]);
+    let d = T::new(GgmlType::F32, [4, 3, 1, 1]);
+    assert!(validate(vec![node(GgmlOp::MulMat, d.t(), &[a.t(), b.t()])]).is_err());
+    // dst overlapping a source.
+    let b = T::new(GgmlType::F32, [64, 3, 1, 1]);
+    let alias = b.view([4, 3, 1, 1], [4, 16, 48, 48], 0);
+    assert!(validate(vec![node(GgmlOp::MulMat, alias, &[a.t(), b.t()])]).is_err());
+}
+
+#[test]
+fn mul_mat_id_routes_tokens_to_experts() {
+    let types: Vec<GgmlType> = [GgmlType::F32, GgmlType::F16, GgmlType::Q4_0, GgmlType::Q8_0, GgmlType::Q4_K]
+        .into_iter()
+        .filter(|t| has_matmul_kernels(*t))
+        .collect();
+    for (ti, t) in types.into_iter().enumerate() {
+        let (k, m, n_exp, n_used, n_tok) = (256u64, 9u64, 5u64, 2u64, 4u64);
+        let mut r = rng(50 + ti as u64);
+        let a = T::from_f32(t, [k, m, n_exp, 1], &randv(&mut r, (k * m * n_exp) as usize, 1.0));
+        for n_b in [1u64, n_used] {
+            let b = T::from_f32(
+                GgmlType::F32,
+                [k, n_b, n_tok, 1],
+                &randv(&mut r, (k * n_b * n_tok) as usize, 1.0),
+            );
+            let ids_v: Vec<i32> = (0..n_used * n_tok).map(|i| ((i * 3 + 1) % n_exp) as i32).collect();
+            let ids = T::i32s([n_used, n_tok, 1, 1], &ids_v);
+            let mut want = Vec::new();
+            for tok in 0..n_tok as usize {
+                for e in 0..n_used as usize {
+                    let ex = ids_v[tok * n_used as usize + e] as usize;
+                    let y: Vec<f64> =
+                        (0..k as usize).map(|i| get(&b.t(), [i, e % n_b as usize, tok, 0])).collect();
+                    for row_i in 0..m as usize {
+                        let x = row(&a.t(), row_i, ex, 0);
+                        want.push(x.iter().zip(&y).map(|(p, q)| p * q).sum());
+                    }
+                }
+            }
+            let mut outs = Vec::new();
+            for nth in [1, 2] {
+                let d = T::new(GgmlType::F32, [m, n_used, n_tok, 1]);
+                run(vec![node(GgmlOp::MulMatId, d.t(), &[a.t(), b.t(), ids.t()])], nth).unwrap();
+                check(&format!("mul_mat_id {t} n_b {n_b}"), &d.values(), &want, bound(t));
+                outs.push(d.values());
+            }
+            assert_eq!(outs[0], outs[1]);
+        }
+    }
+}
+
+#[test]
+fn mul_mat_id_out_of_range_expert_is_reported() {
+    let a = T::from_f32(GgmlType::F32, [32, 4, 3, 1], &vec![1.0; 32 * 4 * 3]);
+    let b = T::from_f32(GgmlType::F32, [32, 1, 2, 1], &vec![1.0; 64]);
+    let ids = T::i32s([1, 2, 1, 1], &[1, 7]);
+    let d = T::new(GgmlType::F32, [4, 1, 2, 1]);
+    let r = run(vec![node(GgmlOp::MulMatId, d.t(), &[a.t(), b.t(), ids.t()])], 2);
+    assert!(matches!(r, Err(Error::IndexOutOfRange { .. })), "{r:?}");
+    // The valid token was still computed.
+    assert_eq!(&d.values()[..4], &[32.0; 4]);
+}

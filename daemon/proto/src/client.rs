@@ -1,0 +1,220 @@
+//! A blocking RPC client over `std::net::TcpStream`: HELLO with the version check, then every command.
+//!
+//! Used by tests and by the Rust master. ref: ggml-rpc-protocol.md §3, §5, §6.
+
+use std::io::{Read, Write};
+use std::net::{TcpStream, ToSocketAddrs};
+
+use crate::cmd::{Cmd, CONN_CAPS_SIZE, REQUEST_HEADER_SIZE};
+use crate::error::{Error, Result};
+use crate::graph::GraphBlob;
+use crate::hash::WireHash;
+use crate::msg::{
+    AllocBufferReq, AllocBufferRsp, Command, DeviceMemoryRsp, GetAllocSizeReq, GetTensorReq, HelloRsp,
+    MemsetTensorReq, SetTensorHashReq, SetTensorHeader,
+};
+use crate::tensor::{RpcTensor, MAX_SRC};
+
+/// One connection to an RPC server.
+pub struct RpcClient {
+    stream: TcpStream,
+    server: HelloRsp,
+}
+
+impl RpcClient {
+    /// Connects, sets `TCP_NODELAY` and performs HELLO; fails unless the server is 7.0-compatible.
+    pub fn connect(addr: impl ToSocketAddrs) -> Result<RpcClient> {
+        let stream = TcpStream::connect(addr)?;
+        stream.set_nodelay(true)?;
+        Self::hello(stream)
+    }
+
+    /// As [`RpcClient::connect`], with a connect timeout and a read/write timeout for every later call.
+    pub fn connect_timeout(addr: &std::net::SocketAddr, timeout: std::time::Duration) -> Result<RpcClient> {
+        let stream = TcpStream::connect_timeout(addr, timeout)?;
+        stream.set_nodelay(true)?;
+        stream.set_read_timeout(Some(timeout))?;
+        stream.set_write_timeout(Some(timeout))?;
+        Self::hello(stream)
+    }
+
+    /// Performs HELLO on an already connected stream.
+    pub fn hello(mut stream: TcpStream) -> Result<RpcClient> {
+        stream.write_all(&Command::Hello([0; CONN_CAPS_SIZE]).encode_frame())?;
+        let rsp = read_response(&mut stream, Cmd::Hello, 28)?;
+        let server = HelloRsp::decode(&rsp)?;
+        if !server.is_compatible() {
+            return Err(Error::Version { major: server.major, minor: server.minor, patch: server.patch });
+        }
+        Ok(RpcClient { stream, server })
+    }
+
+    /// The server's HELLO answer.
+    pub fn server_version(&self) -> HelloRsp {
+        self.server
+    }
+
+    /// The underlying stream, shared (for socket options).
+    pub fn socket(&self) -> &TcpStream {
+        &self.stream
+    }
+
+    /// The underlying stream (for raw-byte tests).
+    pub fn stream(&mut self) -> &mut TcpStream {
+        &mut self.stream
+    }
+
+    fn send(&mut self, c: &Command<'_>) -> Result<()> {
+        self.stream.write_all(&c.encode_frame())?;
+        Ok(())
+    }
+
+    fn call(&mut self, c: &Command<'_>, expected: u64) -> Result<Vec<u8>> {
+        self.send(c)?;
+        read_response(&mut self.stream, c.cmd(), expected)
+    }
+
+    fn call_u64(&mut self, c: &Command<'_>) -> Result<u64> {
+        let b = self.call(c, 8)?;
+        Ok(u64::from_le_bytes(to_array(&b)?))
+    }
+
+    /// DEVICE_COUNT.
+    pub fn device_count(&mut self) -> Result<u32> {
+        let b = self.call(&Command::DeviceCount, 4)?;
+        Ok(u32::from_le_bytes(to_array(&b)?))
+    }
+
+    /// ALLOC_BUFFER; `{0, 0}` when the server could not allocate.
+    pub fn alloc_buffer(&mut self, device: u32, size: u64) -> Result<AllocBufferRsp> {
+        let b = self.call(&Command::AllocBuffer(AllocBufferReq { device, size }), 16)?;
+        Ok(AllocBufferRsp {
+            remote_ptr: u64::from_le_bytes(to_array(&b[..8])?),
+            remote_size: u64::from_le_bytes(to_array(&b[8..])?),
+        })
+    }
+
+    /// GET_ALIGNMENT.
+    pub fn get_alignment(&mut self, device: u32) -> Result<u64> {
+        self.call_u64(&Command::GetAlignment { device })
+    }
+
+    /// GET_MAX_SIZE.
+    pub fn get_max_size(&mut self, device: u32) -> Result<u64> {
+        self.call_u64(&Command::GetMaxSize { device })
+    }
+
+    /// BUFFER_GET_BASE.
+    pub fn buffer_get_base(&mut self, remote_ptr: u64) -> Result<u64> {
+        self.call_u64(&Command::BufferGetBase { remote_ptr })
+    }
+
+    /// FREE_BUFFER (no response).
+    pub fn free_buffer(&mut self, remote_ptr: u64) -> Result<()> {
+        self.send(&Command::FreeBuffer { remote_ptr })
+    }
+
+    /// BUFFER_CLEAR (no response).
+    pub fn buffer_clear(&mut self, remote_ptr: u64, value: u8) -> Result<()> {
+        self.send(&Command::BufferClear { remote_ptr, value })
+    }
+
+    /// SET_TENSOR (no response).
+    pub fn set_tensor(
+        &mut self,
+        tensor: &RpcTensor,
+        offset: u64,
+        data: &[u8],
+        cache_flag: bool,
+    ) -> Result<()> {
+        // Header and prefix first, then the data straight from the caller's slice (no copy of large writes).
+        let h = SetTensorHeader { tensor: *tensor, cache_flag: u8::from(cache_flag), offset };
+        let prefix = Command::SetTensor(h, &[]).encode_payload();
+        let len = (prefix.len() + data.len()) as u64;
+        let mut head = Vec::with_capacity(REQUEST_HEADER_SIZE + prefix.len());
+        head.push(Cmd::SetTensor as u8);
+        head.extend_from_slice(&len.to_le_bytes());
+        head.extend_from_slice(&prefix);
+        self.stream.write_all(&head)?;
+        self.stream.write_all(data)?;
+        Ok(())
+    }
+
+    /// SET_TENSOR_HASH; true when the server had the data.
+    pub fn set_tensor_hash(&mut self, tensor: &RpcTensor, offset: u64, hash: WireHash) -> Result<bool> {
+        let b = self.call(&Command::SetTensorHash(SetTensorHashReq { tensor: *tensor, offset, hash }), 1)?;
+        Ok(b[0] != 0)
+    }
+
+    /// GET_TENSOR: exactly `size` bytes.
+    pub fn get_tensor(&mut self, tensor: &RpcTensor, offset: u64, size: u64) -> Result<Vec<u8>> {
+        self.call(&Command::GetTensor(GetTensorReq { tensor: *tensor, offset, size }), size)
+    }
+
+    /// COPY_TENSOR; true when the server copied.
+    pub fn copy_tensor(&mut self, src: &RpcTensor, dst: &RpcTensor) -> Result<bool> {
+        let b = self.call(&Command::CopyTensor { src: *src, dst: *dst }, 1)?;
+        Ok(b[0] != 0)
+    }
+
+    /// GRAPH_COMPUTE (no response; the next response-bearing command is the barrier).
+    pub fn graph_compute(&mut self, graph: &GraphBlob) -> Result<()> {
+        self.send(&Command::GraphCompute(graph.clone()))
+    }
+
+    /// GRAPH_RECOMPUTE (no response).
+    pub fn graph_recompute(&mut self, device: u32) -> Result<()> {
+        self.send(&Command::GraphRecompute { device })
+    }
+
+    /// GET_DEVICE_MEMORY.
+    pub fn get_device_memory(&mut self, device: u32) -> Result<DeviceMemoryRsp> {
+        let b = self.call(&Command::GetDeviceMemory { device }, 16)?;
+        Ok(DeviceMemoryRsp {
+            free: u64::from_le_bytes(to_array(&b[..8])?),
+            total: u64::from_le_bytes(to_array(&b[8..])?),
+        })
+    }
+
+    /// INIT_TENSOR (no response).
+    pub fn init_tensor(&mut self, tensor: &RpcTensor) -> Result<()> {
+        self.send(&Command::InitTensor(*tensor))
+    }
+
+    /// GET_ALLOC_SIZE.
+    pub fn get_alloc_size(
+        &mut self,
+        device: u32,
+        tensor: &RpcTensor,
+        srcs: &[RpcTensor; MAX_SRC],
+    ) -> Result<u64> {
+        self.call_u64(&Command::GetAllocSize(Box::new(GetAllocSizeReq {
+            device,
+            tensor: *tensor,
+            srcs: *srcs,
+        })))
+    }
+
+    /// MEMSET_TENSOR (no response).
+    pub fn memset_tensor(&mut self, tensor: &RpcTensor, offset: u64, size: u64, value: u8) -> Result<()> {
+        self.send(&Command::MemsetTensor(MemsetTensorReq { tensor: *tensor, offset, size, value }))
+    }
+}
+
+fn to_array<const N: usize>(b: &[u8]) -> Result<[u8; N]> {
+    b.try_into().map_err(|_| Error::invalid("response", format!("{} bytes, expected {N}", b.len())))
+}
+
+/// Reads one response frame and checks its length is exactly `expected` (ref: §3.2).
+pub fn read_response(r: &mut impl Read, cmd: Cmd, expected: u64) -> Result<Vec<u8>> {
+    let mut len = [0u8; 8];
+    r.read_exact(&mut len)?;
+    let got = u64::from_le_bytes(len);
+    if got != expected {
+        return Err(Error::ResponseLength { cmd: cmd.name(), got, expected });
+    }
+    let n = usize::try_from(got).map_err(|_| Error::invalid("response", "length does not fit in memory"))?;
+    let mut v = vec![0u8; n];
+    r.read_exact(&mut v)?;
+    Ok(v)
+}

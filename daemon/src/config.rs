@@ -1,0 +1,463 @@
+//! Configuration: a TOML file, then `LLAMAD__SECTION__KEY` environment variables, then flags.
+//!
+//! The raw layer ([`RawConfig`]) mirrors the file with every field optional and unknown keys refused;
+//! [`Config`] is the validated result the server runs with (ripgrep's lowargs/hiargs split).
+
+use std::path::{Path, PathBuf};
+
+use serde::Deserialize;
+
+use crate::error::{Error, Result};
+
+/// Default configuration file, read when present and no `--config` is given.
+pub const DEFAULT_CONFIG_PATH: &str = "/etc/llamad/llamad.toml";
+/// Default RPC port (as `ggml-rpc-server`).
+pub const DEFAULT_PORT: u16 = 50052;
+/// Prefix of configuration environment variables.
+pub const ENV_PREFIX: &str = "LLAMAD__";
+/// The devices this build has.
+pub const DEVICES: &[&str] = &["CPU"];
+
+/// A size in bytes, written as an integer or as a string with a unit (`"8G"`, `"512MiB"`).
+#[derive(Clone, Debug, Deserialize, PartialEq, Eq)]
+#[serde(untagged)]
+pub enum RawSize {
+    /// Plain bytes.
+    Bytes(u64),
+    /// A number with an optional unit.
+    Text(String),
+}
+
+impl RawSize {
+    fn bytes(&self, key: &str) -> Result<u64> {
+        match self {
+            RawSize::Bytes(b) => Ok(*b),
+            RawSize::Text(s) => {
+                parse_size(s).ok_or_else(|| Error::Config(format!("{key}: invalid size `{s}`")))
+            }
+        }
+    }
+}
+
+/// `[server]`: where and how the RPC server runs.
+#[derive(Clone, Debug, Default, Deserialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct RawServer {
+    /// Address to bind: an IPv4/IPv6 literal or a host name. Default `127.0.0.1`.
+    pub host: Option<String>,
+    /// TCP port. Default 50052.
+    pub port: Option<u16>,
+    /// Compute threads. Default: the number of physical cores.
+    pub threads: Option<usize>,
+    /// Devices, separated by `,` or `/`, case-insensitive. Only `CPU` exists. Default `CPU`.
+    pub device: Option<String>,
+    /// Enable the tensor cache (SET_TENSOR_HASH). Default false.
+    pub cache: Option<bool>,
+    /// Memory budget for all buffers of all connections. Default: the machine's available memory.
+    pub mem: Option<RawSize>,
+}
+
+/// `[limits]`: bounds on what one peer may ask for.
+#[derive(Clone, Debug, Default, Deserialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct RawLimits {
+    /// Largest buffered request payload (GRAPH_COMPUTE). Default 1 GiB, never above the memory budget.
+    pub max_frame: Option<RawSize>,
+    /// Connections served at once. Default 64.
+    pub max_connections: Option<usize>,
+    /// Buffer bytes one connection may hold. Default: no limit beyond the memory budget.
+    pub max_connection_mem: Option<RawSize>,
+    /// Seconds a new connection may take to send HELLO (masters send it at once). Default 10.
+    pub hello_timeout_secs: Option<u64>,
+    /// Largest `n_nodes` of a graph. Default 262144.
+    pub max_graph_nodes: Option<u32>,
+    /// Largest `n_tensors` of a graph. Default 262144.
+    pub max_graph_tensors: Option<u32>,
+}
+
+/// `[cache]`: the tensor cache (enabled by `server.cache` or `-c`).
+#[derive(Clone, Debug, Default, Deserialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct RawCache {
+    /// Cache root; llamad keeps its own versioned layout inside. Default: `$LLAMA_CACHE/rpc`, else the XDG
+    /// cache directory + `llama.cpp/rpc` (where llama.cpp's own server keeps its cache).
+    pub dir: Option<PathBuf>,
+    /// Upper bound on the cache's size; least recently used unpinned objects are evicted. Default: no limit.
+    pub max_size: Option<RawSize>,
+    /// Re-hash (BLAKE3) every object before serving it. Default true.
+    pub verify_on_read: Option<bool>,
+}
+
+/// The configuration file, every field optional.
+#[derive(Clone, Debug, Default, Deserialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct RawConfig {
+    /// `[server]`.
+    #[serde(default)]
+    pub server: RawServer,
+    /// `[limits]`.
+    #[serde(default)]
+    pub limits: RawLimits,
+    /// `[cache]`.
+    #[serde(default)]
+    pub cache: RawCache,
+}
+
+/// Command-line values; each one set overrides the file and the environment.
+#[derive(Clone, Debug, Default)]
+pub struct Overrides {
+    /// `-H/--host`.
+    pub host: Option<String>,
+    /// `-p/--port`.
+    pub port: Option<u16>,
+    /// `-t/--threads`.
+    pub threads: Option<usize>,
+    /// `-d/--device`.
+    pub device: Option<String>,
+    /// `-c/--cache`.
+    pub cache: bool,
+    /// `--mem`.
+    pub mem: Option<String>,
+    /// `--cache-dir`.
+    pub cache_dir: Option<PathBuf>,
+    /// `--cache-max-size`.
+    pub cache_max_size: Option<String>,
+}
+
+/// The validated configuration.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Config {
+    /// Bind host.
+    pub host: String,
+    /// Bind port.
+    pub port: u16,
+    /// Compute threads (≥ 1).
+    pub threads: usize,
+    /// Device names, in index order.
+    pub devices: Vec<String>,
+    /// Tensor cache enabled.
+    pub cache: bool,
+    /// Memory budget in bytes; `None` = the machine's available memory.
+    pub mem: Option<u64>,
+    /// Largest buffered request payload.
+    pub max_frame: u64,
+    /// Connections served at once.
+    pub max_connections: usize,
+    /// Buffer bytes one connection may hold; `None` = only the global budget.
+    pub max_connection_mem: Option<u64>,
+    /// Time a new connection may take to send HELLO before it is closed.
+    pub hello_timeout: std::time::Duration,
+    /// Largest `n_nodes`.
+    pub max_graph_nodes: u32,
+    /// Largest `n_tensors`.
+    pub max_graph_tensors: u32,
+    /// Cache root; `None` = llama.cpp's default location (`cachestore::default_root`).
+    pub cache_dir: Option<PathBuf>,
+    /// Cache size limit in bytes; `None` = unlimited.
+    pub cache_max_size: Option<u64>,
+    /// Verify every cache object's BLAKE3 hash before serving it.
+    pub cache_verify: bool,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            host: "127.0.0.1".into(),
+            port: DEFAULT_PORT,
+            threads: physical_cores(),
+            devices: vec!["CPU".into()],
+            cache: false,
+            mem: None,
+            max_frame: 1 << 30,
+            max_connections: 64,
+            max_connection_mem: None,
+            hello_timeout: std::time::Duration::from_secs(10),
+            max_graph_nodes: 1 << 18,
+            max_graph_tensors: 1 << 18,
+            cache_dir: None,
+            cache_max_size: None,
+            cache_verify: true,
+        }
+    }
+}
+
+impl Config {
+    /// Loads `file` (or the default path when present), applies `env` and then `flags`.
+    pub fn load(
+        file: Option<&Path>,
+        env: impl IntoIterator<Item = (String, String)>,
+        flags: &Overrides,
+    ) -> Result<Config> {
+        let (text, path) = match file {
+            Some(p) => (
+                std::fs::read_to_string(p).map_err(|e| Error::Config(format!("{}: {e}", p.display())))?,
+                Some(p.to_path_buf()),
+            ),
+            None if Path::new(DEFAULT_CONFIG_PATH).exists() => {
+                let p = PathBuf::from(DEFAULT_CONFIG_PATH);
+                (
+                    std::fs::read_to_string(&p)
+                        .map_err(|e| Error::Config(format!("{}: {e}", p.display())))?,
+                    Some(p),
+                )
+            }
+            None => (String::new(), None),
+        };
+        let mut table: toml::Table = toml::from_str(&text).map_err(|e| Error::Config(with_path(&path, e)))?;
+        apply_env(&mut table, env)?;
+        let raw: RawConfig =
+            table.try_into().map_err(|e: toml::de::Error| Error::Config(with_path(&path, e)))?;
+        Config::from_raw(raw, flags)
+    }
+
+    /// Validates the merged raw values, flags last.
+    pub fn from_raw(raw: RawConfig, flags: &Overrides) -> Result<Config> {
+        let d = Config::default();
+        let s = raw.server;
+        let l = raw.limits;
+        let c = raw.cache;
+        let cache_max_size = match (&flags.cache_max_size, &c.max_size) {
+            (Some(m), _) => Some(RawSize::Text(m.clone()).bytes("cache-max-size")?),
+            (None, Some(m)) => Some(m.bytes("cache.max_size")?),
+            (None, None) => None,
+        };
+        let host = flags.host.clone().or(s.host).unwrap_or(d.host);
+        let port = flags.port.or(s.port).unwrap_or(d.port);
+        if port == 0 {
+            return Err(Error::Config("port: must be between 1 and 65535".into()));
+        }
+        let threads = flags.threads.or(s.threads).unwrap_or(d.threads);
+        if threads == 0 {
+            return Err(Error::Config("threads: must be at least 1".into()));
+        }
+        let devices = parse_devices(flags.device.as_deref().or(s.device.as_deref()).unwrap_or("CPU"))?;
+        let cache = flags.cache || s.cache.unwrap_or(false);
+        let mem = match (&flags.mem, &s.mem) {
+            (Some(m), _) => Some(RawSize::Text(m.clone()).bytes("mem")?),
+            (None, Some(m)) => Some(m.bytes("mem")?),
+            (None, None) => None,
+        };
+        if mem == Some(0) {
+            return Err(Error::Config("mem: the budget must be larger than 0".into()));
+        }
+        let mut max_frame = match &l.max_frame {
+            Some(m) => m.bytes("max_frame")?,
+            None => d.max_frame,
+        };
+        if let Some(m) = mem {
+            max_frame = max_frame.min(m);
+        }
+        if max_frame < 4096 {
+            return Err(Error::Config("max_frame: must be at least 4096 bytes".into()));
+        }
+        let max_connections = l.max_connections.unwrap_or(d.max_connections);
+        if max_connections == 0 {
+            return Err(Error::Config("max_connections: must be at least 1".into()));
+        }
+        let max_connection_mem = match &l.max_connection_mem {
+            Some(m) => Some(m.bytes("max_connection_mem")?),
+            None => None,
+        };
+        let hello_timeout = match l.hello_timeout_secs {
+            Some(0) => return Err(Error::Config("hello_timeout_secs: must be at least 1".into())),
+            Some(s) => std::time::Duration::from_secs(s),
+            None => d.hello_timeout,
+        };
+        Ok(Config {
+            hello_timeout,
+            max_connection_mem,
+            host,
+            port,
+            threads,
+            devices,
+            cache,
+            mem,
+            max_frame,
+            max_connections,
+            max_graph_nodes: l.max_graph_nodes.unwrap_or(d.max_graph_nodes),
+            max_graph_tensors: l.max_graph_tensors.unwrap_or(d.max_graph_tensors),
+            cache_dir: flags.cache_dir.clone().or(c.dir),
+            cache_max_size,
+            cache_verify: c.verify_on_read.unwrap_or(d.cache_verify),
+        })
+    }
+}
+
+fn with_path(path: &Option<PathBuf>, e: impl std::fmt::Display) -> String {
+    match path {
+        Some(p) => format!("{}: {e}", p.display()),
+        None => e.to_string(),
+    }
+}
+
+/// Applies `LLAMAD__SECTION__KEY=value` variables. A value that parses as a TOML value (number,
+/// boolean) is used as such, anything else as a string.
+fn apply_env(table: &mut toml::Table, env: impl IntoIterator<Item = (String, String)>) -> Result<()> {
+    for (k, v) in env {
+        let Some(rest) = k.strip_prefix(ENV_PREFIX) else { continue };
+        let Some((section, key)) = rest.split_once("__") else {
+            return Err(Error::Config(format!("{k}: expected {ENV_PREFIX}SECTION__KEY")));
+        };
+        let (section, key) = (section.to_ascii_lowercase(), key.to_ascii_lowercase());
+        let value = toml::from_str::<toml::Table>(&format!("v = {v}"))
+            .ok()
+            .and_then(|mut t| t.remove("v"))
+            .unwrap_or(toml::Value::String(v));
+        let entry = table.entry(section.clone()).or_insert_with(|| toml::Value::Table(toml::Table::new()));
+        let toml::Value::Table(sec) = entry else {
+            return Err(Error::Config(format!("{k}: `{section}` is not a section")));
+        };
+        sec.insert(key, value);
+    }
+    Ok(())
+}
+
+/// Parses a device list (`CPU`, `cpu,CPU`, `CPU/cpu`); unknown names are an error listing the devices.
+pub fn parse_devices(list: &str) -> Result<Vec<String>> {
+    let mut out: Vec<String> = Vec::new();
+    for name in list.split([',', '/']).map(str::trim).filter(|s| !s.is_empty()) {
+        let Some(known) = DEVICES.iter().find(|d| d.eq_ignore_ascii_case(name)) else {
+            return Err(Error::Config(format!(
+                "unknown device `{name}`; available devices: {}",
+                DEVICES.join(", ")
+            )));
+        };
+        if !out.iter().any(|d| d == known) {
+            out.push((*known).to_string());
+        }
+    }
+    if out.is_empty() {
+        return Err(Error::Config(format!("no devices given; available devices: {}", DEVICES.join(", "))));
+    }
+    Ok(out)
+}
+
+/// Parses `1234`, `8G`, `8GB`, `8GiB`, `512M`, `1.5G` (binary units, case-insensitive).
+pub fn parse_size(s: &str) -> Option<u64> {
+    let s = s.trim();
+    let split = s.find(|c: char| !(c.is_ascii_digit() || c == '.')).unwrap_or(s.len());
+    let (num, unit) = s.split_at(split);
+    let mult: u64 = match unit.trim().to_ascii_lowercase().as_str() {
+        "" | "b" => 1,
+        "k" | "kb" | "kib" => 1 << 10,
+        "m" | "mb" | "mib" => 1 << 20,
+        "g" | "gb" | "gib" => 1 << 30,
+        "t" | "tb" | "tib" => 1 << 40,
+        _ => return None,
+    };
+    if num.contains('.') {
+        let f: f64 = num.parse().ok()?;
+        let v = f * mult as f64;
+        if !v.is_finite() || v < 0.0 || v >= u64::MAX as f64 {
+            return None;
+        }
+        Some(v as u64)
+    } else {
+        num.parse::<u64>().ok()?.checked_mul(mult)
+    }
+}
+
+/// Number of physical cores (distinct `physical id`/`core id` pairs in /proc/cpuinfo), else the
+/// available parallelism.
+pub fn physical_cores() -> usize {
+    let logical = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1);
+    let Ok(info) = std::fs::read_to_string("/proc/cpuinfo") else { return logical };
+    let mut cores = std::collections::HashSet::new();
+    let mut phys = "";
+    for line in info.lines() {
+        let Some((k, v)) = line.split_once(':') else { continue };
+        match k.trim() {
+            "physical id" => phys = v.trim(),
+            "core id" => {
+                cores.insert((phys.to_string(), v.trim().to_string()));
+            }
+            _ => {}
+        }
+    }
+    if cores.is_empty() {
+        logical
+    } else {
+        cores.len().min(logical).max(1)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn env(v: &[(&str, &str)]) -> Vec<(String, String)> {
+        v.iter().map(|(a, b)| (a.to_string(), b.to_string())).collect()
+    }
+
+    #[test]
+    fn layering_file_env_flags() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("llamad.toml");
+        std::fs::write(&p, "[server]\nport = 6000\nthreads = 3\nhost = \"0.0.0.0\"\nmem = \"2G\"\n").unwrap();
+        let c = Config::load(Some(&p), env(&[]), &Overrides::default()).unwrap();
+        assert_eq!((c.port, c.threads, c.host.as_str(), c.mem), (6000, 3, "0.0.0.0", Some(2 << 30)));
+        let c = Config::load(
+            Some(&p),
+            env(&[("LLAMAD__SERVER__PORT", "7000"), ("OTHER", "x")]),
+            &Overrides::default(),
+        )
+        .unwrap();
+        assert_eq!((c.port, c.threads), (7000, 3));
+        let flags = Overrides { port: Some(8000), mem: Some("1M".into()), ..Default::default() };
+        let c = Config::load(Some(&p), env(&[("LLAMAD__SERVER__PORT", "7000")]), &flags).unwrap();
+        assert_eq!((c.port, c.mem, c.max_frame), (8000, Some(1 << 20), 1 << 20));
+    }
+
+    #[test]
+    fn unknown_keys_are_named() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("llamad.toml");
+        std::fs::write(&p, "[server]\nprot = 6000\n").unwrap();
+        let e = Config::load(Some(&p), env(&[]), &Overrides::default()).unwrap_err().to_string();
+        assert!(e.contains("prot"), "{e}");
+        std::fs::write(&p, "[sever]\n").unwrap();
+        let e = Config::load(Some(&p), env(&[]), &Overrides::default()).unwrap_err().to_string();
+        assert!(e.contains("sever"), "{e}");
+        std::fs::write(&p, "").unwrap();
+        let e = Config::load(Some(&p), env(&[("LLAMAD__SERVER__COLOUR", "red")]), &Overrides::default())
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("colour"), "{e}");
+    }
+
+    #[test]
+    fn devices() {
+        assert_eq!(parse_devices("cpu").unwrap(), vec!["CPU"]);
+        assert_eq!(parse_devices("CPU/cpu").unwrap(), vec!["CPU"]);
+        let e = parse_devices("CUDA0").unwrap_err().to_string();
+        assert!(e.contains("CUDA0") && e.contains("available devices: CPU"), "{e}");
+    }
+
+    #[test]
+    fn sizes() {
+        assert_eq!(parse_size("1234"), Some(1234));
+        assert_eq!(parse_size("8G"), Some(8 << 30));
+        assert_eq!(parse_size("512MiB"), Some(512 << 20));
+        assert_eq!(parse_size("1.5k"), Some(1536));
+        assert_eq!(parse_size("2 TB"), Some(2 << 40));
+        assert_eq!(parse_size("x"), None);
+        assert_eq!(parse_size("99999999999T"), None);
+    }
+
+    #[test]
+    fn validation() {
+        assert!(Config::from_raw(
+            RawConfig::default(),
+            &Overrides { threads: Some(0), ..Default::default() }
+        )
+        .is_err());
+        assert!(Config::from_raw(RawConfig::default(), &Overrides { port: Some(0), ..Default::default() })
+            .is_err());
+        assert!(Config::from_raw(
+            RawConfig::default(),
+            &Overrides { mem: Some("0".into()), ..Default::default() }
+        )
+        .is_err());
+        assert!(physical_cores() >= 1);
+    }
+}

@@ -1,0 +1,318 @@
+//! Device buffers: aligned, zeroed host allocations under a process-wide memory budget, each with a
+//! synthetic base address that the peer does its placement arithmetic on.
+//!
+//! ref: ggml-rpc-protocol.md §4.2. Bases are not real pointers: they come from a process-wide counter,
+//! are aligned to 4 KiB, never overlap and never wrap. A peer `data` value maps back to
+//! (buffer, offset) by `data - base`.
+
+use std::alloc::Layout as AllocLayout;
+use std::ptr::NonNull;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+/// Alignment advertised by GET_ALIGNMENT (the CPU backend's value).
+pub const ADVERTISED_ALIGNMENT: u64 = 32;
+/// Alignment of the real allocations (a cache line; ≥ the advertised one).
+const REAL_ALIGNMENT: usize = 64;
+/// Granule of the synthetic address space.
+const ADDRESS_GRANULE: u64 = 4096;
+/// First synthetic base address.
+const FIRST_BASE: u64 = 0x0000_1000_0000_0000;
+
+/// Memory accounting shared by every connection.
+#[derive(Debug)]
+pub struct MemoryAccount {
+    budget: Option<u64>,
+    allocated: AtomicU64,
+    next_base: AtomicU64,
+    next_handle: AtomicU64,
+}
+
+/// Free and total memory as GET_DEVICE_MEMORY reports it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct MemoryReport {
+    /// Bytes still available to buffers.
+    pub free: u64,
+    /// Bytes in all.
+    pub total: u64,
+}
+
+impl MemoryAccount {
+    /// An account with an explicit budget (`--mem`) or, with `None`, the machine's available memory.
+    pub fn new(budget: Option<u64>) -> MemoryAccount {
+        MemoryAccount {
+            budget,
+            allocated: AtomicU64::new(0),
+            next_base: AtomicU64::new(FIRST_BASE),
+            next_handle: AtomicU64::new(1),
+        }
+    }
+
+    /// Bytes held by live buffers of all connections.
+    pub fn allocated(&self) -> u64 {
+        self.allocated.load(Ordering::Relaxed)
+    }
+
+    /// Largest single buffer (GET_MAX_SIZE): the budget, or the machine's total memory.
+    pub fn max_size(&self) -> u64 {
+        self.budget.unwrap_or_else(|| meminfo().map(|m| m.total).unwrap_or(u64::MAX >> 1)).max(1)
+    }
+
+    /// Free and total memory: budget minus allocations, or /proc/meminfo's MemAvailable (capped by
+    /// MemTotal minus allocations) and MemTotal.
+    pub fn report(&self) -> MemoryReport {
+        match self.budget {
+            Some(b) => MemoryReport { free: b.saturating_sub(self.allocated()), total: b },
+            None => match meminfo() {
+                // Untouched zeroed pages do not show in MemAvailable yet, so also count what buffers hold.
+                Some(m) => MemoryReport {
+                    free: m.free.min(m.total.saturating_sub(self.allocated())),
+                    total: m.total,
+                },
+                None => MemoryReport { free: 0, total: 0 },
+            },
+        }
+    }
+
+    fn reserve(&self, size: u64) -> bool {
+        match self.budget {
+            Some(b) => self
+                .allocated
+                .fetch_update(Ordering::AcqRel, Ordering::Acquire, |cur| {
+                    cur.checked_add(size).filter(|&n| n <= b)
+                })
+                .is_ok(),
+            None => {
+                // No explicit budget: a buffer must fit in what is available now, and all buffers together
+                // in physical memory (allocations are lazy, so MemAvailable alone would over-commit).
+                let Some(m) = meminfo() else { return false };
+                if size > m.free {
+                    return false;
+                }
+                self.allocated
+                    .fetch_update(Ordering::AcqRel, Ordering::Acquire, |cur| {
+                        cur.checked_add(size).filter(|&n| n <= m.total)
+                    })
+                    .is_ok()
+            }
+        }
+    }
+
+    fn release(&self, size: u64) {
+        self.allocated.fetch_sub(size, Ordering::AcqRel);
+    }
+
+    /// A fresh range of `size` bytes in the synthetic address space, `None` when it is exhausted.
+    fn take_base(&self, size: u64) -> Option<u64> {
+        let span = size.checked_add(ADDRESS_GRANULE)?.checked_next_multiple_of(ADDRESS_GRANULE)?;
+        let mut base = 0;
+        self.next_base
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |cur| {
+                base = cur;
+                cur.checked_add(span)
+            })
+            .ok()?;
+        Some(base)
+    }
+}
+
+/// MemAvailable and MemTotal from /proc/meminfo.
+fn meminfo() -> Option<MemoryReport> {
+    let text = std::fs::read_to_string("/proc/meminfo").ok()?;
+    let field = |name: &str| -> Option<u64> {
+        let line = text.lines().find(|l| l.starts_with(name))?;
+        let kib: u64 = line[name.len()..].trim().trim_end_matches("kB").trim().parse().ok()?;
+        kib.checked_mul(1024)
+    };
+    Some(MemoryReport { free: field("MemAvailable:")?, total: field("MemTotal:")? })
+}
+
+/// One live buffer. Memory is zeroed at allocation and freed (and returned to the budget) on drop.
+#[derive(Debug)]
+pub struct Buffer {
+    handle: u64,
+    base: u64,
+    size: u64,
+    ptr: NonNull<u8>,
+    layout: Option<AllocLayout>,
+    account: Arc<MemoryAccount>,
+}
+
+// SAFETY: the buffer owns its allocation; all access to the bytes goes through raw regions whose
+// exclusive use is guaranteed by the session (one command at a time, compute awaited).
+unsafe impl Send for Buffer {}
+// SAFETY: as above; shared references only hand out addresses, never references to the bytes.
+unsafe impl Sync for Buffer {}
+
+impl Buffer {
+    /// Allocates `size` zeroed bytes, `None` when the budget, the address space or the allocator says no.
+    pub fn alloc(account: &Arc<MemoryAccount>, size: u64) -> Option<Buffer> {
+        if size > account.max_size() {
+            return None;
+        }
+        let len = usize::try_from(size).ok()?;
+        let layout =
+            if len == 0 { None } else { Some(AllocLayout::from_size_align(len, REAL_ALIGNMENT).ok()?) };
+        if !account.reserve(size) {
+            return None;
+        }
+        let ptr = match layout {
+            None => NonNull::dangling(),
+            // SAFETY: `l` has a non-zero size (checked above).
+            Some(l) => match NonNull::new(unsafe { std::alloc::alloc_zeroed(l) }) {
+                Some(p) => p,
+                None => {
+                    account.release(size);
+                    return None;
+                }
+            },
+        };
+        let Some(base) = account.take_base(size) else {
+            if let Some(l) = layout {
+                // SAFETY: `ptr` was allocated just above with layout `l`.
+                unsafe { std::alloc::dealloc(ptr.as_ptr(), l) };
+            }
+            account.release(size);
+            return None;
+        };
+        let handle =
+            account.next_handle.fetch_add(1, Ordering::Relaxed).wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
+        Some(Buffer { handle, base, size, ptr, layout, account: account.clone() })
+    }
+
+    /// The opaque non-zero handle.
+    pub fn handle(&self) -> u64 {
+        self.handle
+    }
+
+    /// The synthetic base address.
+    pub fn base(&self) -> u64 {
+        self.base
+    }
+
+    /// Size in bytes.
+    pub fn size(&self) -> u64 {
+        self.size
+    }
+
+    /// Offset of `[data, data + len)` inside the buffer, `None` if any part lies outside (checked math).
+    pub fn offset_of(&self, data: u64, len: u64) -> Option<u64> {
+        let off = data.checked_sub(self.base)?;
+        (off.checked_add(len)? <= self.size).then_some(off)
+    }
+
+    /// The real address of byte `off` for the compute graph; `None` past the end.
+    pub fn addr(&self, off: u64) -> Option<*mut u8> {
+        (off <= self.size).then(|| self.ptr.as_ptr().wrapping_add(off as usize))
+    }
+
+    /// The bytes `[off, off + len)` as a raw region, `None` if outside the buffer.
+    pub fn region(&self, off: u64, len: u64) -> Option<Region> {
+        let end = off.checked_add(len)?;
+        if end > self.size {
+            return None;
+        }
+        Some(Region { ptr: self.ptr.as_ptr().wrapping_add(off as usize), len: len as usize })
+    }
+}
+
+impl Drop for Buffer {
+    fn drop(&mut self) {
+        if let Some(l) = self.layout {
+            // SAFETY: `ptr` was allocated in `alloc` with exactly this layout and is freed once.
+            unsafe { std::alloc::dealloc(self.ptr.as_ptr(), l) };
+        }
+        self.account.release(self.size);
+    }
+}
+
+/// A bounds-checked byte range inside a live buffer.
+#[derive(Clone, Copy, Debug)]
+pub struct Region {
+    ptr: *mut u8,
+    len: usize,
+}
+
+// SAFETY: a region is an address range inside a buffer; the session serialises every access to it
+// (one command at a time, compute awaited), so moving the address between threads is sound.
+unsafe impl Send for Region {}
+
+impl Region {
+    /// The first byte's real address.
+    pub fn ptr(&self) -> *mut u8 {
+        self.ptr
+    }
+
+    /// Length in bytes.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// True for an empty region.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// The bytes, for reading.
+    ///
+    /// # Safety
+    /// The buffer must outlive `'a`, and nothing may write the range during `'a`.
+    pub unsafe fn as_slice<'a>(self) -> &'a [u8] {
+        // SAFETY: the range lies inside the allocation (checked by `Buffer::region`); the caller
+        // guarantees lifetime and the absence of writers. Empty regions may use a dangling pointer.
+        unsafe { std::slice::from_raw_parts(self.ptr, self.len) }
+    }
+
+    /// The bytes, for writing.
+    ///
+    /// # Safety
+    /// The buffer must outlive `'a`, and nothing else may access the range during `'a`.
+    pub unsafe fn as_mut_slice<'a>(self) -> &'a mut [u8] {
+        // SAFETY: as in `as_slice`, plus exclusivity guaranteed by the caller.
+        unsafe { std::slice::from_raw_parts_mut(self.ptr, self.len) }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn budget_is_enforced_and_returned() {
+        let acc = Arc::new(MemoryAccount::new(Some(1000)));
+        let a = Buffer::alloc(&acc, 600).unwrap();
+        assert!(Buffer::alloc(&acc, 600).is_none());
+        assert_eq!(acc.report(), MemoryReport { free: 400, total: 1000 });
+        drop(a);
+        assert_eq!(acc.allocated(), 0);
+        assert!(Buffer::alloc(&acc, 1000).is_some());
+        assert!(Buffer::alloc(&acc, 1001).is_none());
+    }
+
+    #[test]
+    fn bases_are_aligned_and_disjoint() {
+        let acc = Arc::new(MemoryAccount::new(Some(1 << 20)));
+        let a = Buffer::alloc(&acc, 100).unwrap();
+        let b = Buffer::alloc(&acc, 5000).unwrap();
+        let z = Buffer::alloc(&acc, 0).unwrap();
+        for x in [&a, &b, &z] {
+            assert_ne!(x.base(), 0);
+            assert_eq!(x.base() % ADVERTISED_ALIGNMENT, 0);
+            assert_ne!(x.handle(), 0);
+        }
+        assert!(a.base() + a.size() <= b.base());
+        assert!(b.base() + b.size() <= z.base());
+        assert_ne!(a.handle(), b.handle());
+        assert_eq!(a.offset_of(a.base() + 10, 90), Some(10));
+        assert_eq!(a.offset_of(a.base() + 10, 91), None);
+        assert_eq!(a.offset_of(a.base() - 1, 1), None);
+        assert_eq!(a.offset_of(u64::MAX, 2), None);
+        assert_eq!(z.offset_of(z.base(), 0), Some(0));
+        assert_eq!(z.offset_of(z.base(), 1), None);
+        assert!(a.region(50, 51).is_none());
+        // SAFETY: the buffer outlives the slice and nothing else touches it.
+        let s = unsafe { a.region(0, 100).unwrap().as_slice() };
+        assert!(s.iter().all(|&x| x == 0));
+        assert_eq!(a.addr(0).unwrap() as usize % REAL_ALIGNMENT, 0);
+    }
+}

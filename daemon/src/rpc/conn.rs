@@ -1,0 +1,232 @@
+//! One connection: the HELLO handshake, then frames read and executed strictly in order, responses
+//! written for the commands that have one, and a log line when it closes.
+//!
+//! ref: ggml-rpc-protocol.md §3 (framing), §6 (handshake), §3.4 (ordering). A protocol violation
+//! closes only this connection, with a `warn!` naming the peer, the command and the reason.
+
+use std::net::SocketAddr;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::Instant;
+
+use llamad_proto::cmd::{Cmd, CONN_CAPS_SIZE, REQUEST_HEADER_SIZE, SET_TENSOR_HEADER_SIZE};
+use llamad_proto::msg::{Command, HelloRsp, SetTensorHeader};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt, BufReader, BufWriter};
+use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
+use tokio::net::TcpStream;
+use tokio_util::sync::CancellationToken;
+use tracing::{debug, debug_span, info, warn, Instrument};
+
+use crate::error::{refuse, Error, Result};
+use crate::rpc::server::Shared;
+use crate::rpc::session::{Reply, Session};
+use crate::rpc::stats::ConnStats;
+use crate::rpc::{cache, exec};
+
+/// Fills and copies at least this large run on a blocking thread, not on the runtime.
+const BLOCKING_BYTES: usize = 1 << 20;
+
+struct Conn {
+    reader: BufReader<OwnedReadHalf>,
+    writer: BufWriter<OwnedWriteHalf>,
+    session: Session,
+    shared: Arc<Shared>,
+    stats: ConnStats,
+    current: Option<Cmd>,
+}
+
+/// Serves one connection until the peer leaves, breaks a rule, or shutdown is requested.
+pub async fn serve(stream: TcpStream, peer: SocketAddr, shared: Arc<Shared>, cancel: CancellationToken) {
+    let start = Instant::now();
+    shared.stats.connections.fetch_add(1, Ordering::Relaxed);
+    shared.stats.active.fetch_add(1, Ordering::Relaxed);
+    debug!(%peer, "connection accepted");
+    let (r, w) = stream.into_split();
+    let mut conn = Conn {
+        reader: BufReader::with_capacity(64 * 1024, r),
+        writer: BufWriter::with_capacity(64 * 1024, w),
+        session: Session::new(shared.clone()),
+        shared: shared.clone(),
+        stats: ConnStats::default(),
+        current: None,
+    };
+    let outcome = conn.run(&cancel).await;
+    let end = match &outcome {
+        Ok(reason) => *reason,
+        Err(e) => {
+            let cmd = conn.current.map(Cmd::name).unwrap_or("-");
+            warn!(%peer, cmd, reason = %e, "closing connection");
+            shared.stats.record_refusal(format!("{cmd}: {e}"));
+            "refused"
+        }
+    };
+    let buffers = conn.session.buffer_count();
+    drop(conn.session);
+    shared.stats.active.fetch_sub(1, Ordering::Relaxed);
+    info!(
+        %peer,
+        duration_ms = start.elapsed().as_millis() as u64,
+        bytes_in = conn.stats.bytes_in,
+        bytes_out = conn.stats.bytes_out,
+        commands = %conn.stats.by_command(),
+        graphs = conn.stats.graphs,
+        buffers_freed = buffers,
+        end,
+        "connection closed"
+    );
+}
+
+impl Conn {
+    /// Reads a request header; `None` on a clean end of stream before its first byte.
+    async fn header(&mut self) -> Result<Option<(u8, u64)>> {
+        let mut b = [0u8; REQUEST_HEADER_SIZE];
+        if self.reader.read(&mut b[..1]).await? == 0 {
+            return Ok(None);
+        }
+        self.reader.read_exact(&mut b[1..]).await?;
+        Ok(Some(llamad_proto::msg::decode_request_header(&b)?))
+    }
+
+    /// Reads `len` payload bytes, growing the vector only as data arrives.
+    async fn payload(&mut self, len: u64) -> Result<Vec<u8>> {
+        let mut v = Vec::with_capacity(len.min(1 << 20) as usize);
+        (&mut self.reader).take(len).read_to_end(&mut v).await?;
+        if v.len() as u64 != len {
+            refuse!("connection ended inside a {len}-byte payload");
+        }
+        Ok(v)
+    }
+
+    async fn respond(&mut self, payload: &[u8]) -> Result<u64> {
+        self.writer.write_all(&(payload.len() as u64).to_le_bytes()).await?;
+        self.writer.write_all(payload).await?;
+        self.writer.flush().await?;
+        Ok(8 + payload.len() as u64)
+    }
+
+    async fn run(&mut self, cancel: &CancellationToken) -> Result<&'static str> {
+        // HELLO first, exactly 24 bytes (ref: §6; §15 items 1–2).
+        let hello_timeout = self.shared.cfg.hello_timeout;
+        let first = match tokio::time::timeout(hello_timeout, self.header()).await {
+            Ok(h) => h?,
+            Err(_) => refuse!("no HELLO within {hello_timeout:?}"),
+        };
+        let Some((cmd, len)) = first else { return Ok("peer left before HELLO") };
+        self.current = Cmd::from_u8(cmd);
+        if cmd != Cmd::Hello as u8 {
+            refuse!("expected HELLO, got command byte {cmd}");
+        }
+        if len != CONN_CAPS_SIZE as u64 {
+            refuse!("HELLO of {len} bytes (client needs protocol v7)");
+        }
+        let _caps = self.payload(len).await?;
+        let out = self.respond(&HelloRsp::ours().encode()).await?;
+        self.account(Cmd::Hello, REQUEST_HEADER_SIZE as u64 + len, out);
+        loop {
+            self.current = None;
+            let header = tokio::select! {
+                _ = cancel.cancelled() => return Ok("shutdown"),
+                h = self.header() => h?,
+            };
+            let Some((byte, len)) = header else { return Ok("peer closed") };
+            let Some(cmd) = Cmd::from_u8(byte) else { refuse!("unknown command byte {byte}") };
+            self.current = Some(cmd);
+            if !cmd.accepts_len(len) {
+                refuse!("payload length {len} does not match {:?}", cmd.request_size());
+            }
+            let span = debug_span!("cmd", cmd = cmd.name(), len);
+            let out = self.command(cmd, len).instrument(span).await?;
+            self.account(cmd, REQUEST_HEADER_SIZE as u64 + len, out);
+        }
+    }
+
+    /// Reads and executes one command whose header has been checked; returns the response bytes sent.
+    async fn command(&mut self, cmd: Cmd, len: u64) -> Result<u64> {
+        let out = if cmd == Cmd::SetTensor {
+            self.set_tensor(len).await?
+        } else {
+            if len > self.shared.max_frame {
+                refuse!("payload of {len} bytes exceeds max_frame {}", self.shared.max_frame);
+            }
+            let payload = self.payload(len).await?;
+            let command = Command::decode(cmd as u8, &payload, &self.shared.limits)?;
+            let reply = self.session.handle(command)?;
+            self.reply(reply).await?
+        };
+        debug!(out, "done");
+        Ok(out)
+    }
+
+    /// SET_TENSOR: validate the 305-byte header, then read the data straight into the buffer.
+    async fn set_tensor(&mut self, len: u64) -> Result<u64> {
+        let mut h = [0u8; SET_TENSOR_HEADER_SIZE];
+        self.reader.read_exact(&mut h).await?;
+        let header = SetTensorHeader::decode(&h)?;
+        let n = len - SET_TENSOR_HEADER_SIZE as u64; // accepts_len guarantees len >= 305
+        let (buf, region) = self.session.set_tensor_target(&header, n)?;
+        // SAFETY: `region` lies inside the live buffer `buf`, held until the end of this function;
+        // no graph is running (every run is awaited) and no other command executes meanwhile.
+        let dst = unsafe { region.as_mut_slice() };
+        read_exact_or_refuse(&mut self.reader, dst).await?;
+        if let Some(cache) = self.session.cache_for_store(&header) {
+            if n > 0 {
+                cache::store(cache, buf, region).await;
+            }
+        }
+        Ok(0)
+    }
+
+    async fn reply(&mut self, reply: Reply) -> Result<u64> {
+        match reply {
+            Reply::Nothing => Ok(0),
+            Reply::Bytes(b) => self.respond(&b).await,
+            Reply::Region(_buf, region) => {
+                // SAFETY: `region` lies inside the live buffer `_buf`, held for this scope; nothing
+                // writes buffers while a response is written.
+                let bytes = unsafe { region.as_slice() };
+                self.respond(bytes).await
+            }
+            Reply::CacheLoad(cache, hash, buf, region) => {
+                let hit = cache::load(cache, hash, buf, region).await;
+                debug!(%hash, hit, "cache lookup");
+                self.respond(&[u8::from(hit)]).await
+            }
+            Reply::Job(job, rsp) => {
+                if job.len() >= BLOCKING_BYTES {
+                    tokio::task::spawn_blocking(move || job.run())
+                        .await
+                        .map_err(|e| Error::Refused(format!("memory job failed: {e}")))?;
+                } else {
+                    job.run();
+                }
+                match rsp {
+                    Some(b) => self.respond(&b).await,
+                    None => Ok(0),
+                }
+            }
+            Reply::Compute(graph) => {
+                exec::run(self.shared.executor.clone(), graph).await?;
+                self.stats.graphs += 1;
+                self.shared.stats.graphs_computed.fetch_add(1, Ordering::Relaxed);
+                Ok(0)
+            }
+        }
+    }
+
+    fn account(&mut self, cmd: Cmd, bytes_in: u64, bytes_out: u64) {
+        self.stats.counts[cmd as usize] += 1;
+        self.stats.bytes_in += bytes_in;
+        self.stats.bytes_out += bytes_out;
+        self.shared.stats.record(cmd, bytes_in, bytes_out);
+    }
+}
+
+async fn read_exact_or_refuse(r: &mut (impl AsyncRead + Unpin), dst: &mut [u8]) -> Result<()> {
+    match r.read_exact(dst).await {
+        Ok(_) => Ok(()),
+        Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => {
+            Err(Error::Refused(format!("connection ended inside {} bytes of tensor data", dst.len())))
+        }
+        Err(e) => Err(e.into()),
+    }
+}

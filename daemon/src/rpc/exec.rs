@@ -1,0 +1,273 @@
+//! Graph reconstruction and execution: a validated [`GraphBlob`] becomes a `compute::graph::Graph`
+//! whose every tensor lies inside a live buffer of the connection, run on the process-wide executor
+//! off the async runtime.
+//!
+//! ref: ggml-rpc-protocol.md §8.3 (reconstruction), §14 items 3, 5, 10–16, §16.5–6. The build is
+//! iterative (no recursion on `src` chains) and refuses cycles, duplicate or missing ids, storage-less
+//! tensors of executed nodes, inconsistent views and ops it must never run.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+use compute::graph::{Executor, Graph, Node, Tensor};
+use compute::{GgmlOp, Layout};
+use llamad_proto::{GraphBlob, RpcTensor};
+
+use crate::error::{refuse, Error, Result};
+use crate::rpc::buffer::Buffer;
+
+/// A graph ready to run, holding the buffers it points into so they outlive any run.
+pub struct StoredGraph {
+    // A Mutex makes the stored graph shareable (`Graph` is Send, not Sync); runs are serialised anyway.
+    graph: Mutex<Graph>,
+    _buffers: Vec<Arc<Buffer>>,
+    /// Nodes sent by the peer.
+    pub n_nodes: usize,
+    /// Nodes that will be evaluated.
+    pub n_run: usize,
+}
+
+/// Where a table entry's bytes live.
+#[derive(Clone)]
+struct Placed {
+    layout: Layout,
+    nbytes: u64,
+    /// The buffer and the offset of `data` in it; `None` for tensors not on this server.
+    storage: Option<(Arc<Buffer>, u64)>,
+}
+
+/// The process-wide executor, used by one graph at a time.
+pub type SharedExecutor = Arc<Mutex<Executor>>;
+
+/// Builds the graph of `blob` against this connection's `buffers`.
+pub fn build(blob: &GraphBlob, buffers: &HashMap<u64, Arc<Buffer>>) -> Result<StoredGraph> {
+    let table = &blob.tensors;
+    // 1. Index the table; id 0 and duplicates are refused (§14 item 15).
+    let mut index: HashMap<u64, usize> = HashMap::with_capacity(table.len());
+    for (i, t) in table.iter().enumerate() {
+        if t.id == 0 {
+            refuse!("graph: tensor table entry {i} has id 0");
+        }
+        if index.insert(t.id, i).is_some() {
+            refuse!("graph: duplicate tensor id {:#x} in the table", t.id);
+        }
+    }
+    let lookup = |id: u64, what: &str| -> Result<usize> {
+        match index.get(&id) {
+            Some(&i) => Ok(i),
+            None => Err(Error::Refused(format!("graph: {what} id {id:#x} is not in the tensor table"))),
+        }
+    };
+    // 2. Node ids: non-zero, present, each once (§14 item 13).
+    let mut node_idx = Vec::with_capacity(blob.nodes.len());
+    let mut seen_node = vec![false; table.len()];
+    for &id in &blob.nodes {
+        if id == 0 {
+            refuse!("graph: node id 0");
+        }
+        let i = lookup(id, "node")?;
+        if std::mem::replace(&mut seen_node[i], true) {
+            refuse!("graph: node id {id:#x} listed twice");
+        }
+        node_idx.push(i);
+    }
+    // 3. Iterative depth-first walk over src[] and view_src from every node: marks what is
+    //    reachable and refuses cycles (§14 item 14). 0 = unvisited, 1 = on the stack, 2 = done.
+    let mut state = vec![0u8; table.len()];
+    let mut stack: Vec<(usize, usize)> = Vec::new();
+    for &root in &node_idx {
+        if state[root] == 2 {
+            continue;
+        }
+        state[root] = 1;
+        stack.push((root, 0));
+        while let Some(&mut (cur, ref mut next)) = stack.last_mut() {
+            let links = links(&table[cur]);
+            if *next < links.len() {
+                let child_id = links[*next];
+                *next += 1;
+                if child_id == 0 {
+                    continue;
+                }
+                let child = lookup(child_id, "source")?;
+                match state[child] {
+                    0 => {
+                        state[child] = 1;
+                        stack.push((child, 0));
+                    }
+                    1 => refuse!("graph: cycle through tensor id {child_id:#x}"),
+                    _ => {}
+                }
+            } else {
+                state[cur] = 2;
+                stack.pop();
+            }
+        }
+    }
+    // 4. Validate and place every reachable tensor (§4.4, §14 items 1, 3, 6–8, 12).
+    let mut placed: Vec<Option<Placed>> = vec![None; table.len()];
+    for (i, t) in table.iter().enumerate() {
+        if state[i] == 2 {
+            placed[i] = Some(place(t, buffers)?);
+        }
+    }
+    let get = |i: usize| -> Result<&Placed> {
+        placed[i].as_ref().ok_or_else(|| Error::Refused("graph: internal: tensor not placed".into()))
+    };
+    // 5. Views must point where their view_src says and stay inside it (§14 item 15).
+    for (i, t) in table.iter().enumerate() {
+        if state[i] != 2 || t.view_src == 0 {
+            continue;
+        }
+        let v = get(i)?;
+        let s = get(lookup(t.view_src, "view_src")?)?;
+        match (&v.storage, &s.storage) {
+            (None, None) => {}
+            (Some((vb, voff)), Some((sb, soff))) => {
+                let want = soff.checked_add(t.view_offs);
+                let v_end = voff.checked_add(v.nbytes);
+                let s_end = soff.checked_add(s.nbytes);
+                if !Arc::ptr_eq(vb, sb)
+                    || want != Some(*voff)
+                    || v_end.is_none()
+                    || s_end.is_none()
+                    || v_end > s_end
+                {
+                    refuse!(
+                        "graph: view {:#x} ({}) does not lie at view_src {:#x} + {} inside it",
+                        t.id,
+                        t.name_str(),
+                        t.view_src,
+                        t.view_offs
+                    );
+                }
+            }
+            _ => refuse!("graph: view {:#x} and its view_src {:#x} disagree on storage", t.id, t.view_src),
+        }
+    }
+    // 6. Nodes that run need storage for themselves and every source (§14 item 3), and an op we may run.
+    let mut nodes = Vec::new();
+    let mut keep: Vec<Arc<Buffer>> = Vec::new();
+    for &i in &node_idx {
+        let t = &table[i];
+        let op = t.ggml_op().map_err(|e| Error::Refused(format!("graph: {e}")))?;
+        let node_runs = t.flags & compute::op::flags::COMPUTE != 0 && !op.is_view();
+        if !node_runs {
+            continue;
+        }
+        check_sub_op(t, op)?;
+        let dst = tensor_of(t, get(i)?, &mut keep)?;
+        let mut src: [Option<Tensor>; compute::graph::MAX_SRC] = [None; compute::graph::MAX_SRC];
+        for (j, &sid) in t.src.iter().enumerate() {
+            if sid == 0 {
+                continue;
+            }
+            let si = lookup(sid, "source")?;
+            src[j] = Some(tensor_of(&table[si], get(si)?, &mut keep)?);
+        }
+        nodes.push(Node { op, op_params: t.op_params, flags: t.flags, dst, src });
+    }
+    keep.sort_by_key(|b| b.handle());
+    keep.dedup_by_key(|b| b.handle());
+    let n_run = nodes.len();
+    let first_ops: Vec<&str> = nodes.iter().map(|n| n.op.name()).collect();
+    // SAFETY: every tensor of every node passed here resolves to `[data, data + nbytes)` inside a
+    // live buffer of this connection (checked by `place` and `tensor_of`); the buffers are kept alive
+    // by `keep`, stored next to the graph; and the session never touches buffer memory while the
+    // graph runs (it awaits every run before the next command).
+    let graph = unsafe { Graph::new(nodes) }.map_err(|e| {
+        Error::Refused(format!(
+            "graph: compute refused it ({} runnable ops: {}): {e}",
+            n_run,
+            summarize(&first_ops)
+        ))
+    })?;
+    Ok(StoredGraph { graph: Mutex::new(graph), _buffers: keep, n_nodes: blob.nodes.len(), n_run })
+}
+
+fn summarize(ops: &[&str]) -> String {
+    let mut v: Vec<&str> = ops.to_vec();
+    v.sort_unstable();
+    v.dedup();
+    v.join(",")
+}
+
+/// UNARY and GLU name their sub-operation in `op_params[0]`; unknown values are refused (ref: §16.6).
+fn check_sub_op(t: &RpcTensor, op: GgmlOp) -> Result<()> {
+    let sub = t.op_params[0];
+    let known = match op {
+        GgmlOp::Unary => compute::op::UnaryOp::from_i32(sub).is_some(),
+        GgmlOp::Glu => compute::op::GluOp::from_i32(sub).is_some(),
+        _ => true,
+    };
+    if !known {
+        refuse!("graph: tensor {:#x} ({}): unknown {} sub-op {sub}", t.id, t.name_str(), op);
+    }
+    Ok(())
+}
+
+/// `src[0..9]` then `view_src`: the links the reference follows.
+fn links(t: &RpcTensor) -> [u64; 11] {
+    let mut l = [0u64; 11];
+    l[..10].copy_from_slice(&t.src);
+    l[10] = t.view_src;
+    l
+}
+
+/// Validates a table entry and finds its storage.
+fn place(t: &RpcTensor, buffers: &HashMap<u64, Arc<Buffer>>) -> Result<Placed> {
+    let what = || format!("graph: tensor {:#x} ({})", t.id, t.name_str());
+    let op = t.ggml_op().map_err(|e| Error::Refused(format!("{}: {e}", what())))?;
+    if op.carries_function_pointer() {
+        refuse!("{}: op {} carries host function pointers", what(), op);
+    }
+    let layout = t.layout().map_err(|e| Error::Refused(format!("{}: {e}", what())))?;
+    let nbytes = layout.nbytes().ok_or_else(|| Error::Refused(format!("{}: extent overflows", what())))?;
+    // An unknown handle counts as no buffer (ref: §4.4 step 4); then data must be 0 (§14 item 3).
+    let storage = match buffers.get(&t.buffer) {
+        Some(b) if t.buffer != 0 => {
+            let Some(off) = b.offset_of(t.data, nbytes) else {
+                refuse!("{}: data {:#x} + {nbytes} bytes leaves its buffer", what(), t.data);
+            };
+            Some((b.clone(), off))
+        }
+        _ => {
+            if t.data != 0 {
+                refuse!("{}: data {:#x} without a buffer of this connection", what(), t.data);
+            }
+            None
+        }
+    };
+    Ok(Placed { layout, nbytes, storage })
+}
+
+fn tensor_of(t: &RpcTensor, p: &Placed, keep: &mut Vec<Arc<Buffer>>) -> Result<Tensor> {
+    let Some((buf, off)) = &p.storage else {
+        refuse!(
+            "graph: tensor {:#x} ({}) is used by a computed node but has no storage here",
+            t.id,
+            t.name_str()
+        );
+    };
+    let Some(data) = buf.addr(*off) else {
+        refuse!("graph: tensor {:#x} offset outside its buffer", t.id);
+    };
+    keep.push(buf.clone());
+    Ok(Tensor { layout: p.layout, data })
+}
+
+/// Runs `graph` on the shared executor on a blocking thread; the caller awaits the result before
+/// reading its next command.
+pub async fn run(executor: SharedExecutor, graph: Arc<StoredGraph>) -> Result<()> {
+    let out = tokio::task::spawn_blocking(move || -> Result<()> {
+        let mut ex = executor.lock().map_err(|_| Error::Refused("compute executor poisoned".into()))?;
+        let g = graph.graph.lock().map_err(|_| Error::Refused("stored graph poisoned".into()))?;
+        ex.compute(&g)?;
+        Ok(())
+    })
+    .await;
+    match out {
+        Ok(r) => r,
+        Err(e) => Err(Error::Refused(format!("compute task failed: {e}"))),
+    }
+}

@@ -1,0 +1,12 @@
+//! The RPC server: accept loop ([`server`]), one task per connection ([`conn`]), per-connection
+//! command semantics ([`session`]), graph build and execution ([`exec`]), buffers ([`buffer`]), the cache hook
+//! ([`cache`]) and counters ([`stats`]). The wire format itself lives in `llamad-proto`.
+
+pub mod buffer;
+pub mod cache;
+pub mod conn;
+pub mod exec;
+pub mod server;
+pub mod session;
+pub mod stats;
+pub mod store_cache;

@@ -1,0 +1,332 @@
+//! Per-connection state and the semantics of every command: buffer handles, stored graphs, and the
+//! checks of ggml-rpc-protocol.md §4.4, §7, §14 and §16 (all in checked arithmetic).
+//!
+//! The session does no IO. [`Session::handle`] turns a decoded command into a [`Reply`]; SET_TENSOR is
+//! split so that its data can be streamed straight into the destination ([`Session::set_tensor_target`]).
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use compute::Layout;
+use llamad_proto::msg::{
+    AllocBufferRsp, Command, GetAllocSizeReq, GetTensorReq, MemsetTensorReq, SetTensorHashReq,
+    SetTensorHeader,
+};
+use llamad_proto::{RpcTensor, WireHash};
+use tracing::debug;
+
+use crate::error::{refuse, Error, Result};
+use crate::rpc::buffer::{Buffer, Region, ADVERTISED_ALIGNMENT};
+use crate::rpc::cache::WireCache;
+use crate::rpc::exec::{self, StoredGraph};
+use crate::rpc::server::Shared;
+
+/// What the connection must do after a command.
+pub enum Reply {
+    /// Nothing goes on the wire.
+    Nothing,
+    /// Send this payload in a response frame.
+    Bytes(Vec<u8>),
+    /// Send these buffer bytes in a response frame (GET_TENSOR), without copying them first.
+    Region(Arc<Buffer>, Region),
+    /// Run this graph, then send nothing.
+    Compute(Arc<StoredGraph>),
+    /// Look `hash` up in the cache straight into `region`, then answer `01` (hit) or `00`.
+    CacheLoad(Arc<dyn WireCache>, WireHash, Arc<Buffer>, Region),
+    /// Fill or copy buffer memory (off the runtime when large), then send the payload if any.
+    Job(MemJob, Option<Vec<u8>>),
+}
+
+/// Bulk memory work whose regions were validated by the session; holds its buffers alive.
+pub enum MemJob {
+    /// Set every byte of `region` to `value`.
+    Fill(Arc<Buffer>, Region, u8),
+    /// Copy `from` (in the first buffer) to `to` (in the second); the ranges may overlap.
+    Copy(Arc<Buffer>, Region, Arc<Buffer>, Region),
+}
+
+impl MemJob {
+    /// Bytes touched.
+    pub fn len(&self) -> usize {
+        match self {
+            MemJob::Fill(_, r, _) => r.len(),
+            MemJob::Copy(_, r, _, _) => r.len(),
+        }
+    }
+
+    /// True when there is nothing to do.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Does the work.
+    pub fn run(self) {
+        match self {
+            MemJob::Fill(_buf, r, v) => {
+                // SAFETY: `r` lies inside the live buffer `_buf` (validated by the session, held here);
+                // the session runs one command at a time and awaits this job before the next.
+                unsafe { r.as_mut_slice() }.fill(v);
+            }
+            MemJob::Copy(_a, from, _b, to) => {
+                let n = from.len().min(to.len());
+                // SAFETY: both regions lie inside live buffers held here; `copy` allows overlap; no
+                // other access happens while the job runs (as for `Fill`).
+                unsafe { std::ptr::copy(from.ptr(), to.ptr(), n) };
+            }
+        }
+    }
+}
+
+/// A validated descriptor (ref: §4.4): layout, extent and, when it has one, its place in a buffer.
+struct Resolved {
+    layout: Layout,
+    nbytes: u64,
+    storage: Option<(Arc<Buffer>, u64)>,
+}
+
+/// One connection's state.
+pub struct Session {
+    shared: Arc<Shared>,
+    buffers: HashMap<u64, Arc<Buffer>>,
+    graphs: Vec<Option<Arc<StoredGraph>>>,
+    /// Bytes held by this connection's buffers.
+    held: u64,
+}
+
+impl Session {
+    /// A fresh session: no handles, no stored graphs (ref: §15 item 26).
+    pub fn new(shared: Arc<Shared>) -> Session {
+        let n = shared.cfg.devices.len();
+        Session { shared, buffers: HashMap::new(), graphs: vec![None; n], held: 0 }
+    }
+
+    /// Number of live buffers.
+    pub fn buffer_count(&self) -> usize {
+        self.buffers.len()
+    }
+
+    fn device(&self, device: u32) -> Result<usize> {
+        let d = device as usize;
+        if d >= self.graphs.len() {
+            refuse!("device {device} out of range (device count {})", self.graphs.len());
+        }
+        Ok(d)
+    }
+
+    fn buffer(&self, handle: u64) -> Result<&Arc<Buffer>> {
+        match self.buffers.get(&handle) {
+            Some(b) => Ok(b),
+            None => Err(Error::Refused(format!("unknown buffer handle {handle:#x}"))),
+        }
+    }
+
+    /// §4.4: type, layout and extent; a descriptor naming a known buffer must lie inside it.
+    fn resolve(&self, t: &RpcTensor) -> Result<Resolved> {
+        let layout = t.layout().map_err(|e| Error::Refused(format!("tensor {:#x}: {e}", t.id)))?;
+        let nbytes = layout.nbytes().ok_or_else(|| Error::Refused("tensor extent overflows".into()))?;
+        let storage = match self.buffers.get(&t.buffer) {
+            Some(b) if t.buffer != 0 => match b.offset_of(t.data, nbytes) {
+                Some(off) => Some((b.clone(), off)),
+                None => refuse!(
+                    "tensor {:#x} ({}): data {:#x} + {nbytes} bytes leaves buffer [{:#x}, +{})",
+                    t.id,
+                    t.name_str(),
+                    t.data,
+                    b.base(),
+                    b.size()
+                ),
+            },
+            _ => None,
+        };
+        Ok(Resolved { layout, nbytes, storage })
+    }
+
+    fn resolve_stored(&self, t: &RpcTensor) -> Result<(Resolved, Arc<Buffer>, u64)> {
+        let r = self.resolve(t)?;
+        match r.storage.clone() {
+            Some((b, off)) => Ok((r, b, off)),
+            None => refuse!("tensor {:#x}: no buffer of this connection (buffer {:#x})", t.id, t.buffer),
+        }
+    }
+
+    /// §7 SET_TENSOR / GET_TENSOR region check for `n` bytes at tensor offset `offset`: the start must
+    /// lie strictly inside the buffer, the end inside the buffer and inside the tensor.
+    fn tensor_region(&self, t: &RpcTensor, offset: u64, n: u64) -> Result<(Arc<Buffer>, Region)> {
+        let (r, buf, toff) = self.resolve_stored(t)?;
+        let Some(start) = toff.checked_add(offset) else { refuse!("offset {offset:#x} overflows") };
+        if start >= buf.size() || n > buf.size() - start {
+            refuse!("region [{offset:#x}, +{n}) leaves the buffer");
+        }
+        match offset.checked_add(n) {
+            Some(end) if end <= r.nbytes => {}
+            _ => refuse!("region [{offset:#x}, +{n}) leaves the tensor of {} bytes", r.nbytes),
+        }
+        let Some(region) = buf.region(start, n) else { refuse!("region outside the buffer") };
+        Ok((buf, region))
+    }
+
+    /// Validates a SET_TENSOR header for `n` data bytes and returns where they go.
+    pub fn set_tensor_target(&mut self, h: &SetTensorHeader, n: u64) -> Result<(Arc<Buffer>, Region)> {
+        self.tensor_region(&h.tensor, h.offset, n)
+    }
+
+    /// Executes one command (SET_TENSOR only in its already-buffered form).
+    pub fn handle(&mut self, cmd: Command<'_>) -> Result<Reply> {
+        match cmd {
+            Command::Hello(_) => refuse!("HELLO after the handshake"),
+            Command::DeviceCount => Ok(Reply::Bytes((self.graphs.len() as u32).to_le_bytes().to_vec())),
+            Command::AllocBuffer(a) => {
+                self.device(a.device)?;
+                let quota = self.shared.cfg.max_connection_mem.unwrap_or(u64::MAX);
+                let within_quota = self.held.checked_add(a.size).is_some_and(|n| n <= quota);
+                let buffer = if within_quota { Buffer::alloc(&self.shared.memory, a.size) } else { None };
+                let rsp = match buffer {
+                    Some(b) => {
+                        self.held += b.size();
+                        let rsp = AllocBufferRsp { remote_ptr: b.handle(), remote_size: b.size() };
+                        debug!(size = a.size, handle = b.handle(), base = b.base(), "buffer allocated");
+                        self.buffers.insert(b.handle(), Arc::new(b));
+                        rsp
+                    }
+                    None => {
+                        debug!(size = a.size, "allocation refused");
+                        AllocBufferRsp::default()
+                    }
+                };
+                let mut v = rsp.remote_ptr.to_le_bytes().to_vec();
+                v.extend_from_slice(&rsp.remote_size.to_le_bytes());
+                Ok(Reply::Bytes(v))
+            }
+            Command::GetAlignment { device } => {
+                self.device(device)?;
+                Ok(Reply::Bytes(ADVERTISED_ALIGNMENT.to_le_bytes().to_vec()))
+            }
+            Command::GetMaxSize { device } => {
+                self.device(device)?;
+                Ok(Reply::Bytes(self.shared.max_size.to_le_bytes().to_vec()))
+            }
+            Command::GetDeviceMemory { device } => {
+                self.device(device)?;
+                let m = self.shared.memory.report();
+                let mut v = m.free.min(m.total).to_le_bytes().to_vec();
+                v.extend_from_slice(&m.total.to_le_bytes());
+                Ok(Reply::Bytes(v))
+            }
+            Command::BufferGetBase { remote_ptr } => {
+                Ok(Reply::Bytes(self.buffer(remote_ptr)?.base().to_le_bytes().to_vec()))
+            }
+            Command::FreeBuffer { remote_ptr } => {
+                let Some(b) = self.buffers.remove(&remote_ptr) else {
+                    refuse!("FREE_BUFFER of unknown handle {remote_ptr:#x}");
+                };
+                self.held -= b.size();
+                // Stored graphs may point into the freed buffer (§14 item 5): drop them all, as the reference does.
+                self.graphs.iter_mut().for_each(|g| *g = None);
+                Ok(Reply::Nothing)
+            }
+            Command::BufferClear { remote_ptr, value } => {
+                let b = self.buffer(remote_ptr)?;
+                let Some(r) = b.region(0, b.size()) else { refuse!("buffer region") };
+                Ok(Reply::Job(MemJob::Fill(b.clone(), r, value), None))
+            }
+            Command::SetTensor(h, data) => {
+                let (_buf, r) = self.set_tensor_target(&h, data.len() as u64)?;
+                // SAFETY: `r` lies inside the live buffer `_buf`, held for this scope; no graph is running.
+                unsafe { r.as_mut_slice() }.copy_from_slice(data);
+                Ok(Reply::Nothing)
+            }
+            Command::SetTensorHash(req) => self.set_tensor_hash(&req),
+            Command::GetTensor(GetTensorReq { tensor, offset, size }) => {
+                let (buf, r) = self.tensor_region(&tensor, offset, size)?;
+                Ok(Reply::Region(buf, r))
+            }
+            Command::CopyTensor { src, dst } => self.copy_tensor(&src, &dst),
+            Command::MemsetTensor(m) => self.memset_tensor(&m),
+            Command::InitTensor(t) => {
+                let r = self.resolve(&t)?;
+                if r.storage.is_none() {
+                    // The reference only logs this and keeps the connection (ref: §7 INIT_TENSOR).
+                    debug!(id = t.id, "INIT_TENSOR of a tensor without a buffer");
+                }
+                Ok(Reply::Nothing)
+            }
+            Command::GetAllocSize(req) => self.get_alloc_size(&req),
+            Command::GraphCompute(blob) => {
+                let d = self.device(blob.device)?;
+                let g = Arc::new(exec::build(&blob, &self.buffers)?);
+                debug!(nodes = g.n_nodes, run = g.n_run, tensors = blob.tensors.len(), "graph built");
+                self.graphs[d] = Some(g.clone());
+                Ok(Reply::Compute(g))
+            }
+            Command::GraphRecompute { device } => {
+                let d = self.device(device)?;
+                match &self.graphs[d] {
+                    Some(g) => Ok(Reply::Compute(g.clone())),
+                    None => refuse!("GRAPH_RECOMPUTE without a stored graph on device {device}"),
+                }
+            }
+        }
+    }
+
+    fn set_tensor_hash(&mut self, req: &SetTensorHashReq) -> Result<Reply> {
+        // Without a cache every hash is a miss and the descriptor is not examined, as the reference
+        // does (ref: §7 SET_TENSOR_HASH, §15 item 23).
+        let Some(cache) = self.shared.cache.clone() else { return Ok(Reply::Bytes(vec![0])) };
+        // With one, the descriptor is validated and the entry must fill the tensor from `offset` to its
+        // end (whole-tensor uploads; ref: §9 hardened recommendations).
+        let (r, _, _) = self.resolve_stored(&req.tensor)?;
+        let Some(len) = r.nbytes.checked_sub(req.offset) else {
+            refuse!("SET_TENSOR_HASH offset {:#x} beyond the tensor of {} bytes", req.offset, r.nbytes);
+        };
+        if len == 0 {
+            return Ok(Reply::Bytes(vec![0]));
+        }
+        let (buf, region) = self.tensor_region(&req.tensor, req.offset, len)?;
+        Ok(Reply::CacheLoad(cache, req.hash, buf, region))
+    }
+
+    /// The cache to store a SET_TENSOR's data in, if the flag asks for it and a cache exists.
+    pub fn cache_for_store(&self, h: &SetTensorHeader) -> Option<Arc<dyn WireCache>> {
+        if h.cache_flag != 0 {
+            self.shared.cache.clone()
+        } else {
+            None
+        }
+    }
+
+    fn copy_tensor(&mut self, src: &RpcTensor, dst: &RpcTensor) -> Result<Reply> {
+        let (s, sbuf, soff) = self.resolve_stored(src)?;
+        let (d, dbuf, doff) = self.resolve_stored(dst)?;
+        // §14 item 4: the master only copies identical layouts; anything else is refused.
+        if s.layout != d.layout {
+            refuse!("COPY_TENSOR between different layouts ({:?} -> {:?})", s.layout, d.layout);
+        }
+        let n = s.nbytes;
+        match doff.checked_add(n) {
+            Some(end) if end <= dbuf.size() => {}
+            _ => refuse!("COPY_TENSOR of {n} bytes leaves the destination buffer"),
+        }
+        let (Some(from), Some(to)) = (sbuf.region(soff, n), dbuf.region(doff, n)) else {
+            refuse!("COPY_TENSOR region outside a buffer");
+        };
+        Ok(Reply::Job(MemJob::Copy(sbuf, from, dbuf, to), Some(vec![1])))
+    }
+
+    fn memset_tensor(&mut self, m: &MemsetTensorReq) -> Result<Reply> {
+        let (r, buf, toff) = self.resolve_stored(&m.tensor)?;
+        // ref: §7 MEMSET_TENSOR.
+        if m.offset > r.nbytes || m.size > r.nbytes - m.offset {
+            refuse!("MEMSET_TENSOR [{:#x}, +{}) leaves the tensor of {} bytes", m.offset, m.size, r.nbytes);
+        }
+        let Some(start) = toff.checked_add(m.offset) else { refuse!("MEMSET_TENSOR offset overflows") };
+        let Some(region) = buf.region(start, m.size) else { refuse!("MEMSET_TENSOR leaves the buffer") };
+        Ok(Reply::Job(MemJob::Fill(buf, region, m.value), None))
+    }
+
+    fn get_alloc_size(&mut self, req: &GetAllocSizeReq) -> Result<Reply> {
+        self.device(req.device)?;
+        let r = self.resolve(&req.tensor)?;
+        // Sources only matter to backends that pad; a failing source is silently absent (ref: §7).
+        Ok(Reply::Bytes(r.nbytes.to_le_bytes().to_vec()))
+    }
+}
