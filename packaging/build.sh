@@ -177,10 +177,14 @@ build_arm64() {
     echo "llamad needs $(glibc_floor "$td/$ARM_TRIPLE/release/llamad" aarch64-linux-gnu-objdump) (bookworm: 2.36, noble: 2.39)"
     package "$td" "$ARM_TRIPLE"
     if [[ ${SKIP_ARM64_TESTS:-0} != 1 ]]; then
+        # compute's GGUF and model tests read the SmolLM2 test model from models/.
+        "$ROOT/scripts/fetch-model.sh" >/dev/null
         log "arm64: cargo test -p compute under qemu (default CPU)"
-        CARGO_TARGET_DIR=$td cargo test --target "$ARM_TRIPLE" -p compute
+        CARGO_TARGET_DIR=$td cargo test --no-fail-fast --target "$ARM_TRIPLE" -p compute ||
+            FAILED+=("arm64 compute tests (default CPU)")
         log "arm64: cargo test -p compute under qemu (QEMU_CPU=cortex-a72)"
-        QEMU_CPU=cortex-a72 CARGO_TARGET_DIR=$td cargo test --target "$ARM_TRIPLE" -p compute
+        QEMU_CPU=cortex-a72 CARGO_TARGET_DIR=$td cargo test --no-fail-fast --target "$ARM_TRIPLE" -p compute ||
+            FAILED+=("arm64 compute tests (QEMU_CPU=cortex-a72)")
     fi
 }
 
