@@ -177,8 +177,14 @@ build_arm64() {
     echo "llamad needs $(glibc_floor "$td/$ARM_TRIPLE/release/llamad" aarch64-linux-gnu-objdump) (bookworm: 2.36, noble: 2.39)"
     package "$td" "$ARM_TRIPLE"
     if [[ ${SKIP_ARM64_TESTS:-0} != 1 ]]; then
-        # compute's GGUF and model tests read the SmolLM2 test model from models/.
+        # compute's GGUF and model tests read the SmolLM2 test model from models/; the tokenizer
+        # tests compare with the llama.cpp reference peer (a host python, run from the emulated
+        # test binary), which tests/peer/build-peer.sh builds once and then only prints.
         "$ROOT/scripts/fetch-model.sh" >/dev/null
+        if [[ -z ${LLAMAD_PEER_PYTHON:-} ]]; then
+            LLAMAD_PEER_PYTHON=$("$ROOT/tests/peer/build-peer.sh" | tail -n 1)
+            export LLAMAD_PEER_PYTHON
+        fi
         log "arm64: cargo test -p compute under qemu (default CPU)"
         CARGO_TARGET_DIR=$td cargo test --no-fail-fast --target "$ARM_TRIPLE" -p compute ||
             FAILED+=("arm64 compute tests (default CPU)")
