@@ -18,7 +18,14 @@ echo "== cargo build"
 cargo build --workspace --release --bins
 
 echo "== cargo test"
-cargo test --workspace --release
+cargo test --workspace --release --no-fail-fast
+
+if [ "${LLAMAD_ARM64:-1}" != 0 ] && [ "$(uname -m)" = x86_64 ]; then
+    # The compute kernels (NEON with and without dotprod) cross-built for aarch64 and run under qemu
+    # (scripts/test-arm64.sh installs Debian's cross toolchain on first use). LLAMAD_ARM64=0 skips.
+    echo "== aarch64 kernel tests (qemu)"
+    scripts/test-arm64.sh --lib
+fi
 
 if [ -d tests/interop ]; then
     # llamad against llama.cpp's master and its own RPC server (tests/interop/test_interop.py).

@@ -1,7 +1,9 @@
 //! End-to-end check on the real model (ref: ggml-compute-semantics.md §4.11): SmolLM2-135M-Instruct
 //! Q4_1, prompt "Hello world, this is" = [19556, 905, 28, 451, 314] (no BOS) → greedy 253 ('Ġa'),
 //! then after feeding 253 → 905 ('Ġworld'); logit of 253 ≈ 17.2532 with FA on, 17.4569 with FA off
-//! in llama.cpp. The argmaxes must match exactly; the logit within 0.15. Measured when ops and
+//! in llama.cpp. The argmaxes must match exactly; the logit within 0.25 (the scalar and NEON kernels,
+//! whose summation order differs from the x86 SIMD one, give 17.618 with FA off: 0.161 away; llama.cpp's
+//! own FA-on and FA-off values of this logit differ by 0.20). Measured when ops and
 //! quant were first joined: 17.186 (FA on) and 17.351 (FA off); over the whole vocabulary against
 //! llama-cpp-python 0.3.36 max |Δ| 0.45 / 0.57, correlation 0.9996, same top 5 (FA on) — for
 //! scale, llama.cpp's own FA-on and FA-off logits differ by up to 0.45. The graphs themselves are
@@ -41,7 +43,7 @@ fn run(flash_attn: bool, want_logit: f32) {
     assert_eq!(logits.len(), 49152);
     assert_eq!(argmax(&logits), 253);
     let l = logits[253];
-    assert!((l - want_logit).abs() < 0.15, "logit of 253: {l}, llama.cpp {want_logit}");
+    assert!((l - want_logit).abs() < 0.25, "logit of 253: {l}, llama.cpp {want_logit}");
     let logits = s.decode(&[253]).unwrap().to_vec();
     assert_eq!(argmax(&logits), 905);
     // Graph reuse: further single-token steps build no new graph and allocate no arena.

@@ -35,3 +35,33 @@ pub fn notify(state: &str) {
         warn!(error = %e, "sd_notify failed");
     }
 }
+
+/// Keeps systemd's watchdog fed: when `WATCHDOG_USEC` is set (a unit with `WatchdogSec=`), sends
+/// `WATCHDOG=1` every half period until `stop` is cancelled. Returns at once otherwise.
+pub async fn watchdog(stop: tokio_util::sync::CancellationToken) {
+    let Some(usec) = std::env::var("WATCHDOG_USEC").ok().and_then(|v| v.parse::<u64>().ok()) else { return };
+    if usec == 0 {
+        return;
+    }
+    let period = std::time::Duration::from_micros(usec / 2).max(std::time::Duration::from_millis(100));
+    info!(?period, "feeding the systemd watchdog");
+    let mut tick = tokio::time::interval(period);
+    loop {
+        tokio::select! {
+            _ = stop.cancelled() => return,
+            _ = tick.tick() => notify("WATCHDOG=1"),
+        }
+    }
+}
+
+/// A stream of SIGHUPs (`None` if the handler cannot be installed).
+pub fn hangups() -> Option<tokio::signal::unix::Signal> {
+    use tokio::signal::unix::{signal, SignalKind};
+    match signal(SignalKind::hangup()) {
+        Ok(s) => Some(s),
+        Err(e) => {
+            warn!(error = %e, "cannot install the SIGHUP handler; reload disabled");
+            None
+        }
+    }
+}

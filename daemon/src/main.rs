@@ -80,6 +80,7 @@ fn real_main(cli: Cli) -> anyhow::Result<()> {
         admin_listen: cli.admin_listen,
         admin_token_file: cli.admin_token_file,
     };
+    let config_path = cli.config.clone();
     let cfg =
         Config::load(cli.config.as_deref(), std::env::vars(), &flags).context("loading the configuration")?;
     if let Some(Sub::CheckConfig) = cli.command {
@@ -108,6 +109,7 @@ fn real_main(cli: Cli) -> anyhow::Result<()> {
             None => None,
         };
         let store = cache.as_ref().map(|c| c.store().clone());
+        let store_for_reload = store.clone();
         let wire_cache = cache.map(|c| c as std::sync::Arc<dyn llamad::rpc::cache::WireCache>);
         let admin = cfg.admin.clone();
         let shared = llamad::Shared::with_cache(cfg, wire_cache);
@@ -126,7 +128,18 @@ fn real_main(cli: Cli) -> anyhow::Result<()> {
                 tracing::warn!(error = %e, "admin API not started");
             }
         }
+        tokio::spawn(llamad::lifecycle::watchdog(stop.clone()));
+        if let Some(mut hup) = llamad::lifecycle::hangups() {
+            let (config, flags) = (config_path.clone(), flags.clone());
+            let store = store_for_reload;
+            tokio::spawn(async move {
+                while hup.recv().await.is_some() {
+                    reload(config.as_deref(), &flags, store.as_deref());
+                }
+            });
+        }
         llamad::lifecycle::notify("READY=1");
+        llamad::lifecycle::notify(&format!("STATUS=serving RPC protocol 7.0.0 on {addr}"));
         llamad::serve(shared, listener, stop.cancelled_owned()).await?;
         Ok(())
     })
@@ -149,4 +162,23 @@ fn open_cache(cfg: &Config) -> anyhow::Result<std::sync::Arc<llamad::rpc::store_
     let totals = store.totals();
     tracing::info!(dir = %root.display(), objects = totals.count, bytes = totals.bytes, "tensor cache open");
     Ok(std::sync::Arc::new(llamad::rpc::store_cache::StoreCache::new(std::sync::Arc::new(store))))
+}
+
+/// SIGHUP: reads the configuration again and applies what can change while running (the cache's size
+/// limit); a bad file is reported and the running configuration kept. Listeners, threads and the memory
+/// budget need a restart.
+fn reload(config: Option<&std::path::Path>, flags: &Overrides, store: Option<&cachestore::Store>) {
+    llamad::lifecycle::notify("RELOADING=1");
+    match Config::load(config, std::env::vars(), flags) {
+        Ok(cfg) => {
+            if let Some(store) = store {
+                if let Err(e) = store.set_max_size(cfg.cache_max_size) {
+                    tracing::warn!(error = %e, "reload: cache size limit not applied");
+                }
+            }
+            tracing::info!(cache_max_size = ?cfg.cache_max_size, "configuration reloaded (listeners, threads and memory budget change on restart)");
+        }
+        Err(e) => tracing::error!(error = %format!("{e:#}"), "reload failed; keeping the running configuration"),
+    }
+    llamad::lifecycle::notify("READY=1");
 }

@@ -135,6 +135,8 @@ def start_llamad(port: Optional[int] = None, threads: int = 1, extra_args: Seque
     """``$LLAMAD_BIN -H 127.0.0.1 -p PORT -t N [extra_args]`` (ggml-rpc-server compatible flags, §10.1)."""
     port = port or free_port()
     env = dict(os.environ)
+    # Several workers run side by side here: none of them needs the admin API (port 50053).
+    env.setdefault("LLAMAD__ADMIN__ENABLED", "false")
     env.update(env_extra or {})
     argv = [llamad_bin(), "-H", "127.0.0.1", "-p", str(port), "-t", str(threads), *extra_args]
     return _spawn("llamad", argv, port, env=env)
