@@ -21,7 +21,7 @@ fi
 
 # Rustup's compiler has no aarch64 standard library; Debian's does (trap 2 of the note).
 export RUSTC=/usr/bin/rustc RUSTDOC=/usr/bin/rustdoc
-export CARGO_TARGET_DIR="${CARGO_TARGET_DIR_ARM64:-/work/targets/quant-arm64}"
+export CARGO_TARGET_DIR="${CARGO_TARGET_DIR_ARM64:-$PWD/target/aarch64}"
 target=aarch64-unknown-linux-gnu
 
 echo "== aarch64, default qemu CPU (dotprod)" >&2

@@ -178,7 +178,9 @@ fn reload(config: Option<&std::path::Path>, flags: &Overrides, store: Option<&ca
             }
             tracing::info!(cache_max_size = ?cfg.cache_max_size, "configuration reloaded (listeners, threads and memory budget change on restart)");
         }
-        Err(e) => tracing::error!(error = %format!("{e:#}"), "reload failed; keeping the running configuration"),
+        Err(e) => {
+            tracing::error!(error = %format!("{e:#}"), "reload failed; keeping the running configuration")
+        }
     }
     llamad::lifecycle::notify("READY=1");
 }
