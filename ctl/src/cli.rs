@@ -125,7 +125,7 @@ mod tests {
     fn llama_cpp_style_options_parse() {
         let argv = ["llamactl", "run", "-m", "x.gguf", "-p", "hi", "-ngl", "7", "-ts", "3,1", "-n", "5"];
         let cli = Cli::try_parse_from(normalize_args(argv.iter().map(OsString::from))).unwrap();
-        let Command::Run(a) = cli.command;
+        let Command::Run(a) = cli.command else { panic!("expected run") };
         assert_eq!(a.n_gpu_layers, Some(7));
         assert_eq!(a.tensor_split, vec![3.0, 1.0]);
         assert_eq!(a.n_predict, 5);

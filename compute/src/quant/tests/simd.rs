@@ -93,7 +93,7 @@ fn check_bitwise(isa: Isa, t: GgmlType, qx: &[u8], x: &[f32]) {
 fn quantize_twin(isa: Isa, t: GgmlType, x: &[f32]) -> Vec<u8> {
     use crate::quant::scalar as sc;
     let x86 = matches!(isa, Isa::Avx2 | Isa::Avx512);
-    let f: Option<fn(&[f32], &mut [u8])> = match t {
+    let f: Option<crate::quant::FromF32Fn> = match t {
         GgmlType::Q8_0 if x86 => Some(sc::q8_0_from_f32_x86),
         GgmlType::Q8_1 if x86 => Some(sc::q8_1_from_f32_x86),
         _ => None,
