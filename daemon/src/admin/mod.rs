@@ -121,6 +121,13 @@ impl AdminConfig {
             }
             c.listen = l.clone();
         }
+        // Under systemd the package's unit hands the root-only /etc/llamad/admin.token over as a credential.
+        if let Some(cred) = std::env::var_os("CREDENTIALS_DIRECTORY") {
+            let t = PathBuf::from(cred).join(TOKEN_FILE_NAME);
+            if t.exists() {
+                c.token_file = t;
+            }
+        }
         if let Some(t) = &raw.token_file {
             c.token_file = t.clone();
         }
