@@ -124,6 +124,13 @@ pub(crate) unsafe fn prepare_mul_mat(n: &Node) -> Result<Plan> {
     check_overlap(op, &dst, &a, Alias::Never)?;
     check_overlap(op, &dst, &b, Alias::Never)?;
     let (vec_dot, act) = plan_activations(op, &a, &b)?;
+    // ggml multiplies F16 weights (and F32 weights by contiguous F32 activations) with its float GEMM
+    // when there are two or more activation rows, and with `vec_dot` otherwise; use the same arithmetic
+    // so results match a llama.cpp CPU backend bit for bit.
+    let gemm = quant::kernels(a.dtype())
+        .vec_dot_gemm
+        .filter(|_| b.ne[1] >= 2 && (a.dtype() != GgmlType::F32 || b.l.is_contiguous()));
+    let vec_dot = gemm.unwrap_or(vec_dot);
     let shared_bytes = if act.convert {
         b.nrows().checked_mul(act.row).ok_or_else(|| shape_err(op, "scratch size overflows"))?
     } else {

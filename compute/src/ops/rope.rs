@@ -148,8 +148,8 @@ impl Rope {
                 let (c, s) = (cache[2 * k], cache[2 * k + 1]);
                 let (j0, j1) = if self.neox { (k, k + half) } else { (2 * k, 2 * k + 1) };
                 let (x0, x1) = (w[j0], w[j1]);
-                w[j0] = x0 * c - x1 * s;
-                w[j1] = x0 * s + x1 * c;
+                w[j0] = x0.mul_add(c, -(x1 * s));
+                w[j1] = x0.mul_add(s, x1 * c);
             }
             d.store_row(i1, i2, i3, x);
         }

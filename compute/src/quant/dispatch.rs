@@ -109,6 +109,11 @@ impl Kernels {
         self.types[t as usize].vec_dot_x4 = Some(f);
     }
 
+    /// Sets the GEMM-order dot product of `t` (see [`TypeKernels::vec_dot_gemm`]).
+    pub(crate) fn set_vec_dot_gemm(&mut self, t: GgmlType, f: VecDotFn) {
+        self.types[t as usize].vec_dot_gemm = Some(f);
+    }
+
     /// Replaces the quantizer (or narrowing) of `t`.
     pub(crate) fn set_from_f32(&mut self, t: GgmlType, f: FromF32Fn) {
         self.types[t as usize].from_f32 = Some(f);
@@ -150,14 +155,27 @@ fn choose_from(requested: Option<&str>) -> Isa {
 }
 
 fn entry(to: ToF32Fn, from: Option<FromF32Fn>, dot: Option<VecDotFn>, vdt: GgmlType) -> TypeKernels {
-    TypeKernels { to_f32: Some(to), from_f32: from, vec_dot: dot, vec_dot_type: vdt, vec_dot_x4: None }
+    TypeKernels {
+        to_f32: Some(to),
+        from_f32: from,
+        vec_dot: dot,
+        vec_dot_type: vdt,
+        vec_dot_x4: None,
+        vec_dot_gemm: None,
+    }
 }
 
 fn build_scalar() -> Kernels {
     use scalar as s;
     use GgmlType::*;
-    let empty =
-        TypeKernels { to_f32: None, from_f32: None, vec_dot: None, vec_dot_type: F32, vec_dot_x4: None };
+    let empty = TypeKernels {
+        to_f32: None,
+        from_f32: None,
+        vec_dot: None,
+        vec_dot_type: F32,
+        vec_dot_x4: None,
+        vec_dot_gemm: None,
+    };
     let mut t = [empty; GGML_TYPE_COUNT as usize];
     // ref: ggml-compute-semantics.md §2.3, the vec_dot_type table.
     let rows: [(GgmlType, TypeKernels); 24] = [

@@ -66,6 +66,11 @@ pub struct TypeKernels {
     /// Optional faster form of four `vec_dot` calls sharing the weight row (`None`: call
     /// `vec_dot` four times).
     pub vec_dot_x4: Option<VecDotX4Fn>,
+    /// The dot product as ggml's float GEMM computes it (llamafile's tinyBLAS), which ggml uses instead
+    /// of `vec_dot` for F32/F16 matrix products over two or more activation rows; `None` where the two
+    /// agree (the quantized types). Matrix products pick it so that results equal a llama.cpp CPU
+    /// backend's bit for bit.
+    pub vec_dot_gemm: Option<VecDotFn>,
 }
 
 /// The kernel table of `t`, for the instruction set chosen at start-up.

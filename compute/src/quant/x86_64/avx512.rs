@@ -59,8 +59,22 @@ fn rows<'a, X: bytemuck::Pod, Y: bytemuck::Pod>(n: usize, x: &'a [u8], y: &'a [u
     (take_blocks::<X>(x, n / QK), take_blocks::<Y>(y, n / QK))
 }
 
-/// Σ over block pairs of `scale · v`, unrolled by two (`$body` yields `(scale, v: __m256i)`).
+/// `Σ_blocks scale · v` (`$body` yields `(scale, v: __m256i)`) with ggml's AVX2 arithmetic: one 8-lane
+/// accumulator, `fma(scale, float(v), acc)` block after block, then the horizontal sum. VNNI only
+/// changes how the exact integer lane sums are formed, so results equal the AVX2 kernels bit for bit.
 macro_rules! block_loop {
+    ($xs:expr, $ys:expr, |$bx:ident, $by:ident| $body:expr) => {{
+        let mut acc = _mm256_setzero_ps();
+        for ($bx, $by) in $xs.iter().zip($ys.iter()) {
+            let (d, v) = $body;
+            acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(v), acc);
+        }
+        hsum_ps(acc)
+    }};
+}
+
+/// As [`block_loop`] with two accumulators (even and odd blocks): ggml's AVX2 order for IQ4_NL.
+macro_rules! block_loop2 {
     ($xs:expr, $ys:expr, |$bx:ident, $by:ident| $body:expr) => {{
         let mut acc0 = _mm256_setzero_ps();
         let mut acc1 = _mm256_setzero_ps();
@@ -140,7 +154,7 @@ unsafe fn iq4_nl_q8_0(xs: &[BlockIq4Nl], ys: &[BlockQ8_0]) -> f32 {
     // SAFETY: register arithmetic and whole-block reads; features enabled on this fn.
     unsafe {
         let lut = iq4_lut();
-        block_loop!(xs, ys, |bx, by| {
+        block_loop2!(xs, ys, |bx, by| {
             let q = _mm256_shuffle_epi8(lut, nibbles32(&bx.qs));
             (f16_mul(bx.d, by.d), dot_i8(q, load32(&by.qs)))
         })

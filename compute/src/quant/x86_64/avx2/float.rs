@@ -51,18 +51,6 @@ unsafe fn dot_body(n: usize, x: &[u8], y: &[u8], load: Load8) -> f32 {
 }
 
 #[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn dot_f32(n: usize, x: &[u8], y: &[u8]) -> f32 {
-    // SAFETY: lengths checked by the caller; features enabled on this fn.
-    unsafe { dot_body(n, x, y, load_f32) }
-}
-
-#[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn dot_f16(n: usize, x: &[u8], y: &[u8]) -> f32 {
-    // SAFETY: lengths checked by the caller; features enabled on this fn.
-    unsafe { dot_body(n, x, y, load_f16) }
-}
-
-#[target_feature(enable = "avx2,fma,f16c")]
 unsafe fn dot_bf16(n: usize, x: &[u8], y: &[u8]) -> f32 {
     // SAFETY: lengths checked by the caller; features enabled on this fn.
     unsafe { dot_body(n, x, y, load_bf16) }
@@ -74,18 +62,122 @@ fn tail(n: usize, x: &[u8], y: &[u8], elem: usize, f: fn(usize, &[u8], &[u8]) ->
     f(n - head, &x[head * elem..n * elem], &y[head * elem..n * elem])
 }
 
-/// f32 · f32.
+/// Σ x·y with one 8-lane accumulator, `fma` per 8 elements, then `hsum_ps`: the arithmetic of ggml's
+/// x86 float GEMM (llamafile's tinyBLAS, which ggml uses for F32/F16 matrix products whenever the
+/// shared dimension is a multiple of 8). `n % 8 == 0` is the caller's.
+#[inline(always)]
+unsafe fn dot_gemm_order(n: usize, x: &[u8], y: &[u8], load: Load8) -> f32 {
+    // SAFETY: every load is below `n` elements, which the caller checked.
+    unsafe {
+        let mut acc = _mm256_setzero_ps();
+        for i in (0..n).step_by(8) {
+            acc = _mm256_fmadd_ps(load(x, i), load(y, i), acc);
+        }
+        hsum_ps(acc)
+    }
+}
+
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn dot_f32_gemm(n: usize, x: &[u8], y: &[u8]) -> f32 {
+    // SAFETY: lengths checked by the caller; features enabled on this fn.
+    unsafe { dot_gemm_order(n, x, y, load_f32) }
+}
+
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn dot_f16_gemm(n: usize, x: &[u8], y: &[u8]) -> f32 {
+    // SAFETY: lengths checked by the caller; features enabled on this fn.
+    unsafe { dot_gemm_order(n, x, y, load_f16) }
+}
+
+/// ggml's AVX2 `vec_dot` reduction of four 8-lane accumulators: `a0 + a2`, `a1 + a3`, their sum, then
+/// the two 128-bit halves added and two horizontal adds.
+#[inline(always)]
+unsafe fn reduce4_hadd(acc: [__m256; 4]) -> f32 {
+    // SAFETY: register arithmetic; the caller runs with AVX enabled.
+    unsafe {
+        let a = _mm256_add_ps(_mm256_add_ps(acc[0], acc[2]), _mm256_add_ps(acc[1], acc[3]));
+        let t0 = _mm_add_ps(_mm256_castps256_ps128(a), _mm256_extractf128_ps(a, 1));
+        let t1 = _mm_hadd_ps(t0, t0);
+        _mm_cvtss_f32(_mm_hadd_ps(t1, t1))
+    }
+}
+
+/// Σ x·y over the first `n / 32 * 32` elements as ggml's AVX2 `vec_dot` forms it: four accumulators
+/// over steps of 32, reduced by [`reduce4_hadd`].
+#[inline(always)]
+unsafe fn dot_vec_order(n: usize, x: &[u8], y: &[u8], load: Load8) -> f32 {
+    // SAFETY: every load is below `n / 32 * 32` elements, which the caller checked.
+    unsafe {
+        let mut acc = [_mm256_setzero_ps(); 4];
+        for i in (0..n / 32 * 32).step_by(32) {
+            for (k, a) in acc.iter_mut().enumerate() {
+                *a = _mm256_fmadd_ps(load(x, i + 8 * k), load(y, i + 8 * k), *a);
+            }
+        }
+        reduce4_hadd(acc)
+    }
+}
+
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn dot_f32_vec(n: usize, x: &[u8], y: &[u8]) -> f32 {
+    // SAFETY: lengths checked by the caller; features enabled on this fn.
+    unsafe { dot_vec_order(n, x, y, load_f32) }
+}
+
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn dot_f16_vec(n: usize, x: &[u8], y: &[u8]) -> f32 {
+    // SAFETY: lengths checked by the caller; features enabled on this fn.
+    unsafe { dot_vec_order(n, x, y, load_f16) }
+}
+
+/// f32 · f32 as ggml's AVX2 `ggml_vec_dot_f32`: the vector part, then the leftovers added in f32.
 pub(super) fn vec_dot_f32_f32(n: usize, x: &[u8], y: &[u8]) -> f32 {
     check(n, x, y, 4);
     // SAFETY: installed only after AVX2/FMA/F16C detection; lengths checked above.
-    unsafe { dot_f32(n, x, y) + tail(n, x, y, 4, scalar::vec_dot_f32_f32) }
+    let mut sum = unsafe { dot_f32_vec(n, x, y) };
+    for i in n / 32 * 32..n {
+        sum += f32_at(x, i) * f32_at(y, i);
+    }
+    sum
 }
 
-/// f16 · f16.
+/// f16 · f16 as ggml's AVX2 `ggml_vec_dot_f16`: the vector part, then the leftovers added in f64.
 pub(super) fn vec_dot_f16_f16(n: usize, x: &[u8], y: &[u8]) -> f32 {
     check(n, x, y, 2);
     // SAFETY: installed only after AVX2/FMA/F16C detection; lengths checked above.
-    unsafe { dot_f16(n, x, y) + tail(n, x, y, 2, scalar::vec_dot_f16_f16) }
+    let mut sum = unsafe { dot_f16_vec(n, x, y) } as f64;
+    for i in n / 32 * 32..n {
+        sum += (f16_at(x, i) * f16_at(y, i)) as f64;
+    }
+    sum as f32
+}
+
+/// f32 · f32 in ggml's GEMM order (one accumulator; `n % 8 == 0`, else as [`vec_dot_f32_f32`]).
+pub(super) fn vec_dot_f32_f32_gemm(n: usize, x: &[u8], y: &[u8]) -> f32 {
+    check(n, x, y, 4);
+    if n % 8 != 0 {
+        return vec_dot_f32_f32(n, x, y);
+    }
+    // SAFETY: installed only after AVX2/FMA/F16C detection; lengths checked above.
+    unsafe { dot_f32_gemm(n, x, y) }
+}
+
+/// f16 · f16 in ggml's GEMM order (one accumulator; `n % 8 == 0`, else as [`vec_dot_f16_f16`]).
+pub(super) fn vec_dot_f16_f16_gemm(n: usize, x: &[u8], y: &[u8]) -> f32 {
+    check(n, x, y, 2);
+    if n % 8 != 0 {
+        return vec_dot_f16_f16(n, x, y);
+    }
+    // SAFETY: installed only after AVX2/FMA/F16C detection; lengths checked above.
+    unsafe { dot_f16_gemm(n, x, y) }
+}
+
+fn f32_at(b: &[u8], i: usize) -> f32 {
+    f32::from_le_bytes([b[4 * i], b[4 * i + 1], b[4 * i + 2], b[4 * i + 3]])
+}
+
+fn f16_at(b: &[u8], i: usize) -> f32 {
+    half::f16::from_bits(u16::from_le_bytes([b[2 * i], b[2 * i + 1]])).to_f32()
 }
 
 /// bf16 · bf16.

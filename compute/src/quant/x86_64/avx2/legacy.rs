@@ -12,9 +12,23 @@ fn rows<'a, X: bytemuck::Pod, Y: bytemuck::Pod>(n: usize, x: &'a [u8], y: &'a [u
     (take_blocks::<X>(x, n / QK), take_blocks::<Y>(y, n / QK))
 }
 
-/// Sums `d_i * v_i` over block pairs, with `v` an 8×i32 or 8×f32 vector per block, two
-/// accumulators for latency hiding.
+/// `Σ_blocks d_b · v_b` with ggml's AVX2 arithmetic for Q4_0, Q4_1, Q5_0, Q5_1 and Q8_0: one 8-lane
+/// accumulator updated by `fma(d, v, acc)` block after block, then the horizontal sum (`hsum_ps`). The
+/// same order as the four-row kernels (`x4.rs`), so a row's result does not depend on which kernel ran it.
 macro_rules! block_loop {
+    ($xs:expr, $ys:expr, |$bx:ident, $by:ident| $body:expr) => {{
+        let mut acc = _mm256_setzero_ps();
+        for ($bx, $by) in $xs.iter().zip($ys.iter()) {
+            let (d, v) = $body;
+            acc = _mm256_fmadd_ps(_mm256_set1_ps(d), v, acc);
+        }
+        hsum_ps(acc)
+    }};
+}
+
+/// As [`block_loop`] with two accumulators (even and odd blocks) summed before the horizontal sum:
+/// ggml's AVX2 order for IQ4_NL and MXFP4, which process blocks in pairs.
+macro_rules! block_loop2 {
     ($xs:expr, $ys:expr, |$bx:ident, $by:ident| $body:expr) => {{
         let mut acc0 = _mm256_setzero_ps();
         let mut acc1 = _mm256_setzero_ps();
@@ -96,7 +110,7 @@ unsafe fn iq4_nl_q8_0(xs: &[BlockIq4Nl], ys: &[BlockQ8_0]) -> f32 {
     // SAFETY: register arithmetic and in-bounds block reads; features enabled on this fn.
     unsafe {
         let lut = iq4_lut();
-        block_loop!(xs, ys, |bx, by| {
+        block_loop2!(xs, ys, |bx, by| {
             let q = _mm256_shuffle_epi8(lut, nibbles32(&bx.qs));
             (f16_mul(bx.d, by.d), _mm256_cvtepi32_ps(dot_i8i8_epi32(q, load32(&by.qs))))
         })
@@ -184,7 +198,7 @@ unsafe fn mxfp4_q8_0(xs: &[BlockMxfp4], ys: &[BlockQ8_0]) -> f32 {
     unsafe {
         let lut = _mm256_broadcastsi128_si256(_mm_loadu_si128(KVALUES_MXFP4.as_ptr().cast()));
         let one = [0x00u8, 0x3c];
-        block_loop!(xs, ys, |bx, by| {
+        block_loop2!(xs, ys, |bx, by| {
             let q = _mm256_shuffle_epi8(lut, nibbles32(&bx.qs));
             (e8m0_half(bx.e) * f16_mul(by.d, one), _mm256_cvtepi32_ps(dot_i8i8_epi32(q, load32(&by.qs))))
         })
