@@ -9,8 +9,7 @@
 //! scale, llama.cpp's own FA-on and FA-off logits differ by up to 0.45. The graphs themselves are
 //! pinned to 1e-4 by the F32-cache tiny-model tests in `model_graphs.rs`.
 //!
-//! Skipped (with a message) when `models/SmolLM2-135M-Instruct.Q4_1.gguf` is absent; run
-//! `scripts/fetch-model.sh` first.
+//! Fails when the model is absent (`$LLAMAD_MODEL` or `models/`); `scripts/fetch-model.sh` fetches it.
 
 use std::path::PathBuf;
 
@@ -19,9 +18,14 @@ use compute::model::{Model, Session, SessionConfig};
 /// One executor thread: on the shared 2-core test machine a second spinning thread only waits.
 const THREADS: usize = 1;
 
-fn model_path() -> Option<PathBuf> {
-    let p = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../models/SmolLM2-135M-Instruct.Q4_1.gguf");
-    p.exists().then_some(p)
+/// The model: `$LLAMAD_MODEL`, else the repository's `models/` (fetched by `scripts/fetch-model.sh`).
+fn model_path() -> PathBuf {
+    let p = match std::env::var_os("LLAMAD_MODEL") {
+        Some(p) => PathBuf::from(p),
+        None => PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../models/SmolLM2-135M-Instruct.Q4_1.gguf"),
+    };
+    assert!(p.exists(), "SmolLM2 model not found at {} (run scripts/fetch-model.sh)", p.display());
+    p
 }
 
 fn argmax(l: &[f32]) -> u32 {
@@ -29,10 +33,7 @@ fn argmax(l: &[f32]) -> u32 {
 }
 
 fn run(flash_attn: bool, want_logit: f32) {
-    let Some(path) = model_path() else {
-        eprintln!("skipping: SmolLM2 model not found (run scripts/fetch-model.sh)");
-        return;
-    };
+    let path = model_path();
     // SAFETY: the test does not modify the model file while it is mapped.
     let model = unsafe { Model::open(&path) }.unwrap();
     assert_eq!(model.hp.n_layer, 30);
@@ -75,10 +76,7 @@ fn smollm2_greedy_fa_off() {
 #[test]
 fn smollm2_text_in_text_out() {
     // Text → tokenizer → Session::generate with a greedy sampler → text, as `llamactl run` does.
-    let Some(path) = model_path() else {
-        eprintln!("skipping: SmolLM2 model not found (run scripts/fetch-model.sh)");
-        return;
-    };
+    let path = model_path();
     // SAFETY: the test does not modify the model file while it is mapped.
     let gguf = std::sync::Arc::new(unsafe { compute::gguf::Gguf::open(&path) }.unwrap());
     let tok = compute::tokenizer::Tokenizer::from_gguf(&gguf).unwrap();

@@ -19,6 +19,7 @@ mod rope;
 mod rows;
 mod softmax;
 mod unary;
+mod vexp;
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Mutex;

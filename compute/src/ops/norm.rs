@@ -56,7 +56,8 @@ impl Norm {
             self.a.load_row(i1, i2, i3, x);
             match self.which {
                 Which::Rms => {
-                    let sum: f64 = x.iter().map(|&v| (v as f64) * (v as f64)).sum();
+                    // The square is rounded to f32 before it is summed in f64, as ggml does.
+                    let sum: f64 = x.iter().map(|&v| (v * v) as f64).sum();
                     let mean = (sum / n0 as f64) as f32;
                     let scale = 1.0 / (mean + self.eps).sqrt();
                     x.iter_mut().for_each(|v| *v *= scale);

@@ -99,11 +99,9 @@ impl SoftMax {
             if let Some(s) = sink {
                 max = max.max(s);
             }
-            let mut sum = 0.0f64;
-            for v in x.iter_mut() {
-                *v = (*v - max).exp();
-                sum += *v as f64;
-            }
+            let (y, _) = m.split_at_mut(n0);
+            let mut sum = super::vexp::soft_max_exp(x, max, y);
+            x.copy_from_slice(y);
             if let Some(s) = sink {
                 sum += (s - max).exp() as f64;
             }

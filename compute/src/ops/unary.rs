@@ -357,6 +357,12 @@ impl Glu {
                     }
                 }
             };
+            if self.op == GluOp::Swiglu {
+                // ggml's vectorised SiLU, for bit-identical results (ops/vexp.rs).
+                super::vexp::swiglu_in_place(xs, gs);
+                d.store_row(i1, i2, i3, xs);
+                continue;
+            }
             for (x, g) in xs.iter_mut().zip(gs.iter()) {
                 *x = self.combine(*x, *g);
             }
