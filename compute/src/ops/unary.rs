@@ -359,7 +359,8 @@ impl Glu {
             };
             if self.op == GluOp::Swiglu {
                 // ggml's vectorised SiLU, for bit-identical results (ops/vexp.rs).
-                super::vexp::swiglu_in_place(xs, gs);
+                let n = xs.len();
+                super::vexp::swiglu_in_place(xs, &gs[..n]);
                 d.store_row(i1, i2, i3, xs);
                 continue;
             }

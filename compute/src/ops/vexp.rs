@@ -185,8 +185,10 @@ mod tests {
     #[test]
     fn vector_exp_is_close_to_libm_and_handles_extremes() {
         // Independent reference: the C library's expf; the vector exp is within 2 ulp of it.
-        let xs: Vec<f32> =
-            (-2000..2000).map(|i| i as f32 * 0.05).chain([-200.0, -104.5, -87.0, 0.0, 88.0, 89.0, 200.0]).collect();
+        let xs: Vec<f32> = (-2000..2000)
+            .map(|i| i as f32 * 0.05)
+            .chain([-200.0, -104.5, -87.0, 0.0, 88.0, 89.0, 200.0])
+            .collect();
         let n = xs.len() / 8 * 8;
         let mut y = vec![0.0f32; n];
         let _ = soft_max_exp(&xs[..n], 0.0, &mut y);
