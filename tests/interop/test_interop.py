@@ -268,3 +268,33 @@ def test_committed_capture_is_well_framed():
     path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "captures")
     counts = check_capture_dir(path)
     assert counts.get("GRAPH_COMPUTE", 0) >= 1 and counts.get("HELLO", 0) >= 10
+
+
+def llamactl_bin() -> str:
+    """`$LLAMACTL_BIN`, else `llamactl` next to the llamad binary under test."""
+    path = os.environ.get("LLAMACTL_BIN") or os.path.join(os.path.dirname(peer.llamad_bin()), "llamactl")
+    if not os.path.isfile(path):
+        raise RuntimeError(f"llamactl not found at {path}: build it (cargo build --release) or set LLAMACTL_BIN")
+    return path
+
+
+@pytest.mark.parametrize("n_workers", [0, 2], ids=["in-process", "2-llamad-workers"])
+def test_llamactl_matches_local_cpu(model, report, llamad_pool, n_workers):
+    """Our own master (`llamactl run`, greedy, flash attention off) produces llama.cpp's CPU text token for
+    token, in-process and with the layers on two llamad workers (issue 5)."""
+    import subprocess
+
+    base = local_cpu(model, report, False)
+    args = []
+    if n_workers:
+        args = ["--workers", ",".join(s.endpoint for s in llamad_pool.get(n_workers))]
+    diffs = []
+    for prompt, want in zip(PROMPTS, [r["text"] for r in base.runs]):
+        argv = [llamactl_bin(), "run", "-m", model, "-p", prompt, "-n", str(N_TOKENS), "--temp", "0", "-t", "1",
+                "--flash-attn", "off", "--no-progress", *args]
+        out = subprocess.run(argv, capture_output=True, text=True, timeout=MASTER_TIMEOUT)
+        assert out.returncode == 0, out.stderr[-3000:]
+        got = out.stdout[:-1] if out.stdout.endswith("\n") else out.stdout
+        if got != want:
+            diffs.append(f"  {prompt[:40]!r}:\n    llama.cpp: {want!r}\n    llamactl:  {got!r}")
+    assert not diffs, "llamactl differs from llama.cpp's local CPU:\n" + "\n".join(diffs)
