@@ -51,7 +51,7 @@ wait_port() {
 
 for port in "$p1" "$p2"; do
     echo "==> starting llamad on 127.0.0.1:$port" >&2
-    "$bin/llamad" -H 127.0.0.1 -p "$port" -t 1 >"$logs/$port.log" 2>&1 &
+    "$bin/llamad" -H 127.0.0.1 -p "$port" -t 1 --admin-listen off >"$logs/$port.log" 2>&1 &
     pids+=($!)
 done
 wait_port "$p1"
