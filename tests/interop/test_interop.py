@@ -278,16 +278,22 @@ def llamactl_bin() -> str:
     return path
 
 
-@pytest.mark.parametrize("n_workers", [0, 2], ids=["in-process", "2-llamad-workers"])
-def test_llamactl_matches_local_cpu(model, report, llamad_pool, n_workers):
+@pytest.mark.parametrize(
+    "workers", [("none", 0), ("llamad", 1), ("llamad", 2), ("reference", 1)],
+    ids=["in-process", "1-llamad-worker", "2-llamad-workers", "reference-server"],
+)
+def test_llamactl_matches_local_cpu(model, report, llamad_pool, reference_pool, workers):
     """Our own master (`llamactl run`, greedy, flash attention off) produces llama.cpp's CPU text token for
-    token, in-process and with the layers on two llamad workers (issue 5)."""
+    token: in-process, with the layers on one or two llamad workers, and on llama.cpp's own RPC server
+    (issue 5)."""
     import subprocess
 
     base = local_cpu(model, report, False)
+    kind, n = workers
     args = []
-    if n_workers:
-        args = ["--workers", ",".join(s.endpoint for s in llamad_pool.get(n_workers))]
+    if n:
+        pool = llamad_pool if kind == "llamad" else reference_pool
+        args = ["--workers", ",".join(s.endpoint for s in pool.get(n))]
     diffs = []
     for prompt, want in zip(PROMPTS, [r["text"] for r in base.runs]):
         argv = [llamactl_bin(), "run", "-m", model, "-p", prompt, "-n", str(N_TOKENS), "--temp", "0", "-t", "1",
