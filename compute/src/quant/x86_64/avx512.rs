@@ -59,43 +59,6 @@ fn rows<'a, X: bytemuck::Pod, Y: bytemuck::Pod>(n: usize, x: &'a [u8], y: &'a [u
     (take_blocks::<X>(x, n / QK), take_blocks::<Y>(y, n / QK))
 }
 
-/// `Σ_blocks scale · v` (`$body` yields `(scale, v: __m256i)`) with ggml's AVX2 arithmetic: one 8-lane
-/// accumulator, `fma(scale, float(v), acc)` block after block, then the horizontal sum. VNNI only
-/// changes how the exact integer lane sums are formed, so results equal the AVX2 kernels bit for bit.
-macro_rules! block_loop {
-    ($xs:expr, $ys:expr, |$bx:ident, $by:ident| $body:expr) => {{
-        let mut acc = _mm256_setzero_ps();
-        for ($bx, $by) in $xs.iter().zip($ys.iter()) {
-            let (d, v) = $body;
-            acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(v), acc);
-        }
-        hsum_ps(acc)
-    }};
-}
-
-/// As [`block_loop`] with two accumulators (even and odd blocks): ggml's AVX2 order for IQ4_NL.
-macro_rules! block_loop2 {
-    ($xs:expr, $ys:expr, |$bx:ident, $by:ident| $body:expr) => {{
-        let mut acc0 = _mm256_setzero_ps();
-        let mut acc1 = _mm256_setzero_ps();
-        let mut pairs = $xs.chunks_exact(2).zip($ys.chunks_exact(2));
-        for (px, py) in &mut pairs {
-            let ($bx, $by) = (&px[0], &py[0]);
-            let (d0, v0) = $body;
-            let ($bx, $by) = (&px[1], &py[1]);
-            let (d1, v1) = $body;
-            acc0 = _mm256_fmadd_ps(_mm256_set1_ps(d0), _mm256_cvtepi32_ps(v0), acc0);
-            acc1 = _mm256_fmadd_ps(_mm256_set1_ps(d1), _mm256_cvtepi32_ps(v1), acc1);
-        }
-        if $xs.len() % 2 == 1 {
-            let ($bx, $by) = (&$xs[$xs.len() - 1], &$ys[$ys.len() - 1]);
-            let (d0, v0) = $body;
-            acc0 = _mm256_fmadd_ps(_mm256_set1_ps(d0), _mm256_cvtepi32_ps(v0), acc0);
-        }
-        hsum_ps(_mm256_add_ps(acc0, acc1))
-    }};
-}
-
 macro_rules! wrapper {
     ($pub_name:ident, $inner:ident, $x:ty, $y:ty) => {
         fn $pub_name(n: usize, x: &[u8], y: &[u8]) -> f32 {
@@ -124,7 +87,7 @@ unsafe fn q4_0_q8_0(xs: &[BlockQ4_0], ys: &[BlockQ8_0]) -> f32 {
                 dpbusd(_mm256_setzero_si256(), nibbles32(&bx.qs), y),
                 dpbusd(_mm256_setzero_si256(), eight, y),
             );
-            (f16_mul(bx.d, by.d), v)
+            (f16_mul(bx.d, by.d), _mm256_cvtepi32_ps(v))
         })
     }
 }
@@ -137,7 +100,8 @@ unsafe fn q4_1_q8_1(xs: &[BlockQ4_1], ys: &[BlockQ8_1]) -> f32 {
         let dot = block_loop!(xs, ys, |bx, by| {
             let p = dm_products(bytemuck::bytes_of(bx), bytemuck::bytes_of(by));
             ms = _mm_add_ps(ms, p);
-            (_mm_cvtss_f32(p), dpbusd(_mm256_setzero_si256(), nibbles32(&bx.qs), load32(&by.qs)))
+            let v = dpbusd(_mm256_setzero_si256(), nibbles32(&bx.qs), load32(&by.qs));
+            (_mm_cvtss_f32(p), _mm256_cvtepi32_ps(v))
         });
         dot + _mm_cvtss_f32(_mm_movehdup_ps(ms))
     }
@@ -146,7 +110,12 @@ unsafe fn q4_1_q8_1(xs: &[BlockQ4_1], ys: &[BlockQ8_1]) -> f32 {
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512vl,avx512vnni")]
 unsafe fn q8_0_q8_0(xs: &[BlockQ8_0], ys: &[BlockQ8_0]) -> f32 {
     // SAFETY: register arithmetic and whole-block reads; features enabled on this fn.
-    unsafe { block_loop!(xs, ys, |bx, by| (f16_mul(bx.d, by.d), dot_i8(load32(&bx.qs), load32(&by.qs)))) }
+    unsafe {
+        block_loop!(xs, ys, |bx, by| (
+            f16_mul(bx.d, by.d),
+            _mm256_cvtepi32_ps(dot_i8(load32(&bx.qs), load32(&by.qs)))
+        ))
+    }
 }
 
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512vl,avx512vnni")]
@@ -156,7 +125,7 @@ unsafe fn iq4_nl_q8_0(xs: &[BlockIq4Nl], ys: &[BlockQ8_0]) -> f32 {
         let lut = iq4_lut();
         block_loop2!(xs, ys, |bx, by| {
             let q = _mm256_shuffle_epi8(lut, nibbles32(&bx.qs));
-            (f16_mul(bx.d, by.d), dot_i8(q, load32(&by.qs)))
+            (f16_mul(bx.d, by.d), _mm256_cvtepi32_ps(dot_i8(q, load32(&by.qs))))
         })
     }
 }

@@ -12,44 +12,6 @@ fn rows<'a, X: bytemuck::Pod, Y: bytemuck::Pod>(n: usize, x: &'a [u8], y: &'a [u
     (take_blocks::<X>(x, n / QK), take_blocks::<Y>(y, n / QK))
 }
 
-/// `Σ_blocks d_b · v_b` with ggml's AVX2 arithmetic for Q4_0, Q4_1, Q5_0, Q5_1 and Q8_0: one 8-lane
-/// accumulator updated by `fma(d, v, acc)` block after block, then the horizontal sum (`hsum_ps`). The
-/// same order as the four-row kernels (`x4.rs`), so a row's result does not depend on which kernel ran it.
-macro_rules! block_loop {
-    ($xs:expr, $ys:expr, |$bx:ident, $by:ident| $body:expr) => {{
-        let mut acc = _mm256_setzero_ps();
-        for ($bx, $by) in $xs.iter().zip($ys.iter()) {
-            let (d, v) = $body;
-            acc = _mm256_fmadd_ps(_mm256_set1_ps(d), v, acc);
-        }
-        hsum_ps(acc)
-    }};
-}
-
-/// As [`block_loop`] with two accumulators (even and odd blocks) summed before the horizontal sum:
-/// ggml's AVX2 order for IQ4_NL and MXFP4, which process blocks in pairs.
-macro_rules! block_loop2 {
-    ($xs:expr, $ys:expr, |$bx:ident, $by:ident| $body:expr) => {{
-        let mut acc0 = _mm256_setzero_ps();
-        let mut acc1 = _mm256_setzero_ps();
-        let mut pairs = $xs.chunks_exact(2).zip($ys.chunks_exact(2));
-        for (px, py) in &mut pairs {
-            let ($bx, $by) = (&px[0], &py[0]);
-            let (d0, v0) = $body;
-            let ($bx, $by) = (&px[1], &py[1]);
-            let (d1, v1) = $body;
-            acc0 = _mm256_fmadd_ps(_mm256_set1_ps(d0), v0, acc0);
-            acc1 = _mm256_fmadd_ps(_mm256_set1_ps(d1), v1, acc1);
-        }
-        if $xs.len() % 2 == 1 {
-            let ($bx, $by) = (&$xs[$xs.len() - 1], &$ys[$ys.len() - 1]);
-            let (d0, v0) = $body;
-            acc0 = _mm256_fmadd_ps(_mm256_set1_ps(d0), v0, acc0);
-        }
-        hsum_ps(_mm256_add_ps(acc0, acc1))
-    }};
-}
-
 /// Q4_0 · Q8_0.
 pub(super) fn vec_dot_q4_0_q8_0(n: usize, x: &[u8], y: &[u8]) -> f32 {
     let (xs, ys) = rows::<BlockQ4_0, BlockQ8_0>(n, x, y);
