@@ -1,7 +1,7 @@
 """Captures one real master session (model load, one prompt, N generated tokens) through proxy.py.
 
 Usage: python capture_session.py OUTDIR [--model GGUF] [--tokens 8] [--elide-set-tensor-over BYTES]
-                                 [--server ENDPOINT] [--responses]
+                                 [--server ENDPOINT] [--responses] [--flash-attn]
 
 Starts a reference server (unless ``--server`` names one, e.g. a running llamad), puts the
 proxy in front of it with ``--capture OUTDIR``, runs the llama.cpp master with all layers on it,
@@ -29,6 +29,7 @@ def main() -> int:
     ap.add_argument("--tokens", type=int, default=8)
     ap.add_argument("--elide-set-tensor-over", type=int, default=None)
     ap.add_argument("--responses", action="store_true")
+    ap.add_argument("--flash-attn", action="store_true", help="run the master with flash attention on")
     ap.add_argument("--server", help="HOST:PORT of a running server instead of a fresh reference server")
     args = ap.parse_args()
 
@@ -42,7 +43,7 @@ def main() -> int:
         upstream = ("127.0.0.1", server.port)
     try:
         with proxy.Proxy(upstream[1], upstream[0], 0, args.outdir, args.responses, args.elide_set_tensor_over) as px:
-            res = peer.run_master(args.model, [args.prompt], args.tokens, endpoints=[px.endpoint])
+            res = peer.run_master(args.model, [args.prompt], args.tokens, endpoints=[px.endpoint], flash_attn=args.flash_attn)
             px.wait_closed()
             snap = px.stats.snapshot()
     finally:
@@ -52,6 +53,7 @@ def main() -> int:
         "model": os.path.basename(args.model),
         "prompt": args.prompt,
         "n_tokens": args.tokens,
+        "flash_attn": args.flash_attn,
         "text": res.texts()[0],
         "tokens": res.tokens()[0],
         "server": "llama.cpp reference (llama-cpp-python 0.3.36)" if server else args.server,

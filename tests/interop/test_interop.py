@@ -104,11 +104,8 @@ def test_reference_server_matches_local_cpu(model, report, reference_pool, fa, n
 # Flash attention: ggml's CPU kernel keeps the V accumulator in f16 and converts Q to f16 for token
 # generation (ggml-compute-semantics.md §3.3); llamad's does not reproduce that bit for bit yet, so its
 # FA-on text drifts after some tokens (issue 3). strict=True: the marker must go once it passes.
-FA_ON_GAP = pytest.mark.xfail(strict=True, reason="flash attention is not yet bit-exact with ggml's f16 accumulation")
-
-
 @pytest.mark.parametrize("n_servers", [1, 2], ids=["1-worker", "2-workers"])
-@pytest.mark.parametrize("fa", [False, pytest.param(True, marks=FA_ON_GAP)], ids=["fa-off", "fa-on"])
+@pytest.mark.parametrize("fa", [False, True], ids=["fa-off", "fa-on"])
 def test_llamad_matches_local_cpu(model, report, llamad_pool, fa, n_servers):
     base = local_cpu(model, report, fa)
     servers = llamad_pool.get(n_servers)
@@ -278,17 +275,18 @@ def llamactl_bin() -> str:
     return path
 
 
+@pytest.mark.parametrize("fa", [False, True], ids=["fa-off", "fa-on"])
 @pytest.mark.parametrize(
     "workers", [("none", 0), ("llamad", 1), ("llamad", 2), ("reference", 1)],
     ids=["in-process", "1-llamad-worker", "2-llamad-workers", "reference-server"],
 )
-def test_llamactl_matches_local_cpu(model, report, llamad_pool, reference_pool, workers):
-    """Our own master (`llamactl run`, greedy, flash attention off) produces llama.cpp's CPU text token for
-    token: in-process, with the layers on one or two llamad workers, and on llama.cpp's own RPC server
-    (issue 5)."""
+def test_llamactl_matches_local_cpu(model, report, llamad_pool, reference_pool, workers, fa):
+    """Our own master (`llamactl run`, greedy, flash attention on and off) produces llama.cpp's CPU text
+    token for token: in-process, with the layers on one or two llamad workers, and on llama.cpp's own RPC
+    server (issue 5)."""
     import subprocess
 
-    base = local_cpu(model, report, False)
+    base = local_cpu(model, report, fa)
     kind, n = workers
     args = []
     if n:
@@ -297,7 +295,7 @@ def test_llamactl_matches_local_cpu(model, report, llamad_pool, reference_pool, 
     diffs = []
     for prompt, want in zip(PROMPTS, [r["text"] for r in base.runs]):
         argv = [llamactl_bin(), "run", "-m", model, "-p", prompt, "-n", str(N_TOKENS), "--temp", "0", "-t", "1",
-                "--flash-attn", "off", "--no-progress", *args]
+                "--flash-attn", "on" if fa else "off", "--no-progress", *args]
         out = subprocess.run(argv, capture_output=True, text=True, timeout=MASTER_TIMEOUT)
         assert out.returncode == 0, out.stderr[-3000:]
         got = out.stdout[:-1] if out.stdout.endswith("\n") else out.stdout

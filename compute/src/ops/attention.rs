@@ -2,8 +2,11 @@
 //!
 //! ref: ggml-compute-semantics.md §3.3 FLASH_ATTN_EXT. Each thread takes whole query rows
 //! (query, head, sequence). Q is converted to K's `vec_dot_type` (as the ggml CPU backend does for
-//! small batches) so scores use the SIMD dot kernels; V rows are widened to f32 and accumulated in
-//! f32 (ggml keeps an f16 accumulator for F16 V; the difference is within the documented bound).
+//! small batches) so scores use the SIMD dot kernels. For batches of fewer than [`F16_ACC_MAX_ROWS`]
+//! query rows with an F16 V, the running `Σ softmax·v` row is kept at f16 precision exactly as ggml's
+//! CPU backend keeps it ([`super::f16acc`]), so results are bit-identical to llama.cpp's; otherwise V
+//! rows are widened to f32 once and accumulated in f32 (ggml's tiled path for large batches also
+//! accumulates in f32, in its own order: close, not bit-identical).
 
 use crate::dtype::GgmlType;
 use crate::error::Result;
@@ -23,6 +26,19 @@ enum Scores {
     F32,
 }
 
+/// ggml's CPU backend switches from the per-row path (f16 accumulator for F16 V) to a tiled f32 path at
+/// this many query rows (ref: ggml-compute-semantics.md §3.3).
+const F16_ACC_MAX_ROWS: usize = 64;
+
+/// How the `Σ softmax·v` row is accumulated.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Acc {
+    /// f32 accumulator over V rows that are f32 (read in place) or widened to f32 in phase 0.
+    F32 { widen: bool },
+    /// f16-precision accumulator over F16 V rows read in place.
+    F16,
+}
+
 /// A planned FLASH_ATTN_EXT.
 pub(crate) struct FlashAttn {
     q: Tv,
@@ -35,8 +51,7 @@ pub(crate) struct FlashAttn {
     max_bias: f32,
     softcap: f32,
     scores: Scores,
-    /// V rows are widened to f32 once, in phase 0, into shared scratch.
-    v_conv: bool,
+    acc: Acc,
 }
 
 /// Validates FLASH_ATTN_EXT.
@@ -121,7 +136,12 @@ pub(crate) unsafe fn prepare(n: &Node) -> Result<Plan> {
     if !softcap.is_finite() {
         softcap = 0.0;
     }
-    let v_conv = v.dtype() != GgmlType::F32;
+    let acc = if v.dtype() == GgmlType::F16 && nq < F16_ACC_MAX_ROWS {
+        Acc::F16
+    } else {
+        Acc::F32 { widen: v.dtype() != GgmlType::F32 }
+    };
+    let v_conv = acc == Acc::F32 { widen: true };
     let shared_bytes = if v_conv {
         v.nrows().checked_mul(dv * 4).ok_or_else(|| shape_err(op, "scratch size overflows"))?
     } else {
@@ -138,7 +158,7 @@ pub(crate) unsafe fn prepare(n: &Node) -> Result<Plan> {
         max_bias: param_f32(n, 1),
         softcap,
         scores,
-        v_conv,
+        acc,
     };
     let phases = if v_conv { 2 } else { 1 };
     let rows = nq * h * ne3;
@@ -162,7 +182,8 @@ impl FlashAttn {
     }
 
     pub(crate) fn run(&self, phase: u8, ctx: &mut Ctx<'_>) {
-        if self.v_conv && phase == 0 {
+        let v_conv = self.acc == Acc::F32 { widen: true };
+        if v_conv && phase == 0 {
             self.convert_v(ctx);
             return;
         }
@@ -235,11 +256,19 @@ impl FlashAttn {
                     let old = m;
                     m = s;
                     ms = (old - m).exp();
-                    acc.iter_mut().for_each(|a| *a *= ms);
+                    match self.acc {
+                        Acc::F16 => super::f16acc::scale(acc, ms),
+                        Acc::F32 { .. } => acc.iter_mut().for_each(|a| *a *= ms),
+                    }
                 } else {
                     vs = (s - m).exp();
                 }
-                let vrow: &[f32] = if self.v_conv {
+                if self.acc == Acc::F16 {
+                    super::f16acc::mad(acc, v.row_bytes(j, ik2, ik3), vs);
+                    s_sum = s_sum.mul_add(ms, vs);
+                    continue;
+                }
+                let vrow: &[f32] = if v_conv {
                     let r = j + v.ne[1] * (ik2 + v.ne[2] * ik3);
                     bytemuck::cast_slice(sh.bytes(r * dv * 4, dv * 4))
                 } else {

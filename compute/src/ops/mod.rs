@@ -11,6 +11,7 @@ pub(crate) mod access;
 mod attention;
 mod binary;
 mod copy;
+mod f16acc;
 mod layout;
 mod matmul;
 mod norm;

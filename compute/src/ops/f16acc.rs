@@ -1,0 +1,169 @@
+//! Row kernels over an accumulator held at f16 precision, for FLASH_ATTN_EXT with an F16 V cache.
+//!
+//! ggml's CPU flash attention keeps the running `Σ softmax·v` row in f16 when V is F16 and the batch
+//! is small (ref: ggml-compute-semantics.md §3.3 FLASH_ATTN_EXT): every update widens the row to f32,
+//! computes in f32 (a fused multiply-add for `acc + v·s`), and rounds back to f16. Here the row is
+//! stored as f32 values that are always exactly representable in f16, so the result is bit-identical
+//! while the caller keeps one accumulator type.
+//!
+//! Each kernel has a scalar form (the specification) and an AVX2+F16C+FMA form for x86; the test at
+//! the bottom compares them on random and edge-case inputs.
+
+use half::f16;
+
+/// Rounds `x` to the nearest f16 (ties to even) and widens it back.
+fn round16(x: f32) -> f32 {
+    f16::from_f32(x).to_f32()
+}
+
+/// `acc[i] = f16(acc[i] · s)`.
+pub(crate) fn scale(acc: &mut [f32], s: f32) {
+    let mut head = 0;
+    #[cfg(target_arch = "x86_64")]
+    if let Some(t) = avx2::Token::get() {
+        head = t.scale(acc, s);
+    }
+    scale_scalar(&mut acc[head..], s);
+}
+
+/// `acc[i] = f16(fma(v[i], s, acc[i]))` where `v` holds `acc.len()` little-endian f16 values.
+pub(crate) fn mad(acc: &mut [f32], v: &[u8], s: f32) {
+    assert!(v.len() >= 2 * acc.len(), "f16acc::mad: {} bytes for {} values", v.len(), acc.len());
+    let mut head = 0;
+    #[cfg(target_arch = "x86_64")]
+    if let Some(t) = avx2::Token::get() {
+        head = t.mad(acc, v, s);
+    }
+    mad_scalar(&mut acc[head..], &v[2 * head..], s);
+}
+
+fn scale_scalar(acc: &mut [f32], s: f32) {
+    acc.iter_mut().for_each(|a| *a = round16(*a * s));
+}
+
+fn mad_scalar(acc: &mut [f32], v: &[u8], s: f32) {
+    for (a, b) in acc.iter_mut().zip(v.chunks_exact(2)) {
+        let x = f16::from_le_bytes([b[0], b[1]]).to_f32();
+        *a = round16(x.mul_add(s, *a));
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+mod avx2 {
+    use std::arch::x86_64::*;
+
+    /// Proof that AVX2, FMA and F16C are available (checked once per call).
+    #[derive(Clone, Copy)]
+    pub(super) struct Token(());
+
+    impl Token {
+        pub(super) fn get() -> Option<Token> {
+            (crate::quant::active_isa() != "scalar"
+                && is_x86_feature_detected!("avx2")
+                && is_x86_feature_detected!("fma")
+                && is_x86_feature_detected!("f16c"))
+            .then_some(Token(()))
+        }
+
+        /// Scales whole groups of 8; returns how many values it handled.
+        pub(super) fn scale(self, acc: &mut [f32], s: f32) -> usize {
+            // SAFETY: the token proves the features; the body touches whole groups of 8 in `acc`.
+            unsafe { scale(acc, s) }
+        }
+
+        /// Updates whole groups of 8; returns how many values it handled.
+        pub(super) fn mad(self, acc: &mut [f32], v: &[u8], s: f32) -> usize {
+            // SAFETY: as above; the caller asserted `v` has 2 bytes per value of `acc`.
+            unsafe { mad(acc, v, s) }
+        }
+    }
+
+    /// f32 lanes → f16 (nearest even) → f32.
+    #[inline(always)]
+    unsafe fn round16(x: __m256) -> __m256 {
+        // SAFETY: register conversions; the callers enable F16C.
+        unsafe { _mm256_cvtph_ps(_mm256_cvtps_ph(x, _MM_FROUND_TO_NEAREST_INT)) }
+    }
+
+    #[target_feature(enable = "avx2,fma,f16c")]
+    unsafe fn scale(acc: &mut [f32], s: f32) -> usize {
+        let n = acc.len() / 8 * 8;
+        let p = acc.as_mut_ptr();
+        let vs = _mm256_set1_ps(s);
+        for i in (0..n).step_by(8) {
+            // SAFETY: i + 8 <= n <= acc.len().
+            unsafe { _mm256_storeu_ps(p.add(i), round16(_mm256_mul_ps(_mm256_loadu_ps(p.add(i)), vs))) }
+        }
+        n
+    }
+
+    #[target_feature(enable = "avx2,fma,f16c")]
+    unsafe fn mad(acc: &mut [f32], v: &[u8], s: f32) -> usize {
+        let n = acc.len() / 8 * 8;
+        let p = acc.as_mut_ptr();
+        let vs = _mm256_set1_ps(s);
+        for i in (0..n).step_by(8) {
+            // SAFETY: i + 8 <= n <= acc.len(), and v holds 2·acc.len() bytes (asserted by the caller).
+            unsafe {
+                let x = _mm256_cvtph_ps(_mm_loadu_si128(v.as_ptr().add(2 * i).cast()));
+                let a = _mm256_fmadd_ps(x, vs, _mm256_loadu_ps(p.add(i)));
+                _mm256_storeu_ps(p.add(i), round16(a));
+            }
+        }
+        n
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rand::{Rng, SeedableRng};
+
+    fn f16_row(rng: &mut impl Rng, n: usize, special: bool) -> Vec<u8> {
+        (0..n)
+            .flat_map(|i| {
+                let x = if special && i % 5 == 0 {
+                    [0.0, -0.0, 65504.0, -65504.0, 6.0e-8, f32::INFINITY][i / 5 % 6]
+                } else {
+                    rng.random_range(-8.0f32..8.0)
+                };
+                f16::from_f32(x).to_le_bytes()
+            })
+            .collect()
+    }
+
+    #[test]
+    fn simd_and_scalar_agree_bit_for_bit() {
+        let mut rng = rand::rngs::StdRng::seed_from_u64(7);
+        for n in [0, 1, 7, 8, 9, 31, 64, 80, 128, 257] {
+            for special in [false, true] {
+                let mut a = vec![0.0f32; n];
+                let mut b = vec![0.0f32; n];
+                for step in 0..50 {
+                    let v = f16_row(&mut rng, n, special);
+                    let s: f32 = if step % 7 == 0 { 0.0 } else { rng.random_range(0.0..1.0) };
+                    mad(&mut a, &v, s);
+                    mad_scalar(&mut b, &v, s);
+                    let m: f32 = rng.random_range(0.0..1.0);
+                    scale(&mut a, m);
+                    scale_scalar(&mut b, m);
+                    let bits = |x: &[f32]| x.iter().map(|v| v.to_bits()).collect::<Vec<_>>();
+                    assert_eq!(bits(&a), bits(&b), "n={n} step={step}");
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn accumulator_stays_f16_exact() {
+        // 1 + 2^-11 is not an f16; the update must round it (ties to even → 1.0).
+        let mut acc = vec![1.0f32; 8];
+        let v: Vec<u8> = (0..8).flat_map(|_| f16::from_f32(1.0).to_le_bytes()).collect();
+        mad(&mut acc, &v, 2f32.powi(-11));
+        assert!(acc.iter().all(|&a| a == 1.0));
+        mad(&mut acc, &v, 3.0 * 2f32.powi(-11));
+        assert!(acc.iter().all(|&a| a == 1.0 + 2f32.powi(-9)), "{acc:?}");
+        scale(&mut acc, 0.5);
+        assert!(acc.iter().all(|&a| a == 0.5 + 2f32.powi(-10)));
+    }
+}
