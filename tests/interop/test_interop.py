@@ -164,6 +164,7 @@ def cache_second_load(model, start_server, name, report):
     """Loads the model twice through a counting proxy; returns both snapshots."""
     snaps = []
     texts = []
+    loads = []
     with start_server() as server, proxy.Proxy(server.port) as px:
         for _ in range(2):
             px.stats.reset()
@@ -171,10 +172,12 @@ def cache_second_load(model, start_server, name, report):
             assert px.wait_closed()
             snaps.append(px.stats.snapshot())
             texts.append(res.texts())
+            loads.append(res.load_s)
     first, second = snaps
+    keys = ("hash_hits", "hash_misses", "set_tensor_big_count", "set_tensor_data_bytes")
     report.cache[name] = {
-        "first": {k: first[k] for k in ("hash_hits", "hash_misses", "set_tensor_big_count", "set_tensor_data_bytes")},
-        "second": {k: second[k] for k in ("hash_hits", "hash_misses", "set_tensor_big_count", "set_tensor_data_bytes")},
+        "first": {**{k: first[k] for k in keys}, "load_s": round(loads[0], 3)},
+        "second": {**{k: second[k] for k in keys}, "load_s": round(loads[1], 3)},
     }
     return first, second, texts
 
@@ -211,6 +214,42 @@ def test_llamad_cache_second_load_hits(model, report):
             model, lambda: peer.start_llamad(extra_args=["-c"], env_extra={"LLAMA_CACHE": cache}), "llamad", report
         )
     assert_cache_hits(first, second, texts)
+
+
+def test_llamad_cache_prewarmed_by_import_hits_on_first_load(model, report, tmp_path):
+    """`POST /v1/cache/import` of the GGUF file before any master connects: the llama.cpp master's very
+    first load then hits on every SET_TENSOR_HASH probe, sends no large tensor, and gets the same text."""
+    import urllib.request
+
+    base = local_cpu(model, report, False)
+    cache = tmp_path / "cache"
+    token_file = tmp_path / "admin.token"
+    admin_port = peer.free_port()
+    env = {"LLAMA_CACHE": str(cache), "LLAMAD__ADMIN__ENABLED": "true"}
+    args = ["-c", "--admin-listen", f"127.0.0.1:{admin_port}", "--admin-token-file", str(token_file)]
+    with peer.start_llamad(extra_args=args, env_extra=env) as server:
+        req = urllib.request.Request(
+            f"http://127.0.0.1:{admin_port}/v1/cache/import",
+            data=json.dumps({"path": os.path.abspath(model)}).encode(),
+            headers={"Authorization": f"Bearer {token_file.read_text().strip()}", "Content-Type": "application/json"},
+            method="POST",
+        )
+        with urllib.request.urlopen(req, timeout=120) as r:
+            imported = json.load(r)
+        assert imported["tensors"] > 0 and imported["new"] == imported["tensors"], imported
+        with proxy.Proxy(server.port) as px:
+            res = peer.run_master(model, PROMPTS[:1], 8, endpoints=[px.endpoint], timeout=MASTER_TIMEOUT)
+            assert px.wait_closed()
+            snap = px.stats.snapshot()
+    report.cache["llamad pre-warmed by import"] = {
+        "first": {k: snap[k] for k in ("hash_hits", "hash_misses", "set_tensor_big_count", "set_tensor_data_bytes")}
+        | {"load_s": round(res.load_s, 3)}
+    }
+    assert snap["hash_requests"], "the master sent no SET_TENSOR_HASH"
+    assert snap["hash_hits"] == len(snap["hash_requests"]) and snap["hash_misses"] == 0, snap["hash_requests"]
+    assert snap["set_tensor_big_count"] == 0 and snap["set_tensor_big_bytes"] == 0
+    assert not snap["protocol_errors"], snap["protocol_errors"]
+    assert res.tokens()[0] == base.tokens()[0][:8]
 
 
 def walk_frames(data: bytes):
