@@ -12,13 +12,17 @@ LLAMAD_MODEL=$(scripts/fetch-model.sh)
 # AVX2 arithmetic (see tests/interop/README.md). The benchmarks use the native (AVX-512) build instead.
 LLAMAD_PEER_PYTHON=$(LLAMAD_PEER_ISA=${LLAMAD_PEER_ISA:-avx2} tests/peer/build-peer.sh | tail -n 1)
 export LLAMAD_MODEL LLAMAD_PEER_PYTHON
+# Tests that need the peer (the Rust differential op tests, tests/tests/opdiff.rs) fail rather than skip.
+export LLAMAD_REQUIRE_PEER=1
 "$LLAMAD_PEER_PYTHON" -c 'import pytest' 2>/dev/null || "$LLAMAD_PEER_PYTHON" -m pip install --quiet pytest >/dev/null
 
 echo "== cargo build"
 cargo build --workspace --release --bins
 
 echo "== cargo test"
-cargo test --workspace --release --no-fail-fast
+# The differential op tests run llamad from the build above against llama.cpp's RPC server.
+LLAMAD_BIN="${LLAMAD_BIN:-${CARGO_TARGET_DIR:-$root/target}/release/llamad}" \
+    cargo test --workspace --release --no-fail-fast
 
 if [ "${LLAMAD_ARM64:-1}" != 0 ] && [ "$(uname -m)" = x86_64 ]; then
     # The compute kernels (NEON with and without dotprod) cross-built for aarch64 and run under qemu

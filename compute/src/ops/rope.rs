@@ -120,8 +120,10 @@ impl Rope {
                 let y = (k as f32 - self.corr[0]) / (self.corr[1] - self.corr[0]).max(0.001);
                 let ramp = 1.0 - y.clamp(0.0, 1.0);
                 let mix = ramp * self.ext_factor;
-                th = theta_interp * (1.0 - mix) + theta_extrap * mix;
-                mscale *= 1.0 + 0.1 * (1.0 / self.freq_scale).ln();
+                // Fused as ggml's x86 builds compute them (the compiler contracts the first
+                // product of each sum into a multiply-add).
+                th = theta_interp.mul_add(1.0 - mix, theta_extrap * mix);
+                mscale *= 0.1f32.mul_add((1.0 / self.freq_scale).ln(), 1.0);
             }
             cache[2 * k] = th.cos() * mscale;
             cache[2 * k + 1] = th.sin() * mscale;

@@ -20,8 +20,12 @@ const GELU_COEF_A: f32 = 0.044_715;
 const GELU_QUICK_COEF: f32 = -1.702;
 
 /// tanh-approximated GELU in f32 (the function the table is filled from).
+///
+/// `1 + a·x·x` is one fused multiply-add, `fma(a·x, x, 1)`, as in ggml's x86 builds (the compiler
+/// contracts it there): the f16 table then equals ggml's entry for entry (one entry, at
+/// x = -1.999, differs otherwise).
 pub fn gelu_f32(x: f32) -> f32 {
-    0.5 * x * (1.0 + (SQRT_2_OVER_PI * x * (1.0 + GELU_COEF_A * x * x)).tanh())
+    0.5 * x * (1.0 + (SQRT_2_OVER_PI * x * (GELU_COEF_A * x).mul_add(x, 1.0)).tanh())
 }
 
 /// GELU_QUICK in f32.
@@ -261,6 +265,8 @@ pub(crate) struct Glu {
     swapped: bool,
     alpha: f32,
     limit: f32,
+    /// All operands F32: SWIGLU goes through ggml's vectorised `exp`.
+    vexp: bool,
 }
 
 /// Validates GLU (split form with src1, or fused with both halves in src0).
@@ -297,6 +303,9 @@ pub(crate) unsafe fn prepare_glu(n: &Node) -> Result<Plan> {
     let alias = if b.is_some() { Alias::RowLocal } else { Alias::Never };
     check_overlap(op, &dst, &a, alias)?;
     let local = 2 * a.ne[0];
+    let f32_only = [Some(a.dtype()), b.as_ref().map(|b| b.dtype()), Some(dst.dtype())]
+        .iter()
+        .all(|t| t.is_none_or(|t| t == crate::GgmlType::F32));
     Ok(super::simple(
         Kind::Glu(Glu {
             a,
@@ -306,6 +315,7 @@ pub(crate) unsafe fn prepare_glu(n: &Node) -> Result<Plan> {
             swapped: n.op_params[1] != 0,
             alpha: param_f32(n, 2),
             limit: param_f32(n, 3),
+            vexp: f32_only,
         }),
         local,
     ))
@@ -357,8 +367,9 @@ impl Glu {
                     }
                 }
             };
-            if self.op == GluOp::Swiglu {
-                // ggml's vectorised SiLU, for bit-identical results (ops/vexp.rs).
+            if self.op == GluOp::Swiglu && self.vexp {
+                // ggml's vectorised SiLU, for bit-identical results (ops/vexp.rs); ggml's F16
+                // SWIGLU is the scalar formula with libm's expf (`combine`).
                 let n = xs.len();
                 super::vexp::swiglu_in_place(xs, &gs[..n]);
                 d.store_row(i1, i2, i3, xs);

@@ -688,3 +688,73 @@ fn rope_partial_window_with_n_offs() {
         }
     }
 }
+
+/// GELU's f16 table equals ggml's at the one entry where fusing `1 + a·x·x` into a multiply-add
+/// matters: at x = -1.9990234375 (f16 0xBFFF) llama.cpp 0.3.36's CPU backend (AVX2 build, read
+/// back by the differential op test's sweep of every f16 value) gives -0.045501709 (f32 0xBD3A6000);
+/// the unfused formula rounds to the neighbouring f16 value -0.045471191.
+#[test]
+fn gelu_table_entry_matches_ggml() {
+    for (op, params) in [(GgmlOp::Unary, vec![8]), (GgmlOp::Glu, vec![1, 0])] {
+        let x = T::from_f32(GgmlType::F32, [1, 1, 1, 1], &[-1.999_023_4]);
+        let one = T::from_f32(GgmlType::F32, [1, 1, 1, 1], &[1.0]);
+        let d = T::new(GgmlType::F32, [1, 1, 1, 1]);
+        let srcs = if op == GgmlOp::Glu { vec![x.t(), one.t()] } else { vec![x.t()] };
+        run(vec![node_p(op, &params, d.t(), &srcs)], 1).unwrap();
+        assert_eq!((d.values()[0] as f32).to_bits(), 0xBD3A_6000, "{op:?}");
+    }
+}
+
+/// ggml's F16 SWIGLU is the scalar formula: `x / (1 + expf(-x)) · g` in f32, rounded once to f16
+/// (its vectorised `exp` serves the F32 form only).
+#[test]
+fn swiglu_f16_is_the_scalar_formula() {
+    // Every finite f16 x below 16 in magnitude, against eight gates: the two `exp`s differ by an
+    // ulp in about one f32 result in eight, which moves the f16 rounding a few times in these 311k.
+    let sweep: Vec<f32> = (0..=u16::MAX)
+        .map(|h| f16::from_bits(h).to_f32())
+        .filter(|v| v.is_finite() && v.abs() < 16.0)
+        .collect();
+    let gates = [0.75f32, 1.25, -1.5, 0.3, -0.6, 1.7, 3.1, -2.9];
+    let xv: Vec<f32> = gates.iter().flat_map(|_| sweep.iter().copied()).collect();
+    let gv: Vec<f32> = gates.iter().flat_map(|&g| std::iter::repeat_n(g, sweep.len())).collect();
+    let n = xv.len();
+    let x = T::from_f32(GgmlType::F16, [n as u64, 1, 1, 1], &xv);
+    let g = T::from_f32(GgmlType::F16, [n as u64, 1, 1, 1], &gv);
+    let d = T::new(GgmlType::F16, [n as u64, 1, 1, 1]);
+    run(vec![node_p(GgmlOp::Glu, &[2, 0], d.t(), &[x.t(), g.t()])], 2).unwrap();
+    for (i, ((xv, gv), dv)) in x.values().iter().zip(g.values()).zip(d.values()).enumerate() {
+        let xf = *xv as f32;
+        let want = f16::from_f32(xf / (1.0 + (-xf).exp()) * gv as f32).to_f32();
+        assert_eq!(dv as f32, want, "element {i}: x {xf}, g {gv}");
+    }
+}
+
+/// YaRN ROPE equals ggml's bit for bit: unit pairs (1, 0) at position 1000 give each pair's
+/// (cos θ, sin θ) × magnitude scale, here across the whole ramp between extrapolated and
+/// interpolated frequencies (n_dims 64, freq_base 1e5, freq_scale 0.25, ext_factor 1,
+/// attn_factor 0.9, n_ctx_orig 2048, beta 32/1). The bits are llama.cpp 0.3.36's CPU backend
+/// (AVX2 build) output for this input, read back by the differential op test
+/// (`rope/normal-yarn/f32/64x1x1/unit-pairs`).
+#[test]
+fn rope_yarn_matches_ggml_bits() {
+    const GGML: [u32; 64] = [
+        0x3F1388DE, 0x3F58EC7B, 0x3F71EFDF, 0x3ECADE40, 0xBF832465, 0xBCAD3CA8, 0x3F62823D, 0x3F045944,
+        0xBD5DF202, 0xBF82FC92, 0xBF08B0EE, 0x3F5FEA3D, 0xBF3E04B2, 0x3F34DFC0, 0x3F79F6A8, 0xBE9F4198,
+        0xBE06D7AC, 0xBF821528, 0x3F8088EB, 0xBE514989, 0x3EFDA6DA, 0x3F65A58B, 0x3F831DDE, 0x3CEF94E4,
+        0xBCD98673, 0x3F832046, 0x3E1ED9CA, 0xBF81A892, 0xBF80D026, 0x3E460941, 0xBE3BE8F1, 0x3F810CC6,
+        0x3F0C605B, 0x3F5D9F8C, 0x3F5F6B9C, 0x3F097F86, 0x3F73236A, 0x3EC50A1B, 0x3F7CEE12, 0x3E8B4452,
+        0x3F80DF2D, 0x3E4393B2, 0x3F820C99, 0x3E08E41B, 0x3F829FB6, 0x3DBF5562, 0x3F82E76D, 0x3D859D15,
+        0x3F830A5E, 0x3D3A8B47, 0x3F831B64, 0x3D0232BA, 0x3F8323AE, 0x3CB5BA3A, 0x3F8327B7, 0x3C7DA3DE,
+        0x3F8329AE, 0x3C310053, 0x3F832AA3, 0x3BF70940, 0x3F832B1B, 0x3BAC63E2, 0x3F832B55, 0x3B70994A,
+    ];
+    let xv: Vec<f32> = (0..64).map(|i| if i % 2 == 0 { 1.0 } else { 0.0 }).collect();
+    let x = T::from_f32(GgmlType::F32, [64, 1, 1, 1], &xv);
+    let p = T::i32s([1, 1, 1, 1], &[1000]);
+    let dst = T::new(GgmlType::F32, [64, 1, 1, 1]);
+    let params = [0, 64, 0, 0, 2048, f(1e5), f(0.25), f(1.0), f(0.9), f(32.0), f(1.0), 0, 0, 0, 0, 0];
+    run(vec![node_p(GgmlOp::Rope, &params, dst.t(), &[x.t(), p.t()])], 1).unwrap();
+    let got: Vec<u32> = dst.values().iter().map(|&v| (v as f32).to_bits()).collect();
+    let bad: Vec<usize> = (0..64).filter(|&i| got[i] != GGML[i]).collect();
+    assert!(bad.is_empty(), "elements {bad:?} differ from ggml");
+}

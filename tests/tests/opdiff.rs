@@ -1,0 +1,187 @@
+//! Differential op tests (issue 3): every case of `e2e::opdiff::cases` runs on llama.cpp's RPC
+//! server (the reference peer, `$LLAMAD_PEER_PYTHON`) and on llamad (`$LLAMAD_BIN`), and the
+//! results must agree within the case's bound. Prints a per-op summary.
+//!
+//! Without `LLAMAD_PEER_PYTHON` the test is skipped, unless `LLAMAD_REQUIRE_PEER=1` (scripts/test.sh)
+//! makes that a failure. `LLAMAD_OPDIFF_FILTER=substring` runs only the matching cases,
+//! `LLAMAD_OPDIFF_VERBOSE=1` prints every case's figures, `LLAMAD_OPDIFF_DUMP=dir` writes every
+//! case's inputs and results there.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::time::Instant;
+
+use e2e::opdiff::cases::{self, Case, ORDER};
+use e2e::opdiff::compare::{compare, Bound};
+use e2e::opdiff::data;
+use e2e::opdiff::run::run_graph;
+use e2e::opdiff::server::{llamad_bin, Server};
+
+/// The reference peer's Python, or `None` when the test is to be skipped.
+fn peer_python() -> Option<PathBuf> {
+    match std::env::var_os("LLAMAD_PEER_PYTHON").filter(|p| !p.is_empty()) {
+        Some(p) => Some(PathBuf::from(p)),
+        None if std::env::var("LLAMAD_REQUIRE_PEER").as_deref() == Ok("1") => panic!(
+            "LLAMAD_REQUIRE_PEER=1 but LLAMAD_PEER_PYTHON is not set: point it at the reference peer's \
+             python (tests/peer/build-peer.sh prints it)"
+        ),
+        None => None,
+    }
+}
+
+/// llamad's x86 kernels reproduce ggml's AVX2 arithmetic; elsewhere exact cases fall back to the
+/// summation-order bound.
+fn avx2() -> bool {
+    #[cfg(target_arch = "x86_64")]
+    {
+        std::is_x86_feature_detected!("avx2")
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        false
+    }
+}
+
+/// Writes a case's inputs and both results to `dir` (`LLAMAD_OPDIFF_DUMP`, for bisecting a
+/// difference): `<case>.in<k>.bin`, `<case>.out<k>.reference.bin`, `<case>.out<k>.llamad.bin`.
+fn dump(dir: &std::path::Path, name: &str, g: &e2e::opdiff::graph::Graph, want: &[Vec<u8>], got: &[Vec<u8>]) {
+    let stem = name.replace('/', "__");
+    let _ = std::fs::create_dir_all(dir);
+    let inputs = g.tensors.iter().filter_map(|t| t.data.as_ref());
+    for (k, d) in inputs.enumerate() {
+        let _ = std::fs::write(dir.join(format!("{stem}.in{k}.bin")), d);
+    }
+    for (k, (w, h)) in want.iter().zip(got).enumerate() {
+        let _ = std::fs::write(dir.join(format!("{stem}.out{k}.reference.bin")), w);
+        let _ = std::fs::write(dir.join(format!("{stem}.out{k}.llamad.bin")), h);
+    }
+}
+
+#[derive(Default)]
+struct OpStats {
+    cases: usize,
+    identical: usize,
+    exact_required: usize,
+    max_nmse: f64,
+    max_rel: f64,
+    failed: usize,
+}
+
+#[test]
+fn ops_match_llama_cpp() {
+    let Some(python) = peer_python() else {
+        eprintln!(
+            "opdiff: skipped (LLAMAD_PEER_PYTHON is not set; LLAMAD_REQUIRE_PEER=1 makes this a failure)"
+        );
+        return;
+    };
+    let exact_kernels = avx2();
+    let mut reference = Server::reference(&python).expect("start the reference server");
+    let llamad = Server::llamad(&llamad_bin(), exact_kernels.then_some("avx2")).expect("start llamad");
+    let filter = std::env::var("LLAMAD_OPDIFF_FILTER").unwrap_or_default();
+
+    let all = cases::all();
+    let mut names = std::collections::HashSet::new();
+    for c in &all {
+        assert!(names.insert(c.name.clone()), "duplicate case name {}", c.name);
+    }
+    let selected: Vec<&Case> = all.iter().filter(|c| c.name.contains(&filter)).collect();
+    assert!(!selected.is_empty(), "no case matches LLAMAD_OPDIFF_FILTER={filter}");
+
+    let started = Instant::now();
+    let mut stats: BTreeMap<&str, OpStats> = BTreeMap::new();
+    let mut failures = Vec::new();
+    for case in &selected {
+        let s = stats.entry(case.op).or_default();
+        s.cases += 1;
+        let mut bound = case.bound;
+        if bound.exact && !exact_kernels {
+            bound = Bound { exact: false, ..ORDER };
+        }
+        s.exact_required += usize::from(bound.exact);
+        let g = match (case.build)(&mut data::rng(data::seed_of(&case.name))) {
+            Ok(g) => g,
+            Err(e) => {
+                failures.push(format!("{}: build: {e}", case.name));
+                s.failed += 1;
+                continue;
+            }
+        };
+        let want = match run_graph(reference.addr, &g) {
+            Ok(r) => r,
+            Err(e) => {
+                // ggml aborts on graphs it does not support: report why and start afresh (the
+                // process may still be writing its backtrace, so it is replaced either way).
+                std::thread::sleep(std::time::Duration::from_millis(300));
+                let state = if reference.alive() { "still running" } else { "died" };
+                failures.push(format!(
+                    "{}: reference: {e} (server {state}: {})",
+                    case.name,
+                    reference.log_tail()
+                ));
+                drop(reference);
+                reference = Server::reference(&python).expect("restart the reference server");
+                s.failed += 1;
+                continue;
+            }
+        };
+        let got = match run_graph(llamad.addr, &g) {
+            Ok(r) => r,
+            Err(e) => {
+                failures.push(format!("{}: llamad: {e}", case.name));
+                s.failed += 1;
+                continue;
+            }
+        };
+        if let Some(dir) = std::env::var_os("LLAMAD_OPDIFF_DUMP") {
+            dump(std::path::Path::new(&dir), &case.name, &g, &want, &got);
+        }
+        let mut ok = true;
+        let mut identical = true;
+        for ((&o, w), h) in g.outputs.iter().zip(&want).zip(&got) {
+            match compare(g.layout(o).dtype, w, h, &bound) {
+                Ok(d) => {
+                    identical &= d.identical;
+                    s.max_nmse = s.max_nmse.max(d.nmse);
+                    s.max_rel = s.max_rel.max(d.max_rel);
+                    if std::env::var("LLAMAD_OPDIFF_VERBOSE").as_deref() == Ok("1") {
+                        eprintln!(
+                            "{:<60} identical {} nmse {:.3e} max_rel {:.3e}",
+                            case.name, d.identical, d.nmse, d.max_rel
+                        );
+                    }
+                }
+                Err(e) => {
+                    failures.push(format!("{}: {e}", case.name));
+                    ok = false;
+                }
+            }
+        }
+        s.identical += usize::from(ok && identical);
+        s.failed += usize::from(!ok);
+    }
+
+    eprintln!(
+        "\nopdiff: {} cases in {:.1} s (llamad kernels: {})",
+        selected.len(),
+        started.elapsed().as_secs_f64(),
+        if exact_kernels { "avx2" } else { "default" }
+    );
+    eprintln!(
+        "{:<16} {:>6} {:>10} {:>10} {:>11} {:>11} {:>7}",
+        "op", "cases", "identical", "exact-req", "max nmse", "max rel", "failed"
+    );
+    for (op, s) in &stats {
+        eprintln!(
+            "{op:<16} {:>6} {:>10} {:>10} {:>11.3e} {:>11.3e} {:>7}",
+            s.cases, s.identical, s.exact_required, s.max_nmse, s.max_rel, s.failed
+        );
+    }
+    assert!(
+        failures.is_empty(),
+        "{} of {} cases failed:\n{}",
+        failures.len(),
+        selected.len(),
+        failures.join("\n")
+    );
+}
