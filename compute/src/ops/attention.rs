@@ -22,8 +22,9 @@ use super::{check_overlap, opt_tv, param_f32, shape_err, src, tv, types_err, Ali
 enum Scores {
     /// Q converted to K's vec_dot type, then the table's vec_dot.
     VecDot { vec_dot: VecDotFn, from_f32: Option<FromF32Fn>, row: usize },
-    /// K rows widened to f32, f32 dot.
-    F32,
+    /// K rows widened to f32, then the f32 dot kernel with f32 Q (ggml's tiled path for large
+    /// batches, and any K type without a vec_dot).
+    F32 { dot: VecDotFn },
 }
 
 /// ggml's CPU backend switches from the per-row path (f16 accumulator for F16 V) to a tiled f32 path at
@@ -119,16 +120,19 @@ pub(crate) unsafe fn prepare(n: &Node) -> Result<Plan> {
     let kk = quant::kernels(k.dtype());
     let vdt = kk.vec_dot_type;
     let scores = match (kk.vec_dot, quant::kernels(vdt).from_f32) {
-        (Some(vec_dot), Some(f)) if dk % vdt.blck_size() == 0 => {
+        (Some(vec_dot), Some(f)) if dk % vdt.blck_size() == 0 && nq < F16_ACC_MAX_ROWS => {
             let row = vdt.row_size(dk as u64).unwrap_or(0) as usize;
             let from_f32 = if vdt == GgmlType::F32 { None } else { Some(f) };
             Scores::VecDot { vec_dot, from_f32, row }
         }
-        _ => Scores::F32,
+        _ => match quant::kernels(GgmlType::F32).vec_dot {
+            Some(dot) => Scores::F32 { dot },
+            None => return Err(types_err(op, "no f32 dot kernel")),
+        },
     };
     let conv_words = match &scores {
         Scores::VecDot { row, .. } => row.div_ceil(4),
-        Scores::F32 => 0,
+        Scores::F32 { .. } => 0,
     };
     // Layout of the local scratch: q (dk) | k row (dk) | acc (dv) | v row (dv) | converted q.
     let local = 2 * dk + 2 * dv + conv_words;
@@ -224,7 +228,7 @@ impl FlashAttn {
                     }
                     bytes
                 }
-                Scores::F32 => &[],
+                Scores::F32 { .. } => &[],
             };
             let slope = alibi_slope(self.max_bias, h, iq2);
             acc.fill(0.0);
@@ -240,9 +244,9 @@ impl FlashAttn {
                 }
                 let dot = match &self.scores {
                     Scores::VecDot { vec_dot, .. } => vec_dot(dk, k.row_bytes(j, ik2, ik3), qbytes),
-                    Scores::F32 => {
+                    Scores::F32 { dot } => {
                         k.load_row(j, ik2, ik3, kf);
-                        qf.iter().zip(kf.iter()).map(|(a, b)| a * b).sum()
+                        dot(dk, bytemuck::cast_slice(kf), bytemuck::cast_slice(qf))
                     }
                 };
                 let mut s = dot * scale;
@@ -275,8 +279,8 @@ impl FlashAttn {
                     v.load_row(j, ik2, ik3, vf);
                     vf
                 };
-                acc.iter_mut().zip(vrow.iter()).for_each(|(a, x)| *a += x * vs);
-                s_sum = s_sum * ms + vs;
+                super::f16acc::mad_f32(acc, vrow, vs);
+                s_sum = s_sum.mul_add(ms, vs);
             }
             if let Some(sk) = &self.sinks {
                 let s = sk.get_f32(iq2, 0, 0, 0);
@@ -288,7 +292,7 @@ impl FlashAttn {
                 } else {
                     vs = (s - m).exp();
                 }
-                s_sum = s_sum * ms + vs;
+                s_sum = s_sum.mul_add(ms, vs);
             }
             let inv = if s_sum == 0.0 { 0.0 } else { 1.0 / s_sum };
             acc.iter_mut().for_each(|a| *a *= inv);

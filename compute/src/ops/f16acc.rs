@@ -6,6 +6,8 @@
 //! stored as f32 values that are always exactly representable in f16, so the result is bit-identical
 //! while the caller keeps one accumulator type.
 //!
+//! [`mad_f32`] is the f32 twin used when V is not F16 (ggml's `acc + v·s` is a fused multiply-add there too).
+//!
 //! Each kernel has a scalar form (the specification) and an AVX2+F16C+FMA form for x86; the test at
 //! the bottom compares them on random and edge-case inputs.
 
@@ -35,6 +37,21 @@ pub(crate) fn mad(acc: &mut [f32], v: &[u8], s: f32) {
         head = t.mad(acc, v, s);
     }
     mad_scalar(&mut acc[head..], &v[2 * head..], s);
+}
+
+/// `acc[i] = fma(v[i], s, acc[i])`.
+pub(crate) fn mad_f32(acc: &mut [f32], v: &[f32], s: f32) {
+    assert!(v.len() >= acc.len(), "f16acc::mad_f32: {} values for {}", v.len(), acc.len());
+    let mut head = 0;
+    #[cfg(target_arch = "x86_64")]
+    if let Some(t) = avx2::Token::get() {
+        head = t.mad_f32(acc, v, s);
+    }
+    mad_f32_scalar(&mut acc[head..], &v[head..], s);
+}
+
+fn mad_f32_scalar(acc: &mut [f32], v: &[f32], s: f32) {
+    acc.iter_mut().zip(v).for_each(|(a, x)| *a = x.mul_add(s, *a));
 }
 
 fn scale_scalar(acc: &mut [f32], s: f32) {
@@ -76,6 +93,29 @@ mod avx2 {
             // SAFETY: as above; the caller asserted `v` has 2 bytes per value of `acc`.
             unsafe { mad(acc, v, s) }
         }
+    }
+
+    impl Token {
+        /// f32 update of whole groups of 8; returns how many values it handled.
+        pub(super) fn mad_f32(self, acc: &mut [f32], v: &[f32], s: f32) -> usize {
+            // SAFETY: the token proves the features; the caller asserted `v.len() >= acc.len()`.
+            unsafe { mad_f32(acc, v, s) }
+        }
+    }
+
+    #[target_feature(enable = "avx2,fma,f16c")]
+    unsafe fn mad_f32(acc: &mut [f32], v: &[f32], s: f32) -> usize {
+        let n = acc.len() / 8 * 8;
+        let p = acc.as_mut_ptr();
+        let vs = _mm256_set1_ps(s);
+        for i in (0..n).step_by(8) {
+            // SAFETY: i + 8 <= n <= acc.len() <= v.len().
+            unsafe {
+                let a = _mm256_fmadd_ps(_mm256_loadu_ps(v.as_ptr().add(i)), vs, _mm256_loadu_ps(p.add(i)));
+                _mm256_storeu_ps(p.add(i), a);
+            }
+        }
+        n
     }
 
     /// f32 lanes → f16 (nearest even) → f32.
@@ -152,6 +192,30 @@ mod tests {
                 }
             }
         }
+    }
+
+    #[test]
+    fn f32_mad_simd_and_scalar_agree_bit_for_bit() {
+        let mut rng = rand::rngs::StdRng::seed_from_u64(9);
+        for n in [0, 1, 7, 8, 9, 64, 80, 257] {
+            let mut a: Vec<f32> = (0..n).map(|_| rng.random_range(-1.0..1.0)).collect();
+            let mut b = a.clone();
+            for _ in 0..20 {
+                let v: Vec<f32> = (0..n).map(|_| rng.random_range(-4.0..4.0)).collect();
+                let s: f32 = rng.random_range(0.0..1.0);
+                mad_f32(&mut a, &v, s);
+                mad_f32_scalar(&mut b, &v, s);
+                assert_eq!(
+                    a.iter().map(|x| x.to_bits()).collect::<Vec<_>>(),
+                    b.iter().map(|x| x.to_bits()).collect::<Vec<_>>()
+                );
+            }
+        }
+        // Fused: -1 + (1 + 2^-23)(1 - 2^-23) is exactly -2^-46; a separate multiply would round the
+        // product to 1 and give 0.
+        let mut acc = [-1.0f32; 9];
+        mad_f32(&mut acc, &[1.0 + f32::EPSILON; 9], 1.0 - f32::EPSILON);
+        assert!(acc.iter().all(|&a| a == -(2f32.powi(-46))), "{acc:?}");
     }
 
     #[test]

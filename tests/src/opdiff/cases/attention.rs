@@ -109,10 +109,13 @@ fn flash_attn(v: &mut Vec<Case>) {
         ("softcap", F16, true, 0.0, 30.0),
         ("mask", F32, true, 0.0, 0.0),
     ];
-    for t in [1u64, 5] {
+    // Under 64 query rows llamad follows ggml's per-row path bit for bit (f16 V accumulator for F16);
+    // from 64 rows ggml switches to a tiled f32 path whose order llamad does not reproduce.
+    for t in [1u64, 5, 70] {
+        let bound = if t < 64 { EXACT } else { Bound::close(1e-11, 1e-5) };
         for (vname, kt, masked, max_bias, softcap) in variants {
             let name = format!("flash_attn_ext/{vname}/{}/d64h9kv3/t{t}", tn(kt));
-            push(v, "FLASH_ATTN_EXT", name, Bound::close(1e-5, 1e-2), move |rng| {
+            push(v, "FLASH_ATTN_EXT", name, bound, move |rng| {
                 let mut g = Graph::new();
                 let n = (HKV * D * KV) as usize;
                 let ck =
