@@ -4,11 +4,12 @@
 //! logits at every position, and `Session::decode_all` must give the same logits. This checks what
 //! the f64 reference cannot: that our reading of the GGUF keys, the tensor roles and the graph agree
 //! with llama.cpp's for the architectures added after the SmolLM2 parity work (Qwen2-MoE with its
-//! shared expert, Mistral 3 with the attention temperature).
+//! shared expert, Mistral 3 with the attention temperature and with YaRN's `yarn_log_multiplier`).
 //!
-//! Both sides keep K/V in F16 and compute in f32 from F32 weights; measured max |Δlogit| is in each
-//! test's comment, on logits of magnitude ~1–3; a wrong key, role or op (e.g. the temperature offset,
-//! the top-k renormalisation, a missing shared expert) moves them by 0.05 or more.
+//! Both sides keep K/V in F16 and compute in f32 from F32 weights. Measured max |Δlogit| on logits
+//! of magnitude ~1–3 (FA off / on): llama 0, qwen2moe 2.3e-5 / 1.2e-3, mistral3 0 / 1.1e-3 (FA on
+//! differs by ggml's f16 accumulation, issue 3); a wrong key, role or op moves them by 0.05 or more
+//! (measured: the temperature with offset 1 instead of 0 differs by 0.097).
 //!
 //! Needs the peer's Python (`$LLAMAD_PEER_PYTHON`, else the default AVX2 venv of
 //! `tests/peer/build-peer.sh`); fails when it is absent.
@@ -19,7 +20,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use compute::gguf::{Array, Value};
-use compute::model::{Model, Session, SessionConfig};
+use compute::model::{MetaValue, Model, Session, SessionConfig};
 use model_support::{gguf_writer, max_abs_diff, reference, tiny, Spec, Tiny};
 
 const PROMPT: [u32; 9] = [1, 17, 42, 99, 5, 56, 11, 72, 5];
@@ -150,4 +151,33 @@ fn llama_tiny_model_matches_llamacpp() {
     // The control: the architecture whose parity is established on SmolLM2.
     let d = compare(Spec { tied: false, ..Spec::llama() }, 33, false);
     assert!(d <= 5e-3, "llama: {d}");
+}
+
+#[test]
+fn mistral3_yarn_log_multiplier_matches_llamacpp() {
+    // Ministral 3 / Devstral 2 style: YaRN (factor 4 here) with `yarn_log_multiplier`, which sets
+    // RoPE's attn_factor (hparams::mistral3_yarn_attn_factor). The f64 reference has no YaRN, so
+    // llama.cpp is the only judge here. Measured: 0 for each multiplier (FA off); with the factor
+    // left at 1 the logits differ by 0.13 (0.5), 0.25 (1.0).
+    for lm in [0.5, 1.0, 2.0] {
+        let mut m = tiny(Spec::mistral3(), 34);
+        m.src.set_meta("mistral3.rope.scaling.type", MetaValue::Str("yarn".into()));
+        m.src.set_meta("mistral3.rope.scaling.factor", MetaValue::Float(4.0));
+        m.src.set_meta("mistral3.rope.scaling.yarn_log_multiplier", MetaValue::Float(lm));
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("mistral3-yarn.gguf");
+        write_model(&m, &path);
+        let theirs = llamacpp_logits(&path, &PROMPT, false);
+        // SAFETY: the file is not modified while mapped.
+        let model = unsafe { Model::open(&path) }.unwrap();
+        let cfg = SessionConfig { n_ctx: 64, flash_attn: false, n_threads: 1, ..SessionConfig::default() };
+        let ours = Session::new(model, cfg).unwrap().decode_all(&PROMPT).unwrap().to_vec();
+        let mut worst: f64 = 0.0;
+        for (row, th) in ours.chunks_exact(m.spec.vocab).zip(&theirs) {
+            let t: Vec<f64> = th.iter().map(|&x| x as f64).collect();
+            worst = worst.max(max_abs_diff(row, &t));
+        }
+        eprintln!("mistral3 yarn log_mul {lm}: max |Δlogit| vs llama.cpp {worst:.2e}");
+        assert!(worst <= 5e-3, "log_mul {lm}: {worst}");
+    }
 }

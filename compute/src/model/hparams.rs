@@ -61,6 +61,25 @@ impl Arch {
     }
 }
 
+/// YaRN's magnitude correction `0.1 · m · ln s + 1` (1 for `s ≤ 1`).
+fn yarn_mscale(s: f32, m: f32) -> f32 {
+    if s <= 1.0 {
+        1.0
+    } else {
+        0.1 * m * s.ln() + 1.0
+    }
+}
+
+/// The RoPE `attn_factor` llama.cpp 0.3.36 uses for a mistral3 model with
+/// `rope.scaling.yarn_log_multiplier` (`mscale_all_dims`; `mscale` taken as 1): the HF ratio
+/// `mscale(s, 1) / mscale(s, log_mul)`, divided by the `mscale(s, 1)` that ROPE itself multiplies
+/// in when `ext_factor ≠ 0`, so the rotated values carry the HF ratio. Without the key the factor
+/// stays 1 (and ROPE's own correction applies). Measured against llama.cpp in
+/// `tests/model_llamacpp.rs` (scaling factor 4, log_mul 0.5/1/2: best fits 0.936/0.878/0.782).
+fn mistral3_yarn_attn_factor(factor: f32, log_mul: f32) -> f32 {
+    yarn_mscale(factor, 1.0) / yarn_mscale(factor, log_mul) / yarn_mscale(factor, 1.0)
+}
+
 /// Position offset of the Mistral 3 attention temperature (see [`HParams::attn_temperature`]).
 const ATTN_TEMP_OFFSET: f32 = 0.0;
 
@@ -193,7 +212,11 @@ impl HParams {
         let yarn = scaling_type == "yarn";
         let yarn_ext_factor =
             if yarn { src.meta_f32(&k("rope.scaling.yarn_ext_factor"))?.unwrap_or(1.0) } else { 0.0 };
-        let yarn_attn_factor = src.meta_f32(&k("rope.scaling.attn_factor"))?.unwrap_or(1.0);
+        let mut yarn_attn_factor = src.meta_f32(&k("rope.scaling.attn_factor"))?.unwrap_or(1.0);
+        let log_mul = src.meta_f32(&k("rope.scaling.yarn_log_multiplier"))?.unwrap_or(0.0);
+        if arch == Arch::Mistral3 && log_mul != 0.0 {
+            yarn_attn_factor = mistral3_yarn_attn_factor(1.0 / rope_freq_scale, log_mul);
+        }
         let yarn_beta_fast = src.meta_f32(&k("rope.scaling.yarn_beta_fast"))?.unwrap_or(32.0);
         let yarn_beta_slow = src.meta_f32(&k("rope.scaling.yarn_beta_slow"))?.unwrap_or(1.0);
         let n_expert = src.meta_u64(&k("expert_count"))?.unwrap_or(0);
