@@ -154,6 +154,32 @@ fn llama_tiny_model_matches_llamacpp() {
 }
 
 #[test]
+fn llama_sliding_window_key_is_ignored_like_llamacpp() {
+    // Mistral-family GGUFs of the `llama` arch (Mistral 7B, Ministral 8B, Devstral Small 1.x) may
+    // carry `llama.attention.sliding_window`; llama.cpp's llama graph attends to the whole context
+    // regardless, and so do we (a window of 3 would hide keys from positions 3 to 8).
+    let mut m = tiny(Spec { tied: false, ..Spec::llama() }, 35);
+    m.src.set_meta("llama.attention.sliding_window", MetaValue::Int(3));
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("llama-swa.gguf");
+    write_model(&m, &path);
+    let theirs = llamacpp_logits(&path, &PROMPT, false);
+    let want = reference::forward(&m, &PROMPT, true);
+    for (i, th) in theirs.iter().enumerate() {
+        let d = max_abs_diff(th, &want[i]);
+        assert!(d <= 5e-3, "position {i}: llama.cpp vs the full-attention reference {d}");
+    }
+    // SAFETY: the file is not modified while mapped.
+    let model = unsafe { Model::open(&path) }.unwrap();
+    let cfg = SessionConfig { n_ctx: 64, flash_attn: false, n_threads: 1, ..SessionConfig::default() };
+    let ours = Session::new(model, cfg).unwrap().decode_all(&PROMPT).unwrap().to_vec();
+    for (row, th) in ours.chunks_exact(m.spec.vocab).zip(&theirs) {
+        let t: Vec<f64> = th.iter().map(|&x| x as f64).collect();
+        assert!(max_abs_diff(row, &t) <= 5e-3);
+    }
+}
+
+#[test]
 fn mistral3_yarn_log_multiplier_matches_llamacpp() {
     // Ministral 3 / Devstral 2 style: YaRN (factor 4 here) with `yarn_log_multiplier`, which sets
     // RoPE's attn_factor (hparams::mistral3_yarn_attn_factor). The f64 reference has no YaRN, so
