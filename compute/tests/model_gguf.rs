@@ -6,53 +6,11 @@ mod model_support;
 
 use std::sync::Arc;
 
-use compute::gguf::{Gguf, GgufWriter, Value};
-use compute::model::{MemWeights, MetaValue, Model, Session, SessionConfig, WeightSource};
+use compute::gguf::Gguf;
+use compute::model::{Model, Session, SessionConfig, WeightSource};
 use compute::quant::kernels;
 use compute::GgmlType;
-use model_support::{max_abs_diff, reference, tiny, Spec, Tiny};
-
-fn to_gguf(src: &MemWeights, quantize: bool) -> Gguf {
-    let mut w = GgufWriter::new();
-    let mut meta: Vec<_> = src.metadata().collect();
-    meta.sort_by_key(|(k, _)| *k);
-    for (k, v) in meta {
-        let v: Value = match v {
-            MetaValue::Int(i) => Value::U32(*i as u32),
-            MetaValue::Float(f) => Value::F32(*f as f32),
-            MetaValue::Str(s) => Value::String(s.clone()),
-            MetaValue::Bool(b) => Value::Bool(*b),
-            other => panic!("unexpected {other:?}"),
-        };
-        w.add(k, v);
-    }
-    let mut names: Vec<_> = src.tensors().map(|(n, _)| n.to_string()).collect();
-    names.sort();
-    for n in names {
-        let t = src.tensor(&n).unwrap();
-        let dims = if t.ne[2] > 1 {
-            3
-        } else if t.ne[1] > 1 {
-            2
-        } else {
-            1
-        };
-        if quantize && dims >= 2 {
-            let vals: Vec<f32> =
-                t.data.chunks_exact(4).map(|b| f32::from_le_bytes(b.try_into().unwrap())).collect();
-            let k = kernels(GgmlType::Q8_0);
-            let row = GgmlType::Q8_0.row_size(t.ne[0]).unwrap() as usize;
-            let mut q = vec![0u8; row * vals.len() / t.ne[0] as usize];
-            for (src_row, dst_row) in vals.chunks_exact(t.ne[0] as usize).zip(q.chunks_exact_mut(row)) {
-                (k.from_f32.unwrap())(src_row, dst_row);
-            }
-            w.add_tensor(&n, GgmlType::Q8_0, &t.ne[..dims], q).unwrap();
-        } else {
-            w.add_tensor(&n, t.dtype, &t.ne[..dims], t.data.to_vec()).unwrap();
-        }
-    }
-    Gguf::from_bytes(w.to_bytes().unwrap()).unwrap()
-}
+use model_support::{max_abs_diff, reference, tiny, to_gguf, Spec, Tiny};
 
 /// The tiny model with every weight replaced by its value as stored in `g` (dequantized).
 fn dequantized(m: &Tiny, g: &Gguf) -> Tiny {

@@ -80,6 +80,19 @@ fn moe_graph_matches_reference() {
 }
 
 #[test]
+fn qwen2moe_shared_expert_graph_matches_reference() {
+    check(Spec::qwen2moe(), true, 512);
+    check(Spec::qwen2moe(), false, 4);
+}
+
+#[test]
+fn mistral3_attention_temperature_matches_reference() {
+    // 9 positions with period 2: five different temperature factors (1, 1.35, 1.55, 1.69, 1.80).
+    check(Spec::mistral3(), true, 512);
+    check(Spec::mistral3(), false, 4);
+}
+
+#[test]
 fn split_layer_ranges_match_the_whole_model() {
     // Three ranges over a 3-layer model: embeddings + layer 0 | layer 1 | layer 2 + head; the
     // hidden state crosses each boundary. Same logits as one graph, and as the reference.
@@ -158,7 +171,7 @@ fn llama_graph_has_the_reference_node_sequence() {
 fn f32_cache_matches_reference_to_f32_precision() {
     // With an F32 KV cache nothing is rounded to f16 anywhere, so the graph must agree with the
     // f64 reference to f32 storage precision.
-    for spec in [Spec::llama(), Spec::gemma3(), Spec::qwen3moe()] {
+    for spec in [Spec::llama(), Spec::gemma3(), Spec::qwen3moe(), Spec::qwen2moe(), Spec::mistral3()] {
         for flash_attn in [true, false] {
             let m = tiny(spec.clone(), 9);
             let toks = [5u32, 6, 7, 8, 9];

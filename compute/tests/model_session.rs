@@ -68,6 +68,18 @@ fn session_moe_matches_reference() {
 }
 
 #[test]
+fn session_qwen2moe_shared_expert_matches_reference() {
+    check(Spec::qwen2moe(), true);
+    check(Spec::qwen2moe(), false);
+}
+
+#[test]
+fn session_mistral3_temperature_matches_reference() {
+    check(Spec::mistral3(), true);
+    check(Spec::mistral3(), false);
+}
+
+#[test]
 fn session_rejects_bad_tokens_and_context_overflow() {
     let m = tiny(Spec::llama(), 3);
     let model = Model::new(Arc::new(m.src.clone())).unwrap();

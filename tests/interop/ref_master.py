@@ -9,6 +9,10 @@ Registering RPC devices is process-global in ggml and cannot be undone, so every
      "flash_attn": bool, "n_ctx": 512, "seed": 1234, "n_threads": 1,
      "prompts": [str, ...], "n_tokens": 32}
 
+With "logits_dir", the logits at every prompt position are saved as logits-I.npy; "token_prompts"
+([[id, ...], ...]) gives those prompts as token ids instead (no tokenizer needed: tiny test models),
+and "prompts" may then be left out (no generation).
+
 OUT.json receives the device list, the load time, and per prompt the prompt token ids, the
 generated token ids and text, and llama.cpp's own prompt/generation timings. The route into
 RPC follows ggml-rpc-protocol.md §11.6 (``rpc_servers=`` is ignored by llama-cpp-python 0.3.36).
@@ -59,13 +63,15 @@ def main() -> int:
         # Logits at every prompt position, one .npy per prompt (for closeness checks).
         import numpy as np
 
-        for i, prompt in enumerate(args["prompts"]):
-            toks = llm.tokenize(prompt.encode(), add_bos=True, special=False)
+        seqs = args.get("token_prompts") or [
+            llm.tokenize(p.encode(), add_bos=True, special=False) for p in args["prompts"]
+        ]
+        for i, toks in enumerate(seqs):
             llm.reset()
             llm.eval(toks)
             np.save(f"{args['logits_dir']}/logits-{i}.npy", np.array(llm.scores[: len(toks)], dtype=np.float32))
     runs = []
-    for prompt in args["prompts"]:
+    for prompt in args.get("prompts", []):
         ptoks = llm.tokenize(prompt.encode(), add_bos=True, special=False)
         llm.reset()
         llama_cpp.llama_perf_context_reset(llm._ctx.ctx)

@@ -13,6 +13,9 @@ pub enum Arch {
     Mistral3,
     /// Qwen2 / Qwen2.5.
     Qwen2,
+    /// Qwen1.5-MoE / Qwen2-MoE: qwen2 attention, softmax-gated experts plus a sigmoid-gated shared
+    /// expert.
+    Qwen2Moe,
     /// Qwen3.
     Qwen3,
     /// Qwen3-MoE.
@@ -28,6 +31,7 @@ impl Arch {
             "llama" => Arch::Llama,
             "mistral3" => Arch::Mistral3,
             "qwen2" => Arch::Qwen2,
+            "qwen2moe" => Arch::Qwen2Moe,
             "qwen3" => Arch::Qwen3,
             "qwen3moe" => Arch::Qwen3Moe,
             "gemma3" => Arch::Gemma3,
@@ -41,6 +45,7 @@ impl Arch {
             Arch::Llama => "llama",
             Arch::Mistral3 => "mistral3",
             Arch::Qwen2 => "qwen2",
+            Arch::Qwen2Moe => "qwen2moe",
             Arch::Qwen3 => "qwen3",
             Arch::Qwen3Moe => "qwen3moe",
             Arch::Gemma3 => "gemma3",
@@ -51,10 +56,32 @@ impl Arch {
     pub fn rope_mode(self) -> i32 {
         match self {
             Arch::Llama | Arch::Mistral3 => rope_mode::NORMAL,
-            Arch::Qwen2 | Arch::Qwen3 | Arch::Qwen3Moe | Arch::Gemma3 => rope_mode::NEOX,
+            Arch::Qwen2 | Arch::Qwen2Moe | Arch::Qwen3 | Arch::Qwen3Moe | Arch::Gemma3 => rope_mode::NEOX,
         }
     }
 }
+
+/// YaRN's magnitude correction `0.1 · m · ln s + 1` (1 for `s ≤ 1`).
+fn yarn_mscale(s: f32, m: f32) -> f32 {
+    if s <= 1.0 {
+        1.0
+    } else {
+        0.1 * m * s.ln() + 1.0
+    }
+}
+
+/// The RoPE `attn_factor` llama.cpp 0.3.36 uses for a mistral3 model with
+/// `rope.scaling.yarn_log_multiplier` (`mscale_all_dims`; `mscale` taken as 1): the HF ratio
+/// `mscale(s, 1) / mscale(s, log_mul)`, divided by the `mscale(s, 1)` that ROPE itself multiplies
+/// in when `ext_factor ≠ 0`, so the rotated values carry the HF ratio. Without the key the factor
+/// stays 1 (and ROPE's own correction applies). Measured against llama.cpp in
+/// `tests/model_llamacpp.rs` (scaling factor 4, log_mul 0.5/1/2: best fits 0.936/0.878/0.782).
+fn mistral3_yarn_attn_factor(factor: f32, log_mul: f32) -> f32 {
+    yarn_mscale(factor, 1.0) / yarn_mscale(factor, log_mul) / yarn_mscale(factor, 1.0)
+}
+
+/// Position offset of the Mistral 3 attention temperature (see [`HParams::attn_temperature`]).
+const ATTN_TEMP_OFFSET: f32 = 0.0;
 
 /// Hyper-parameters of a model (symbols as in ref §4.1).
 #[derive(Clone, Debug, PartialEq)]
@@ -119,6 +146,14 @@ pub struct HParams {
     pub final_logit_softcap: f32,
     /// Custom KQ scale (0 = `1/√D`).
     pub attention_scale: f32,
+    /// Qwen2-MoE shared-expert FFN width (0 = no shared expert).
+    pub n_ff_shexp: u64,
+    /// Mistral 3 attention temperature (`attention.temperature_scale`; 0 = off): Q is multiplied
+    /// per token by [`HParams::attn_temperature`].
+    pub attn_temp_scale: f32,
+    /// Position period of the attention temperature (`n_ctx_orig`, as llama.cpp takes it for
+    /// mistral3).
+    pub attn_temp_floor: u64,
 }
 
 impl HParams {
@@ -177,7 +212,11 @@ impl HParams {
         let yarn = scaling_type == "yarn";
         let yarn_ext_factor =
             if yarn { src.meta_f32(&k("rope.scaling.yarn_ext_factor"))?.unwrap_or(1.0) } else { 0.0 };
-        let yarn_attn_factor = src.meta_f32(&k("rope.scaling.attn_factor"))?.unwrap_or(1.0);
+        let mut yarn_attn_factor = src.meta_f32(&k("rope.scaling.attn_factor"))?.unwrap_or(1.0);
+        let log_mul = src.meta_f32(&k("rope.scaling.yarn_log_multiplier"))?.unwrap_or(0.0);
+        if arch == Arch::Mistral3 && log_mul != 0.0 {
+            yarn_attn_factor = mistral3_yarn_attn_factor(1.0 / rope_freq_scale, log_mul);
+        }
         let yarn_beta_fast = src.meta_f32(&k("rope.scaling.yarn_beta_fast"))?.unwrap_or(32.0);
         let yarn_beta_slow = src.meta_f32(&k("rope.scaling.yarn_beta_slow"))?.unwrap_or(1.0);
         let n_expert = src.meta_u64(&k("expert_count"))?.unwrap_or(0);
@@ -185,9 +224,23 @@ impl HParams {
         if n_expert > 0 && (n_expert_used == 0 || n_expert_used > n_expert) {
             return Err(Error::Model(format!("expert_used_count {n_expert_used} of {n_expert} experts")));
         }
-        let n_ff_exp = src.meta_u64(&k("expert_feed_forward_length"))?.unwrap_or(n_ff);
-        // Mixtral and Qwen3-MoE normalise the top-k weights; Qwen2-MoE does not (ref §4.7).
-        let expert_weights_norm = src.meta_bool(&k("expert_weights_norm"))?.unwrap_or(n_expert > 0);
+        let qwen2moe = arch == Arch::Qwen2Moe;
+        if qwen2moe && n_expert == 0 {
+            return Err(Error::Model(format!("qwen2moe without {}", k("expert_count"))));
+        }
+        // llama.cpp's qwen2moe sizes an expert `F / n_expert_used` and the shared expert `F` unless
+        // the model says otherwise.
+        let n_ff_exp = match src.meta_u64(&k("expert_feed_forward_length"))? {
+            Some(v) => v,
+            None if qwen2moe => n_ff / n_expert_used,
+            None => n_ff,
+        };
+        let n_ff_shexp =
+            if qwen2moe { src.meta_u64(&k("expert_shared_feed_forward_length"))?.unwrap_or(n_ff) } else { 0 };
+        // Mixtral and Qwen3-MoE normalise the top-k weights; Qwen2-MoE never does (its graph
+        // builder ignores the key) (ref §4.7).
+        let expert_weights_norm =
+            !qwen2moe && src.meta_bool(&k("expert_weights_norm"))?.unwrap_or(n_expert > 0);
         let expert_weights_scale = src.meta_f32(&k("expert_weights_scale"))?.unwrap_or(0.0);
         let n_swa = src.meta_u64(&k("attention.sliding_window"))?.unwrap_or(0);
         // `sliding_window_pattern` is a period (u32) or one flag per layer (bool[n_layer], true =
@@ -204,6 +257,16 @@ impl HParams {
         let rope_freq_base_swa = src.meta_f32(&k("rope.freq_base_swa"))?.unwrap_or(10000.0);
         let final_logit_softcap = src.meta_f32(&k("final_logit_softcapping"))?.unwrap_or(0.0);
         let attention_scale = src.meta_f32(&k("attention.scale"))?.unwrap_or(0.0);
+        // Mistral 3 (Ministral 3): llama 4-style attention temperature, with llama.cpp's period
+        // `n_ctx_orig` (`rope.scaling.original_context_length`, else `context_length`).
+        let attn_temp_scale = if arch == Arch::Mistral3 {
+            src.meta_f32(&k("attention.temperature_scale"))?.unwrap_or(0.0)
+        } else {
+            0.0
+        };
+        if attn_temp_scale != 0.0 && n_ctx_orig == 0 {
+            return Err(Error::Model("attention temperature with n_ctx_orig 0".into()));
+        }
         if n_ff == 0 && n_expert == 0 {
             return Err(Error::Model(format!("missing metadata {}", k("feed_forward_length"))));
         }
@@ -238,6 +301,9 @@ impl HParams {
             rope_freq_base_swa,
             final_logit_softcap,
             attention_scale,
+            n_ff_shexp,
+            attn_temp_scale,
+            attn_temp_floor: n_ctx_orig,
         })
     }
 
@@ -249,6 +315,15 @@ impl HParams {
     /// `Hkv * D_v`.
     pub fn n_embd_v_gqa(&self) -> u64 {
         self.n_head_kv * self.head_dim_v
+    }
+
+    /// The attention temperature of the token at `pos` (Mistral 3):
+    /// `ln(⌊(pos + offset) / n_ctx_orig⌋ + 1) · temperature_scale + 1` with offset 0 (llama 4
+    /// uses 1; llama.cpp 0.3.36 gives mistral3 0, checked against it in `tests/model_llamacpp.rs`),
+    /// rounded as llama.cpp does (the quotient in f32, the rest in f64, stored as f32).
+    pub fn attn_temperature(&self, pos: u64) -> f32 {
+        let q = ((pos as f32 + ATTN_TEMP_OFFSET) / self.attn_temp_floor as f32).floor();
+        ((q as f64 + 1.0).ln() * self.attn_temp_scale as f64 + 1.0) as f32
     }
 
     /// True when layer `il` of a Gemma 3 model uses sliding-window attention (ref §4.6).
@@ -320,5 +395,43 @@ mod tests {
         let hp = HParams::from_source(&moe).unwrap();
         assert!(hp.expert_weights_norm);
         assert_eq!(hp.n_ff_exp, 1536);
+        assert_eq!(hp.n_ff_shexp, 0);
+    }
+
+    #[test]
+    fn qwen2moe_defaults_follow_llamacpp() {
+        // Expert width F / n_used, shared expert width F, top-k weights never renormalised.
+        let mut m = base("qwen2moe");
+        assert!(HParams::from_source(&m).is_err(), "qwen2moe without experts");
+        m.set_meta("qwen2moe.expert_count", MetaValue::Int(60));
+        m.set_meta("qwen2moe.expert_used_count", MetaValue::Int(4));
+        m.set_meta("qwen2moe.expert_weights_norm", MetaValue::Bool(true));
+        let hp = HParams::from_source(&m).unwrap();
+        assert_eq!((hp.n_ff_exp, hp.n_ff_shexp, hp.expert_weights_norm), (384, 1536, false));
+        assert_eq!(hp.arch.rope_mode(), rope_mode::NEOX);
+        m.set_meta("qwen2moe.expert_feed_forward_length", MetaValue::Int(1408));
+        m.set_meta("qwen2moe.expert_shared_feed_forward_length", MetaValue::Int(5632));
+        let hp = HParams::from_source(&m).unwrap();
+        assert_eq!((hp.n_ff_exp, hp.n_ff_shexp), (1408, 5632));
+    }
+
+    #[test]
+    fn mistral3_attention_temperature() {
+        // Ministral 3: scale 0.1, period = original_context_length 16384.
+        let mut m = base("mistral3");
+        assert_eq!(HParams::from_source(&m).unwrap().attn_temp_scale, 0.0);
+        m.set_meta("mistral3.attention.temperature_scale", MetaValue::Float(0.1));
+        m.set_meta("mistral3.rope.scaling.original_context_length", MetaValue::Int(16384));
+        let hp = HParams::from_source(&m).unwrap();
+        assert_eq!(hp.attn_temp_floor, 16384);
+        // Hand-computed: 1 below the first period, then 1 + 0.1·ln 2, 1 + 0.1·ln 3.
+        assert_eq!(hp.attn_temperature(0), 1.0);
+        assert_eq!(hp.attn_temperature(16383), 1.0);
+        assert!((hp.attn_temperature(16384) - 1.069_314_7).abs() < 1e-6);
+        assert!((hp.attn_temperature(40000) - 1.109_861_2).abs() < 1e-6);
+        // The key means nothing to other architectures.
+        let mut l = base("llama");
+        l.set_meta("llama.attention.temperature_scale", MetaValue::Float(0.1));
+        assert_eq!(HParams::from_source(&l).unwrap().attn_temp_scale, 0.0);
     }
 }

@@ -257,6 +257,9 @@ pub fn fill_inputs(
     if let Some(id) = ins.out_ids {
         write_i32(w.bytes(id)?, (t - p.n_outputs..t).map(|i| i as i32));
     }
+    if let Some(id) = ins.attn_scale {
+        write_float(w.bytes(id)?, GgmlType::F32, (0..t).map(|i| hp.attn_temperature(n_past + i)))?;
+    }
     let mask_type = if fa { GgmlType::F16 } else { GgmlType::F32 };
     let causal = |swa: bool| {
         (0..t).flat_map(move |i| {

@@ -9,7 +9,10 @@ pub mod reference;
 
 use std::collections::HashMap;
 
-use compute::model::{MemWeights, MetaValue};
+use compute::gguf::{Gguf, GgufWriter, Value};
+use compute::model::{MemWeights, MetaValue, WeightSource};
+use compute::quant::kernels;
+use compute::GgmlType;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
@@ -35,6 +38,11 @@ pub struct Spec {
     pub n_swa: usize,
     pub swa_pattern: usize,
     pub tied: bool,
+    /// Qwen2-MoE shared-expert width (0 = none).
+    pub f_shexp: usize,
+    /// Mistral 3 attention temperature scale (0 = off) and its period (`n_ctx_orig`).
+    pub temp_scale: f32,
+    pub temp_floor: usize,
 }
 
 impl Spec {
@@ -60,6 +68,9 @@ impl Spec {
             n_swa: 0,
             swa_pattern: 6,
             tied: false,
+            f_shexp: 0,
+            temp_scale: 0.0,
+            temp_floor: 0,
         }
     }
 
@@ -90,6 +101,18 @@ impl Spec {
 
     pub fn qwen3moe() -> Spec {
         Spec { qk_norm: true, n_expert: 4, n_used: 2, f_exp: 32, ..Spec::base("qwen3moe") }
+    }
+
+    /// Qwen2-MoE: Q/K/V biases, 4 experts of which 2 are used (weights not renormalised), and a
+    /// shared expert of width 48.
+    pub fn qwen2moe() -> Spec {
+        Spec { qkv_bias: true, n_expert: 4, n_used: 2, f_exp: 32, f_shexp: 48, ..Spec::base("qwen2moe") }
+    }
+
+    /// Mistral 3 with the attention temperature: period 2, so the factor changes every other
+    /// position (llama.cpp takes the period from `n_ctx_orig`; real models use 16384).
+    pub fn mistral3() -> Spec {
+        Spec { temp_scale: 0.5, temp_floor: 2, ..Spec::base("mistral3") }
     }
 
     pub fn is_swa_layer(&self, il: usize) -> bool {
@@ -159,6 +182,13 @@ pub fn tiny(spec: Spec, seed: u64) -> Tiny {
             add(&b("ffn_gate_exps.weight"), [e, fe, ne_, 1], lin(e), 0.0, &mut rng);
             add(&b("ffn_up_exps.weight"), [e, fe, ne_, 1], lin(e), 0.0, &mut rng);
             add(&b("ffn_down_exps.weight"), [fe, e, ne_, 1], lin(fe), 0.0, &mut rng);
+            if s.f_shexp > 0 {
+                let fs = s.f_shexp as u64;
+                add(&b("ffn_gate_inp_shexp.weight"), [e, 1, 1, 1], lin(e), 0.0, &mut rng);
+                add(&b("ffn_gate_shexp.weight"), [e, fs, 1, 1], lin(e), 0.0, &mut rng);
+                add(&b("ffn_up_shexp.weight"), [e, fs, 1, 1], lin(e), 0.0, &mut rng);
+                add(&b("ffn_down_shexp.weight"), [fs, e, 1, 1], lin(fs), 0.0, &mut rng);
+            }
         } else {
             add(&b("ffn_gate.weight"), [e, f, 1, 1], lin(e), 0.0, &mut rng);
             add(&b("ffn_up.weight"), [e, f, 1, 1], lin(e), 0.0, &mut rng);
@@ -188,12 +218,67 @@ pub fn tiny(spec: Spec, seed: u64) -> Tiny {
         src.set_meta(&k("expert_used_count"), MetaValue::Int(s.n_used as i64));
         src.set_meta(&k("expert_feed_forward_length"), MetaValue::Int(s.f_exp as i64));
     }
+    if s.f_shexp > 0 {
+        src.set_meta(&k("expert_shared_feed_forward_length"), MetaValue::Int(s.f_shexp as i64));
+    }
+    if s.temp_scale != 0.0 {
+        src.set_meta(&k("attention.temperature_scale"), MetaValue::Float(s.temp_scale as f64));
+        src.set_meta(&k("rope.scaling.original_context_length"), MetaValue::Int(s.temp_floor as i64));
+    }
     if s.gemma {
         src.set_meta(&k("attention.sliding_window"), MetaValue::Int(s.n_swa as i64));
         src.set_meta(&k("attention.sliding_window_pattern"), MetaValue::Int(s.swa_pattern as i64));
         src.set_meta(&k("rope.freq_base_swa"), MetaValue::Float(10000.0));
     }
     Tiny { spec, w, src }
+}
+
+/// `src` written by the GGUF writer (matrices quantized to Q8_0 when `quantize`), plus extra metadata.
+pub fn gguf_writer(src: &MemWeights, quantize: bool) -> GgufWriter {
+    let mut w = GgufWriter::new();
+    let mut meta: Vec<_> = src.metadata().collect();
+    meta.sort_by_key(|(k, _)| *k);
+    for (k, v) in meta {
+        let v: Value = match v {
+            MetaValue::Int(i) => Value::U32(*i as u32),
+            MetaValue::Float(f) => Value::F32(*f as f32),
+            MetaValue::Str(s) => Value::String(s.clone()),
+            MetaValue::Bool(b) => Value::Bool(*b),
+            other => panic!("unexpected {other:?}"),
+        };
+        w.add(k, v);
+    }
+    let mut names: Vec<_> = src.tensors().map(|(n, _)| n.to_string()).collect();
+    names.sort();
+    for n in names {
+        let t = src.tensor(&n).unwrap();
+        let dims = if t.ne[2] > 1 {
+            3
+        } else if t.ne[1] > 1 {
+            2
+        } else {
+            1
+        };
+        if quantize && dims >= 2 {
+            let vals: Vec<f32> =
+                t.data.chunks_exact(4).map(|b| f32::from_le_bytes(b.try_into().unwrap())).collect();
+            let k = kernels(GgmlType::Q8_0);
+            let row = GgmlType::Q8_0.row_size(t.ne[0]).unwrap() as usize;
+            let mut q = vec![0u8; row * vals.len() / t.ne[0] as usize];
+            for (src_row, dst_row) in vals.chunks_exact(t.ne[0] as usize).zip(q.chunks_exact_mut(row)) {
+                (k.from_f32.unwrap())(src_row, dst_row);
+            }
+            w.add_tensor(&n, GgmlType::Q8_0, &t.ne[..dims], q).unwrap();
+        } else {
+            w.add_tensor(&n, t.dtype, &t.ne[..dims], t.data.to_vec()).unwrap();
+        }
+    }
+    w
+}
+
+/// `src` written by the GGUF writer and read back.
+pub fn to_gguf(src: &MemWeights, quantize: bool) -> Gguf {
+    Gguf::from_bytes(gguf_writer(src, quantize).to_bytes().unwrap()).unwrap()
 }
 
 /// Largest absolute difference.

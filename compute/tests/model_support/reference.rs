@@ -53,7 +53,7 @@ fn f16_round(x: f64) -> f64 {
 pub fn forward(m: &Tiny, tokens: &[u32], kv_f16: bool) -> Vec<Vec<f64>> {
     let s = &m.spec;
     let (e, h, hkv, d) = (s.e, s.h, s.hkv, s.d);
-    let neox = s.arch != "llama";
+    let neox = !matches!(s.arch, "llama" | "mistral3");
     let n = tokens.len();
     let embd = m.get("token_embd.weight");
     let mut x: Vec<Vec<f64>> = tokens
@@ -87,6 +87,11 @@ pub fn forward(m: &Tiny, tokens: &[u32], kv_f16: bool) -> Vec<Vec<f64>> {
                     qh.copy_from_slice(&nq);
                 }
                 rope(qh, t, d, base, neox);
+                if s.temp_scale != 0.0 {
+                    // Mistral 3: ln(⌊pos / period⌋ + 1) · scale + 1 (llama 4's temperature, offset 0).
+                    let f = ((t / s.temp_floor) as f64 + 1.0).ln() * s.temp_scale as f64 + 1.0;
+                    qh.iter_mut().for_each(|v| *v *= f);
+                }
                 if s.gemma {
                     qh.iter_mut().for_each(|v| *v /= (d as f64).sqrt());
                 }
@@ -175,7 +180,8 @@ fn moe(m: &Tiny, il: usize, x: &[f64]) -> Vec<f64> {
     let mut order: Vec<usize> = (0..s.n_expert).collect();
     order.sort_by(|a, b| probs[*b].total_cmp(&probs[*a]));
     let chosen = &order[..s.n_used];
-    let wsum: f64 = chosen.iter().map(|&i| probs[i]).sum();
+    // Qwen2-MoE uses the softmax probabilities as they are; the others renormalise the top k.
+    let wsum: f64 = if s.arch == "qwen2moe" { 1.0 } else { chosen.iter().map(|&i| probs[i]).sum() };
     let (fe, e) = (s.f_exp, s.e);
     let mut out = vec![0.0; e];
     for &ex_i in chosen {
@@ -189,6 +195,18 @@ fn moe(m: &Tiny, il: usize, x: &[f64]) -> Vec<f64> {
         let wt = probs[ex_i] / wsum;
         for (o, v) in out.iter_mut().zip(&dn) {
             *o += wt * v;
+        }
+    }
+    if s.f_shexp > 0 {
+        // Shared expert: SwiGLU FFN scaled by sigmoid(gate_inp_shexp · x).
+        let g = matvec(w("ffn_gate_shexp.weight"), x, s.f_shexp);
+        let u = matvec(w("ffn_up_shexp.weight"), x, s.f_shexp);
+        let act: Vec<f64> = g.iter().zip(&u).map(|(g, u)| silu(*g) * u).collect();
+        let dn = matvec(w("ffn_down_shexp.weight"), &act, e);
+        let z = matvec(w("ffn_gate_inp_shexp.weight"), x, 1)[0];
+        let sig = 1.0 / (1.0 + (-z).exp());
+        for (o, v) in out.iter_mut().zip(&dn) {
+            *o += sig * v;
         }
     }
     out

@@ -85,6 +85,16 @@ impl Pipeline {
         let slots = assign_slots(hp.n_layer, opts.n_gpu_layers, &weights);
         let plan = LayerPlan::from_slots(&slots);
         tracing::info!(?plan, "layer split");
+        if let Some((theirs, ours)) = plan.head_moved() {
+            // Same numbers either way (every device computes like the CPU backend); only the memory
+            // placement of output_norm/output differs from llama.cpp's.
+            tracing::warn!(
+                ?theirs,
+                ?ours,
+                "llama.cpp would run the output layer on another device than the last layer; it runs with \
+                 the last layer here"
+            );
+        }
 
         // The largest ubatch decides the compute buffers.
         let n_tok = cfg.n_ubatch.min(cfg.n_ctx);

@@ -1,11 +1,13 @@
 //! Building blocks shared by the architectures: norms, Q/K/V projections with RoPE, the KV-cache
-//! store, attention with and without flash attention, and the dense and MoE feed-forward blocks.
+//! store, attention with and without flash attention, and the dense feed-forward block (the MoE
+//! block is in [`super::moe`]).
 //!
-//! ref: ggml-compute-semantics.md §4.3 (FA on), §4.4 (FA off), §4.6 (deltas), §4.7 (MoE).
+//! ref: ggml-compute-semantics.md §4.3 (FA on), §4.4 (FA off), §4.6 (deltas).
 
 use crate::error::Result;
-use crate::model::arch::Ctx;
+use crate::model::arch::{moe, Ctx};
 use crate::model::graph_def::{KvKind, RopeParams, TensorId};
+use crate::model::hparams::Arch;
 use crate::op::{GluOp, UnaryOp};
 
 /// `RMS_NORM` then `MUL` by `weight` (named `{name}-{il}`).
@@ -77,6 +79,11 @@ pub fn attention(b: &mut Ctx<'_>, il: u32, cur: TensorId, o: AttnOptions) -> Res
     }
     let mut q = b.g.rope_ext(q, pos, freqs, &rope)?;
     b.name(q, "Qcur", il);
+    if let Some(temp) = b.inputs.attn_scale {
+        // Mistral 3's per-token attention temperature, broadcast over D and H (ref §4.6).
+        q = b.g.mul(q, temp)?;
+        b.name(q, "Qcur_attn_temp_scaled", il);
+    }
     let v = proj(b, "attn_v.weight", "attn_v.bias", hkv * dv, "Vcur")?;
     let v = b.g.reshape(v, [dv, hkv, t, 1])?;
     let k = proj(b, "attn_k.weight", "attn_k.bias", hkv * d, "Kcur")?;
@@ -184,77 +191,44 @@ pub fn select_outputs(
 
 /// Dense gated feed-forward: `down(act(gate(x)) * up(x))`.
 pub fn ffn_gated(b: &mut Ctx<'_>, il: u32, cur: TensorId, act: GluOp) -> Result<TensorId> {
-    let (e, f) = (b.hp.n_embd, b.hp.n_ff);
-    let wg = b.lw(il, "ffn_gate.weight", [e, f, 1, 1])?;
-    let wu = b.lw(il, "ffn_up.weight", [e, f, 1, 1])?;
-    let wd = b.lw(il, "ffn_down.weight", [f, e, 1, 1])?;
+    let names = ["ffn_gate.weight", "ffn_up.weight", "ffn_down.weight"];
+    let out = ffn_gated_named(b, il, cur, act, b.hp.n_ff, names)?;
+    Ok(b.name(out, "ffn_out", il))
+}
+
+/// A gated feed-forward of width `f` over the layer weights `[gate, up, down]`; the result is
+/// left for the caller to name.
+pub fn ffn_gated_named(
+    b: &mut Ctx<'_>,
+    il: u32,
+    cur: TensorId,
+    act: GluOp,
+    f: u64,
+    [gate_w, up_w, down_w]: [&str; 3],
+) -> Result<TensorId> {
+    let e = b.hp.n_embd;
+    let wg = b.lw(il, gate_w, [e, f, 1, 1])?;
+    let wu = b.lw(il, up_w, [e, f, 1, 1])?;
+    let wd = b.lw(il, down_w, [f, e, 1, 1])?;
     let gate = b.g.mul_mat(wg, cur)?;
     b.name(gate, "ffn_gate", il);
     let up = b.g.mul_mat(wu, cur)?;
     b.name(up, "ffn_up", il);
     let x = b.g.glu_split(gate, up, act)?;
     b.name(x, if act == GluOp::Geglu { "ffn_geglu" } else { "ffn_swiglu" }, il);
-    let out = b.g.mul_mat(wd, x)?;
-    Ok(b.name(out, "ffn_out", il))
+    b.g.mul_mat(wd, x)
 }
 
-/// Mixture-of-experts feed-forward with softmax gating and SwiGLU experts (ref §4.7).
-pub fn ffn_moe(b: &mut Ctx<'_>, il: u32, cur: TensorId) -> Result<TensorId> {
-    let hp = b.hp;
-    let (e, f, ne, nu) = (hp.n_embd, hp.n_ff_exp, hp.n_expert, hp.n_expert_used);
-    let t = b.g.layout(cur).ne[1];
-    let router = b.lw(il, "ffn_gate_inp.weight", [e, ne, 1, 1])?;
-    let logits = b.g.mul_mat(router, cur)?;
-    b.name(logits, "ffn_moe_logits", il);
-    let probs = b.g.soft_max_ext(logits, None, 1.0, 0.0)?;
-    b.name(probs, "ffn_moe_probs", il);
-    let topk = b.g.argsort_top_k(probs, nu)?;
-    b.name(topk, "ffn_moe_topk", il);
-    let probs3 = b.g.reshape(probs, [1, ne, t, 1])?;
-    let mut weights = b.g.get_rows(probs3, topk)?;
-    b.name(weights, "ffn_moe_weights", il);
-    if hp.expert_weights_norm {
-        let w2 = b.g.reshape(weights, [nu, t, 1, 1])?;
-        let sum = b.g.sum_rows(w2)?;
-        b.name(sum, "ffn_moe_weights_sum", il);
-        let sum = b.g.clamp(sum, 6.103_515_6e-5, f32::INFINITY)?;
-        let w2 = b.g.div(w2, sum)?;
-        b.name(w2, "ffn_moe_weights_norm", il);
-        weights = b.g.reshape(w2, [1, nu, t, 1])?;
-    }
-    if hp.expert_weights_scale != 0.0 && hp.expert_weights_scale != 1.0 {
-        weights = b.g.scale(weights, hp.expert_weights_scale)?;
-    }
-    let x = b.g.reshape(cur, [e, 1, t, 1])?;
-    let up_exps = b.lw(il, "ffn_up_exps.weight", [e, f, ne, 1])?;
-    let gate_exps = b.lw(il, "ffn_gate_exps.weight", [e, f, ne, 1])?;
-    let down_exps = b.lw(il, "ffn_down_exps.weight", [f, e, ne, 1])?;
-    let up = b.g.mul_mat_id(up_exps, x, topk)?;
-    b.name(up, "ffn_moe_up", il);
-    let gate = b.g.mul_mat_id(gate_exps, x, topk)?;
-    b.name(gate, "ffn_moe_gate", il);
-    let act = b.g.glu_split(gate, up, GluOp::Swiglu)?;
-    b.name(act, "ffn_moe_swiglu", il);
-    let down = b.g.mul_mat_id(down_exps, act, topk)?;
-    b.name(down, "ffn_moe_down", il);
-    let weighted = b.g.mul(down, weights)?;
-    b.name(weighted, "ffn_moe_weighted", il);
-    let l = b.g.layout(weighted);
-    let mut out = b.g.view_2d(weighted, e, t, l.nb[2], 0)?;
-    for slot in 1..nu {
-        let v = b.g.view_2d(weighted, e, t, l.nb[2], slot * l.nb[1])?;
-        out = b.g.add(out, v)?;
-    }
-    if nu == 1 {
-        out = b.g.cont(out)?;
-    }
-    Ok(b.name(out, "ffn_moe_out", il))
-}
-
-/// The feed-forward of layer `il`: MoE when the model has experts, else dense SwiGLU.
+/// The feed-forward of layer `il`: MoE when the model has experts (plus Qwen2-MoE's shared
+/// expert), else dense SwiGLU.
 pub fn ffn_swiglu_or_moe(b: &mut Ctx<'_>, il: u32, cur: TensorId) -> Result<TensorId> {
     if b.hp.n_expert > 0 {
-        ffn_moe(b, il, cur)
+        let routed = moe::ffn_moe(b, il, cur)?;
+        if b.hp.arch == Arch::Qwen2Moe {
+            moe::add_shared_expert(b, il, cur, routed)
+        } else {
+            Ok(routed)
+        }
     } else {
         ffn_gated(b, il, cur, GluOp::Swiglu)
     }

@@ -7,12 +7,13 @@
 //! that ends at `n_layer` carries the `out_ids` row selection, the output norm and the LM head.
 //!
 //! The shared pieces (projections, RoPE, KV-cache store, attention with and without flash
-//! attention, dense and MoE feed-forward) live in [`blocks`]; each architecture file strings them
+//! attention, dense feed-forward) live in [`blocks`], the expert block in [`moe`]; each architecture file strings them
 //! together in its own order.
 
 pub mod blocks;
 pub mod gemma3;
 pub mod llama;
+pub mod moe;
 pub mod qwen2;
 pub mod qwen3;
 
@@ -65,6 +66,9 @@ pub struct Inputs {
     pub v_idxs: Option<TensorId>,
     /// `out_ids` I32 `[O]` (last range only).
     pub out_ids: Option<TensorId>,
+    /// `inp_attn_scale` F32 `[1, 1, T]`: the per-token attention temperature (Mistral 3 with
+    /// `attention.temperature_scale`), see [`HParams::attn_temperature`].
+    pub attn_scale: Option<TensorId>,
 }
 
 /// Gives access to the bytes of a graph's input tensors (implemented by each backend).
@@ -100,7 +104,7 @@ pub fn build(hp: &HParams, src: &dyn WeightSource, p: &BuildParams) -> Result<Bu
     let mut b = Ctx::new(hp, src, p)?;
     let output = match hp.arch {
         Arch::Llama | Arch::Mistral3 => llama::build(&mut b)?,
-        Arch::Qwen2 => qwen2::build(&mut b)?,
+        Arch::Qwen2 | Arch::Qwen2Moe => qwen2::build(&mut b)?,
         Arch::Qwen3 | Arch::Qwen3Moe => qwen3::build(&mut b)?,
         Arch::Gemma3 => gemma3::build(&mut b)?,
     };
@@ -125,9 +129,6 @@ pub struct Ctx<'a> {
 
 impl<'a> Ctx<'a> {
     fn new(hp: &'a HParams, src: &'a dyn WeightSource, p: &'a BuildParams) -> Result<Ctx<'a>> {
-        if hp.arch == Arch::Mistral3 && src.meta("mistral3.attention.temperature_scale").is_some() {
-            return Err(Error::Model("mistral3 attention temperature scaling is not supported".into()));
-        }
         Ok(Ctx {
             g: GraphDef::new(),
             hp,
@@ -209,6 +210,9 @@ impl<'a> Ctx<'a> {
     pub fn attention_inputs(&mut self) -> Result<()> {
         let (t, nkv) = (self.p.n_tokens, self.p.n_kv);
         self.inputs.pos = Some(self.g.input("inp_pos", GgmlType::I32, [t, 1, 1, 1])?);
+        if self.hp.attn_temp_scale != 0.0 {
+            self.inputs.attn_scale = Some(self.g.input("inp_attn_scale", GgmlType::F32, [1, 1, t, 1])?);
+        }
         let mask_type = if self.p.flash_attn { GgmlType::F16 } else { GgmlType::F32 };
         self.inputs.kq_mask = Some(self.g.input("attn_inp_kq_mask", mask_type, [nkv, t, 1, 1])?);
         if self.p.layers.clone().any(|il| self.hp.is_swa_layer(il)) {

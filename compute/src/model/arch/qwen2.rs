@@ -1,5 +1,6 @@
-//! `qwen2` (Qwen2 / Qwen2.5): the llama layer with NEOX RoPE and Q/K/V biases
-//! (ref: ggml-compute-semantics.md §4.6).
+//! `qwen2` (Qwen2 / Qwen2.5) and `qwen2moe` (Qwen1.5-MoE, Qwen2-MoE): the llama layer with NEOX
+//! RoPE and Q/K/V biases; the MoE variant uses the expert block plus the shared expert
+//! (ref: ggml-compute-semantics.md §4.6, §4.7).
 
 use crate::error::Result;
 use crate::model::arch::blocks::{layers_and_head, pre_norm_layer, AttnOptions};
