@@ -18,6 +18,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::{debug, debug_span, info, warn, Instrument};
 
 use crate::error::{refuse, Error, Result};
+use crate::rpc::limits::{Phase, Timed};
 use crate::rpc::server::Shared;
 use crate::rpc::session::{Reply, Session};
 use crate::rpc::stats::ConnStats;
@@ -27,8 +28,8 @@ use crate::rpc::{cache, exec};
 const BLOCKING_BYTES: usize = 1 << 20;
 
 struct Conn {
-    reader: BufReader<OwnedReadHalf>,
-    writer: BufWriter<OwnedWriteHalf>,
+    reader: BufReader<Timed<OwnedReadHalf>>,
+    writer: BufWriter<Timed<OwnedWriteHalf>>,
     session: Session,
     shared: Arc<Shared>,
     stats: ConnStats,
@@ -42,9 +43,10 @@ pub async fn serve(stream: TcpStream, peer: SocketAddr, shared: Arc<Shared>, can
     shared.stats.active.fetch_add(1, Ordering::Relaxed);
     debug!(%peer, "connection accepted");
     let (r, w) = stream.into_split();
+    let (idle, frame) = (shared.cfg.idle_timeout, shared.cfg.frame_timeout);
     let mut conn = Conn {
-        reader: BufReader::with_capacity(64 * 1024, r),
-        writer: BufWriter::with_capacity(64 * 1024, w),
+        reader: BufReader::with_capacity(64 * 1024, Timed::new(r, idle, frame)),
+        writer: BufWriter::with_capacity(64 * 1024, Timed::new(w, None, frame)),
         session: Session::new(shared.clone()),
         shared: shared.clone(),
         stats: ConnStats::default(),
@@ -77,12 +79,15 @@ pub async fn serve(stream: TcpStream, peer: SocketAddr, shared: Arc<Shared>, can
 }
 
 impl Conn {
-    /// Reads a request header; `None` on a clean end of stream before its first byte.
+    /// Reads a request header; `None` on a clean end of stream before its first byte. Waiting for
+    /// the first byte is idle time; from then on the frame timeout applies until the next header.
     async fn header(&mut self) -> Result<Option<(u8, u64)>> {
         let mut b = [0u8; REQUEST_HEADER_SIZE];
+        self.reader.get_mut().set_phase(Phase::Idle);
         if self.reader.read(&mut b[..1]).await? == 0 {
             return Ok(None);
         }
+        self.reader.get_mut().set_phase(Phase::Frame);
         self.reader.read_exact(&mut b[1..]).await?;
         Ok(Some(llamad_proto::msg::decode_request_header(&b)?))
     }

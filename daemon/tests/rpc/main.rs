@@ -1,6 +1,6 @@
 //! Integration tests: the daemon in-process on 127.0.0.1:0, spoken to with raw bytes and `RpcClient`.
 //! `conformance` follows ggml-rpc-protocol.md §15, `negative` §14 and §16, `concurrency` the
-//! multi-connection behaviour, `cli` the binary.
+//! multi-connection behaviour, `limits` access control, connection limits and timeouts, `cli` the binary.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 mod chaos;
@@ -8,4 +8,5 @@ mod cli;
 mod common;
 mod concurrency;
 mod conformance;
+mod limits;
 mod negative;
