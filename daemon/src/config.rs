@@ -58,6 +58,9 @@ pub struct RawServer {
     /// Peers allowed to connect: CIDR networks or addresses, `loopback`, `any`; a list or one
     /// comma-separated string. Default: loopback only.
     pub allow: Option<RawList>,
+    /// File holding a shared secret (at least 16 bytes); when set, RPC peers must authenticate with
+    /// it (llamactl can, llama.cpp masters cannot). Default: none (no authentication).
+    pub secret_file: Option<PathBuf>,
 }
 
 /// A list written as a TOML array or as one comma-separated string (as environment variables give it).
@@ -159,6 +162,8 @@ pub struct Overrides {
     pub admin_token_file: Option<PathBuf>,
     /// `--allow`.
     pub allow: Option<String>,
+    /// `--secret-file`.
+    pub secret_file: Option<PathBuf>,
 }
 
 /// The validated configuration.
@@ -186,6 +191,8 @@ pub struct Config {
     pub hello_timeout: std::time::Duration,
     /// Peers allowed to connect to the RPC port.
     pub allow: crate::rpc::access::AllowList,
+    /// The key peers must prove they know (`server.secret_file`); `None` = no authentication.
+    pub auth: Option<llamad_proto::auth::AuthKey>,
     /// Silence allowed between commands; `None` = no limit.
     pub idle_timeout: Option<std::time::Duration>,
     /// Silence allowed inside a frame or while a response is unread; `None` = no limit.
@@ -219,6 +226,7 @@ impl Default for Config {
             hello_timeout: std::time::Duration::from_secs(10),
             allow: crate::rpc::access::AllowList::loopback(),
             idle_timeout: None,
+            auth: None,
             frame_timeout: Some(std::time::Duration::from_secs(60)),
             max_graph_nodes: 1 << 18,
             max_graph_tensors: 1 << 18,
@@ -322,7 +330,12 @@ impl Config {
             Some(s) => Some(std::time::Duration::from_secs(s)),
             None => default,
         };
+        let auth = match flags.secret_file.as_ref().or(s.secret_file.as_ref()) {
+            Some(p) => Some(load_secret(p)?),
+            None => None,
+        };
         Ok(Config {
+            auth,
             hello_timeout,
             allow,
             idle_timeout: secs(l.idle_timeout_secs, d.idle_timeout),
@@ -355,6 +368,19 @@ impl Config {
             },
         })
     }
+}
+
+/// Reads a shared-secret file into its key.
+pub fn load_secret(path: &Path) -> Result<llamad_proto::auth::AuthKey> {
+    let bytes =
+        std::fs::read(path).map_err(|e| Error::Config(format!("secret_file {}: {e}", path.display())))?;
+    llamad_proto::auth::AuthKey::from_secret(&bytes).ok_or_else(|| {
+        Error::Config(format!(
+            "secret_file {}: the secret must be at least {} bytes (e.g. `openssl rand -hex 32`)",
+            path.display(),
+            llamad_proto::auth::MIN_SECRET_LEN
+        ))
+    })
 }
 
 fn with_path(path: &Option<PathBuf>, e: impl std::fmt::Display) -> String {

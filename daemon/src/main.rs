@@ -41,6 +41,10 @@ struct Cli {
     /// (e.g. `10.0.0.0/8,::1`) [default: loopback].
     #[arg(long, global = true, value_name = "CIDR,...")]
     allow: Option<String>,
+    /// Shared-secret file: RPC peers must authenticate with it (llamactl `--secret-file`; llama.cpp
+    /// masters cannot, so leave it unset for them) [default: no authentication].
+    #[arg(long, global = true, value_name = "FILE")]
+    secret_file: Option<PathBuf>,
     /// Cache root [default: $LLAMA_CACHE/rpc, else ~/.cache/llama.cpp/rpc].
     #[arg(long, global = true, value_name = "DIR")]
     cache_dir: Option<PathBuf>,
@@ -84,6 +88,7 @@ fn real_main(cli: Cli) -> anyhow::Result<()> {
         admin_listen: cli.admin_listen,
         admin_token_file: cli.admin_token_file,
         allow: cli.allow,
+        secret_file: cli.secret_file,
     };
     let config_path = cli.config.clone();
     let cfg =

@@ -22,7 +22,7 @@ use crate::rpc::limits::{Phase, Timed};
 use crate::rpc::server::Shared;
 use crate::rpc::session::{Reply, Session};
 use crate::rpc::stats::ConnStats;
-use crate::rpc::{cache, exec};
+use crate::rpc::{auth, cache, exec};
 
 /// Fills and copies at least this large run on a blocking thread, not on the runtime.
 const BLOCKING_BYTES: usize = 1 << 20;
@@ -125,8 +125,29 @@ impl Conn {
             refuse!("HELLO of {len} bytes (client needs protocol v7)");
         }
         let _caps = self.payload(len).await?;
-        let out = self.respond(&HelloRsp::ours().encode()).await?;
+        let mut hello = HelloRsp::ours();
+        let challenge = self.shared.cfg.auth.as_ref().map(|_| auth::challenge());
+        if let Some(nonce) = &challenge {
+            hello.caps = llamad_proto::auth::challenge_caps(nonce);
+        }
+        let out = self.respond(&hello.encode()).await?;
         self.account(Cmd::Hello, REQUEST_HEADER_SIZE as u64 + len, out);
+        if let (Some(key), Some(nonce)) = (self.shared.cfg.auth.clone(), challenge) {
+            let header = match tokio::time::timeout(hello_timeout, self.header()).await {
+                Ok(h) => h?,
+                Err(_) => refuse!("no AUTH within {hello_timeout:?}"),
+            };
+            let proof = match header {
+                Some((cmd, len)) if auth::is_request(cmd, len) => {
+                    let payload = self.payload(len).await?;
+                    auth::verify(&key, &nonce, &payload)?
+                }
+                Some((cmd, _)) => refuse!("{}", auth::missing(cmd)),
+                None => return Ok("peer left before authenticating"),
+            };
+            self.respond(&proof).await?;
+            debug!("peer authenticated");
+        }
         loop {
             self.current = None;
             let header = tokio::select! {

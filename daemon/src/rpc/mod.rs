@@ -3,6 +3,7 @@
 //! ([`cache`]) and counters ([`stats`]). The wire format itself lives in `llamad-proto`.
 
 pub mod access;
+pub mod auth;
 pub mod buffer;
 pub mod cache;
 pub mod conn;

@@ -3,6 +3,7 @@
 //! multi-connection behaviour, `limits` access control, connection limits and timeouts, `cli` the binary.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
+mod auth;
 mod chaos;
 mod cli;
 mod common;
