@@ -23,8 +23,9 @@ CMD = {
     "GRAPH_COMPUTE": 10, "GET_DEVICE_MEMORY": 11, "INIT_TENSOR": 12, "GET_ALLOC_SIZE": 13, "HELLO": 14,
     "DEVICE_COUNT": 15, "GRAPH_RECOMPUTE": 16, "MEMSET_TENSOR": 17,
 }
-# A fresh llamad's first buffer (daemon/src/rpc/buffer.rs: FIRST_BASE, handles from 1).
+# A fresh llamad's first buffer (daemon/src/rpc/buffer.rs: FIRST_BASE; handle = counter(1) * 0x9e3779b97f4a7c15 | 1).
 FIRST_BASE = 0x0000_1000_0000_0000
+FIRST_HANDLE = (1 * 0x9E3779B97F4A7C15 | 1) & (2**64 - 1)
 F32 = 0
 OP_NONE, OP_ADD, OP_MUL, OP_RMS_NORM, OP_MUL_MAT, OP_SCALE, OP_SOFT_MAX = 0, 2, 7, 25, 29, 32, 46
 FLAG_COMPUTE = 16
@@ -72,7 +73,7 @@ def graph(nodes, tensors, device=0):
 def synthetic_sessions():
     """Valid sessions against a fresh llamad: buffer handle 1 at FIRST_BASE."""
     hello = frame(CMD["HELLO"], bytes(24))
-    h, base, n = 1, FIRST_BASE, 16
+    h, base, n = FIRST_HANDLE, FIRST_BASE, 16
     alloc = frame(CMD["ALLOC_BUFFER"], struct.pack("<IQ", 0, 64 * 1024))
     a = tensor(1, [n, 1, 1, 1], h, base, name=b"a")
     b = tensor(2, [n, 1, 1, 1], h, base + 256, name=b"b")
