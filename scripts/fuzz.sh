@@ -23,10 +23,10 @@ fi
 export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$ROOT/fuzz/target}"
 
 # Largest generated input per target (seeds above it are cut): big enough for captured graphs'
-# prefixes and SmolLM2's header, small enough to keep executions fast.
+# prefixes, small enough to keep executions fast.
 max_len() {
     case "$1" in
-        gguf) echo 2097152 ;;
+        gguf) echo 16384 ;; # more coverage per second than whole headers (1 241 vs 859 edges in 150 s)
         frame | session | command) echo 262144 ;;
         *) echo 65536 ;;
     esac
