@@ -102,6 +102,10 @@ pub struct RunArgs {
     /// No progress bars, even on a terminal.
     #[arg(long = "no-progress")]
     pub no_progress: bool,
+    /// Shared-secret file for workers that require authentication (their `server.secret_file`);
+    /// workers that do not ask (llama.cpp's rpc-server, llamad without a secret) are used as they are.
+    #[arg(long = "secret-file", env = "LLAMACTL_SECRET_FILE", value_name = "FILE")]
+    pub secret_file: Option<PathBuf>,
 }
 
 /// Rewrites llama.cpp's single-dash long options (`-ngl 99`, `-ts 3,1`) to their `--` forms, which

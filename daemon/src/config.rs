@@ -55,6 +55,31 @@ pub struct RawServer {
     pub cache: Option<bool>,
     /// Memory budget for all buffers of all connections. Default: the machine's available memory.
     pub mem: Option<RawSize>,
+    /// Peers allowed to connect: CIDR networks or addresses, `loopback`, `any`; a list or one
+    /// comma-separated string. Default: loopback only.
+    pub allow: Option<RawList>,
+    /// File holding a shared secret (at least 16 bytes); when set, RPC peers must authenticate with
+    /// it (llamactl can, llama.cpp masters cannot). Default: none (no authentication).
+    pub secret_file: Option<PathBuf>,
+}
+
+/// A list written as a TOML array or as one comma-separated string (as environment variables give it).
+#[derive(Clone, Debug, Deserialize, PartialEq, Eq)]
+#[serde(untagged)]
+pub enum RawList {
+    /// `"a,b"`.
+    Text(String),
+    /// `["a", "b"]`.
+    Items(Vec<String>),
+}
+
+impl RawList {
+    fn joined(&self) -> String {
+        match self {
+            RawList::Text(s) => s.clone(),
+            RawList::Items(v) => v.join(","),
+        }
+    }
 }
 
 /// `[limits]`: bounds on what one peer may ask for.
@@ -73,6 +98,12 @@ pub struct RawLimits {
     pub max_graph_nodes: Option<u32>,
     /// Largest `n_tensors` of a graph. Default 262144.
     pub max_graph_tensors: Option<u32>,
+    /// Seconds a connection may stay silent between commands; 0 = no limit. Default 0: llama.cpp
+    /// masters keep connections idle between tokens.
+    pub idle_timeout_secs: Option<u64>,
+    /// Seconds a peer may stay silent inside a frame (or leave a response unread); 0 = no limit.
+    /// Default 60.
+    pub frame_timeout_secs: Option<u64>,
 }
 
 /// `[cache]`: the tensor cache (enabled by `server.cache` or `-c`).
@@ -129,6 +160,10 @@ pub struct Overrides {
     pub admin_listen: Option<String>,
     /// `--admin-token-file`.
     pub admin_token_file: Option<PathBuf>,
+    /// `--allow`.
+    pub allow: Option<String>,
+    /// `--secret-file`.
+    pub secret_file: Option<PathBuf>,
 }
 
 /// The validated configuration.
@@ -154,6 +189,14 @@ pub struct Config {
     pub max_connection_mem: Option<u64>,
     /// Time a new connection may take to send HELLO before it is closed.
     pub hello_timeout: std::time::Duration,
+    /// Peers allowed to connect to the RPC port.
+    pub allow: crate::rpc::access::AllowList,
+    /// The key peers must prove they know (`server.secret_file`); `None` = no authentication.
+    pub auth: Option<llamad_proto::auth::AuthKey>,
+    /// Silence allowed between commands; `None` = no limit.
+    pub idle_timeout: Option<std::time::Duration>,
+    /// Silence allowed inside a frame or while a response is unread; `None` = no limit.
+    pub frame_timeout: Option<std::time::Duration>,
     /// Largest `n_nodes`.
     pub max_graph_nodes: u32,
     /// Largest `n_tensors`.
@@ -181,6 +224,10 @@ impl Default for Config {
             max_connections: 64,
             max_connection_mem: None,
             hello_timeout: std::time::Duration::from_secs(10),
+            allow: crate::rpc::access::AllowList::loopback(),
+            idle_timeout: None,
+            auth: None,
+            frame_timeout: Some(std::time::Duration::from_secs(60)),
             max_graph_nodes: 1 << 18,
             max_graph_tensors: 1 << 18,
             cache_dir: None,
@@ -273,8 +320,26 @@ impl Config {
             Some(s) => std::time::Duration::from_secs(s),
             None => d.hello_timeout,
         };
+        let allow = match (&flags.allow, &s.allow) {
+            (Some(a), _) => crate::rpc::access::AllowList::parse(a)?,
+            (None, Some(a)) => crate::rpc::access::AllowList::parse(&a.joined())?,
+            (None, None) => d.allow,
+        };
+        let secs = |v: Option<u64>, default: Option<std::time::Duration>| match v {
+            Some(0) => None,
+            Some(s) => Some(std::time::Duration::from_secs(s)),
+            None => default,
+        };
+        let auth = match flags.secret_file.as_ref().or(s.secret_file.as_ref()) {
+            Some(p) => Some(load_secret(p)?),
+            None => None,
+        };
         Ok(Config {
+            auth,
             hello_timeout,
+            allow,
+            idle_timeout: secs(l.idle_timeout_secs, d.idle_timeout),
+            frame_timeout: secs(l.frame_timeout_secs, d.frame_timeout),
             max_connection_mem,
             host,
             port,
@@ -303,6 +368,19 @@ impl Config {
             },
         })
     }
+}
+
+/// Reads a shared-secret file into its key.
+pub fn load_secret(path: &Path) -> Result<llamad_proto::auth::AuthKey> {
+    let bytes =
+        std::fs::read(path).map_err(|e| Error::Config(format!("secret_file {}: {e}", path.display())))?;
+    llamad_proto::auth::AuthKey::from_secret(&bytes).ok_or_else(|| {
+        Error::Config(format!(
+            "secret_file {}: the secret must be at least {} bytes (e.g. `openssl rand -hex 32`)",
+            path.display(),
+            llamad_proto::auth::MIN_SECRET_LEN
+        ))
+    })
 }
 
 fn with_path(path: &Option<PathBuf>, e: impl std::fmt::Display) -> String {
@@ -445,6 +523,40 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(e.contains("colour"), "{e}");
+    }
+
+    #[test]
+    fn allow_list_layering_and_timeouts() {
+        use std::net::IpAddr;
+        let ip = |s: &str| s.parse::<IpAddr>().unwrap();
+        let c = Config::from_raw(RawConfig::default(), &Overrides::default()).unwrap();
+        assert!(c.allow.is_loopback_only());
+        assert_eq!((c.idle_timeout, c.frame_timeout), (None, Some(std::time::Duration::from_secs(60))));
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("llamad.toml");
+        std::fs::write(
+            &p,
+            "[server]\nallow = [\"10.0.0.0/8\", \"::1\"]\n[limits]\nidle_timeout_secs = 600\nframe_timeout_secs = 0\n",
+        )
+        .unwrap();
+        let c = Config::load(Some(&p), env(&[]), &Overrides::default()).unwrap();
+        assert!(
+            c.allow.allows(ip("10.2.3.4")) && c.allow.allows(ip("::1")) && !c.allow.allows(ip("127.0.0.1"))
+        );
+        assert_eq!((c.idle_timeout, c.frame_timeout), (Some(std::time::Duration::from_secs(600)), None));
+        let c = Config::load(
+            Some(&p),
+            env(&[("LLAMAD__SERVER__ALLOW", "192.168.0.0/16,127.0.0.1")]),
+            &Overrides::default(),
+        )
+        .unwrap();
+        assert!(c.allow.allows(ip("192.168.9.9")) && !c.allow.allows(ip("10.2.3.4")));
+        let flags = Overrides { allow: Some("any".into()), ..Default::default() };
+        let c = Config::load(Some(&p), env(&[("LLAMAD__SERVER__ALLOW", "192.168.0.0/16")]), &flags).unwrap();
+        assert!(c.allow.allows(ip("8.8.8.8")));
+        let bad = Overrides { allow: Some("10.0.0.0/40".into()), ..Default::default() };
+        let e = Config::from_raw(RawConfig::default(), &bad).unwrap_err().to_string();
+        assert!(e.contains("10.0.0.0/40"), "{e}");
     }
 
     #[test]

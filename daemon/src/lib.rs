@@ -56,8 +56,17 @@ pub async fn serve(
     listener: tokio::net::TcpListener,
     shutdown: impl Future<Output = ()>,
 ) -> Result<()> {
+    let addr = listener.local_addr()?;
+    if !addr.ip().is_loopback() && shared.cfg.allow.is_loopback_only() {
+        tracing::warn!(
+            %addr,
+            "listening beyond loopback but only loopback peers are allowed: list the masters' \
+             networks with --allow (or server.allow)"
+        );
+    }
     tracing::info!(
-        addr = %listener.local_addr()?,
+        %addr,
+        allow = %shared.cfg.allow,
         threads = shared.cfg.threads,
         devices = %shared.cfg.devices.join(","),
         cache = shared.cfg.cache,

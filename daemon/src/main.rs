@@ -37,6 +37,14 @@ struct Cli {
     /// Admin API bearer token file (created with a random token, mode 0600, when absent).
     #[arg(long, global = true, value_name = "FILE")]
     admin_token_file: Option<PathBuf>,
+    /// Peers allowed on the RPC port: CIDR networks or addresses, `loopback`, `any`, comma-separated
+    /// (e.g. `10.0.0.0/8,::1`) [default: loopback].
+    #[arg(long, global = true, value_name = "CIDR,...")]
+    allow: Option<String>,
+    /// Shared-secret file: RPC peers must authenticate with it (llamactl `--secret-file`; llama.cpp
+    /// masters cannot, so leave it unset for them) [default: no authentication].
+    #[arg(long, global = true, value_name = "FILE")]
+    secret_file: Option<PathBuf>,
     /// Cache root [default: $LLAMA_CACHE/rpc, else ~/.cache/llama.cpp/rpc].
     #[arg(long, global = true, value_name = "DIR")]
     cache_dir: Option<PathBuf>,
@@ -79,6 +87,8 @@ fn real_main(cli: Cli) -> anyhow::Result<()> {
         cache_max_size: cli.cache_max_size,
         admin_listen: cli.admin_listen,
         admin_token_file: cli.admin_token_file,
+        allow: cli.allow,
+        secret_file: cli.secret_file,
     };
     let config_path = cli.config.clone();
     let cfg =

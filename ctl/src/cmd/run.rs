@@ -100,6 +100,20 @@ pub fn run(args: &RunArgs) -> Result<()> {
             tensor_split: args.tensor_split.clone(),
             n_gpu_layers: args.n_gpu_layers,
             hash_threshold: args.hash_threshold,
+            auth: match &args.secret_file {
+                Some(p) => {
+                    let bytes = std::fs::read(p)
+                        .map_err(|e| anyhow::anyhow!("--secret-file {}: {e}", p.display()))?;
+                    Some(llamad_proto::auth::AuthKey::from_secret(&bytes).ok_or_else(|| {
+                        anyhow::anyhow!(
+                            "--secret-file {}: the secret must be at least {} bytes",
+                            p.display(),
+                            llamad_proto::auth::MIN_SECRET_LEN
+                        )
+                    })?)
+                }
+                None => None,
+            },
         };
         let show_bars = !args.no_progress && std::io::stderr().is_terminal();
         let progress = LoadProgress::new(show_bars);

@@ -27,6 +27,8 @@ pub struct SplitOptions {
     pub n_gpu_layers: Option<u32>,
     /// Weight writes above this size try SET_TENSOR_HASH first.
     pub hash_threshold: u64,
+    /// Shared secret for workers that ask for authentication (`--secret-file`).
+    pub auth: Option<llamad_proto::auth::AuthKey>,
 }
 
 /// Called while loading: `(worker index, event)`.
@@ -70,7 +72,7 @@ impl Pipeline {
         let src = model.src.clone();
         let mut workers = Vec::new();
         for a in addrs {
-            workers.push(Worker::connect(a)?);
+            workers.push(Worker::connect_auth(a, opts.auth.as_ref())?);
         }
         let weights: Vec<f64> = if opts.tensor_split.iter().any(|&w| w > 0.0) {
             if opts.tensor_split.len() > workers.len() {

@@ -133,6 +133,11 @@ pub struct Worker {
 impl Worker {
     /// Connects, checks the protocol version and probes device 0.
     pub fn connect(addr: &str) -> Result<Worker> {
+        Worker::connect_auth(addr, None)
+    }
+
+    /// As [`Worker::connect`], authenticating with `key` when the worker asks for it.
+    pub fn connect_auth(addr: &str, key: Option<&llamad_proto::auth::AuthKey>) -> Result<Worker> {
         let socks: Vec<_> = addr
             .to_socket_addrs()
             .with_context(|| format!("worker {addr}: cannot resolve the address (expected HOST:PORT)"))?
@@ -164,7 +169,10 @@ impl Worker {
         stream.set_nodelay(true).ok();
         // HELLO must be answered quickly; compute may take long, so the timeout is lifted after.
         stream.set_read_timeout(Some(CONNECT_TIMEOUT)).ok();
-        let mut client = RpcClient::hello(stream).map_err(|e| match e {
+        let mut client = RpcClient::hello_auth(stream, key).map_err(|e| match e {
+            llamad_proto::Error::Auth(why) => anyhow!(
+                "worker {addr}: {why} (llamactl run --secret-file FILE, the worker's server.secret_file)"
+            ),
             llamad_proto::Error::Version { major, minor, patch } => anyhow!(
                 "worker {addr} speaks RPC protocol version {major}.{minor}.{patch}, but llamactl needs \
                  7.0.x (upgrade the worker or llamactl so both speak the same version)"

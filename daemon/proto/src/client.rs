@@ -5,6 +5,7 @@
 use std::io::{Read, Write};
 use std::net::{TcpStream, ToSocketAddrs};
 
+use crate::auth::{self, AuthKey};
 use crate::cmd::{Cmd, CONN_CAPS_SIZE, REQUEST_HEADER_SIZE};
 use crate::error::{Error, Result};
 use crate::graph::GraphBlob;
@@ -39,12 +40,40 @@ impl RpcClient {
     }
 
     /// Performs HELLO on an already connected stream.
-    pub fn hello(mut stream: TcpStream) -> Result<RpcClient> {
+    pub fn hello(stream: TcpStream) -> Result<RpcClient> {
+        Self::hello_auth(stream, None)
+    }
+
+    /// Performs HELLO and, when the server asks for it, shared-secret authentication with `key`
+    /// (see [`crate::auth`]). A server that does not ask is used as is, with or without a key.
+    pub fn hello_auth(mut stream: TcpStream, key: Option<&AuthKey>) -> Result<RpcClient> {
         stream.write_all(&Command::Hello([0; CONN_CAPS_SIZE]).encode_frame())?;
         let rsp = read_response(&mut stream, Cmd::Hello, 28)?;
         let server = HelloRsp::decode(&rsp)?;
         if !server.is_compatible() {
             return Err(Error::Version { major: server.major, minor: server.minor, patch: server.patch });
+        }
+        if let Some(server_nonce) = auth::challenge_of(&server.caps) {
+            let Some(key) = key else {
+                return Err(Error::Auth("the server requires a shared secret and none was given".into()));
+            };
+            let client_nonce: [u8; auth::NONCE_SIZE] = rand::random();
+            stream.write_all(&auth::request_frame(
+                &client_nonce,
+                &key.client_mac(&server_nonce, &client_nonce),
+            ))?;
+            let proof = match read_response(&mut stream, Cmd::Hello, auth::MAC_SIZE as u64) {
+                Ok(p) => p,
+                Err(Error::Io(e)) if e.kind() == std::io::ErrorKind::UnexpectedEof => {
+                    return Err(Error::Auth("the server refused our secret (closed the connection)".into()));
+                }
+                Err(e) => return Err(e),
+            };
+            let mut mac = [0u8; auth::MAC_SIZE];
+            mac.copy_from_slice(&proof);
+            if !key.verify_server(&server_nonce, &client_nonce, &mac) {
+                return Err(Error::Auth("the server does not know the shared secret".into()));
+            }
         }
         Ok(RpcClient { stream, server })
     }

@@ -39,6 +39,9 @@ pub enum Error {
         /// Patch.
         patch: u8,
     },
+    /// Shared-secret authentication failed or was required without a secret (see [`crate::auth`]).
+    #[error("authentication: {0}")]
+    Auth(String),
     /// A socket error.
     #[error("io: {0}")]
     Io(#[from] std::io::Error),

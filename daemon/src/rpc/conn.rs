@@ -18,17 +18,18 @@ use tokio_util::sync::CancellationToken;
 use tracing::{debug, debug_span, info, warn, Instrument};
 
 use crate::error::{refuse, Error, Result};
+use crate::rpc::limits::{Phase, Timed};
 use crate::rpc::server::Shared;
 use crate::rpc::session::{Reply, Session};
 use crate::rpc::stats::ConnStats;
-use crate::rpc::{cache, exec};
+use crate::rpc::{auth, cache, exec};
 
 /// Fills and copies at least this large run on a blocking thread, not on the runtime.
 const BLOCKING_BYTES: usize = 1 << 20;
 
 struct Conn {
-    reader: BufReader<OwnedReadHalf>,
-    writer: BufWriter<OwnedWriteHalf>,
+    reader: BufReader<Timed<OwnedReadHalf>>,
+    writer: BufWriter<Timed<OwnedWriteHalf>>,
     session: Session,
     shared: Arc<Shared>,
     stats: ConnStats,
@@ -42,9 +43,10 @@ pub async fn serve(stream: TcpStream, peer: SocketAddr, shared: Arc<Shared>, can
     shared.stats.active.fetch_add(1, Ordering::Relaxed);
     debug!(%peer, "connection accepted");
     let (r, w) = stream.into_split();
+    let (idle, frame) = (shared.cfg.idle_timeout, shared.cfg.frame_timeout);
     let mut conn = Conn {
-        reader: BufReader::with_capacity(64 * 1024, r),
-        writer: BufWriter::with_capacity(64 * 1024, w),
+        reader: BufReader::with_capacity(64 * 1024, Timed::new(r, idle, frame)),
+        writer: BufWriter::with_capacity(64 * 1024, Timed::new(w, None, frame)),
         session: Session::new(shared.clone()),
         shared: shared.clone(),
         stats: ConnStats::default(),
@@ -77,12 +79,15 @@ pub async fn serve(stream: TcpStream, peer: SocketAddr, shared: Arc<Shared>, can
 }
 
 impl Conn {
-    /// Reads a request header; `None` on a clean end of stream before its first byte.
+    /// Reads a request header; `None` on a clean end of stream before its first byte. Waiting for
+    /// the first byte is idle time; from then on the frame timeout applies until the next header.
     async fn header(&mut self) -> Result<Option<(u8, u64)>> {
         let mut b = [0u8; REQUEST_HEADER_SIZE];
+        self.reader.get_mut().set_phase(Phase::Idle);
         if self.reader.read(&mut b[..1]).await? == 0 {
             return Ok(None);
         }
+        self.reader.get_mut().set_phase(Phase::Frame);
         self.reader.read_exact(&mut b[1..]).await?;
         Ok(Some(llamad_proto::msg::decode_request_header(&b)?))
     }
@@ -120,8 +125,29 @@ impl Conn {
             refuse!("HELLO of {len} bytes (client needs protocol v7)");
         }
         let _caps = self.payload(len).await?;
-        let out = self.respond(&HelloRsp::ours().encode()).await?;
+        let mut hello = HelloRsp::ours();
+        let challenge = self.shared.cfg.auth.as_ref().map(|_| auth::challenge());
+        if let Some(nonce) = &challenge {
+            hello.caps = llamad_proto::auth::challenge_caps(nonce);
+        }
+        let out = self.respond(&hello.encode()).await?;
         self.account(Cmd::Hello, REQUEST_HEADER_SIZE as u64 + len, out);
+        if let (Some(key), Some(nonce)) = (self.shared.cfg.auth.clone(), challenge) {
+            let header = match tokio::time::timeout(hello_timeout, self.header()).await {
+                Ok(h) => h?,
+                Err(_) => refuse!("no AUTH within {hello_timeout:?}"),
+            };
+            let proof = match header {
+                Some((cmd, len)) if auth::is_request(cmd, len) => {
+                    let payload = self.payload(len).await?;
+                    auth::verify(&key, &nonce, &payload)?
+                }
+                Some((cmd, _)) => refuse!("{}", auth::missing(cmd)),
+                None => return Ok("peer left before authenticating"),
+            };
+            self.respond(&proof).await?;
+            debug!("peer authenticated");
+        }
         loop {
             self.current = None;
             let header = tokio::select! {

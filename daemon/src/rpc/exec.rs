@@ -27,6 +27,17 @@ pub struct StoredGraph {
     pub n_run: usize,
 }
 
+impl StoredGraph {
+    /// Runs the graph on `executor` on the calling thread (the server calls it from [`run`]; the
+    /// fuzz targets call it directly).
+    pub fn run_blocking(&self, executor: &SharedExecutor) -> Result<()> {
+        let mut ex = executor.lock().map_err(|_| Error::Refused("compute executor poisoned".into()))?;
+        let g = self.graph.lock().map_err(|_| Error::Refused("stored graph poisoned".into()))?;
+        ex.compute(&g)?;
+        Ok(())
+    }
+}
+
 /// Where a table entry's bytes live.
 #[derive(Clone)]
 struct Placed {
@@ -259,13 +270,7 @@ fn tensor_of(t: &RpcTensor, p: &Placed, keep: &mut Vec<Arc<Buffer>>) -> Result<T
 /// Runs `graph` on the shared executor on a blocking thread; the caller awaits the result before
 /// reading its next command.
 pub async fn run(executor: SharedExecutor, graph: Arc<StoredGraph>) -> Result<()> {
-    let out = tokio::task::spawn_blocking(move || -> Result<()> {
-        let mut ex = executor.lock().map_err(|_| Error::Refused("compute executor poisoned".into()))?;
-        let g = graph.graph.lock().map_err(|_| Error::Refused("stored graph poisoned".into()))?;
-        ex.compute(&g)?;
-        Ok(())
-    })
-    .await;
+    let out = tokio::task::spawn_blocking(move || graph.run_blocking(&executor)).await;
     match out {
         Ok(r) => r,
         Err(e) => Err(Error::Refused(format!("compute task failed: {e}"))),

@@ -2,10 +2,13 @@
 //! command semantics ([`session`]), graph build and execution ([`exec`]), buffers ([`buffer`]), the cache hook
 //! ([`cache`]) and counters ([`stats`]). The wire format itself lives in `llamad-proto`.
 
+pub mod access;
+pub mod auth;
 pub mod buffer;
 pub mod cache;
 pub mod conn;
 pub mod exec;
+pub mod limits;
 pub mod server;
 pub mod session;
 pub mod stats;

@@ -1,8 +1,9 @@
 //! The accept loop and the state every connection shares: configuration, memory account, the one
 //! compute executor and the counters.
 //!
-//! Connections are served concurrently (unlike the reference), bounded by a semaphore; each has its own
-//! buffers and stored graphs. Shutdown stops accepting, signals the connections, and drains them
+//! Connections are served concurrently (unlike the reference), at most `max_connections` at once (a
+//! peer beyond that is closed at accept with a log line, as is a peer outside the allow list, see
+//! [`crate::rpc::access`]); each has its own buffers and stored graphs. Shutdown stops accepting, signals the connections, and drains them
 //! before a deadline.
 
 use std::future::Future;
@@ -86,13 +87,6 @@ pub async fn serve(
     let mut backoff = Duration::from_millis(10);
     tokio::pin!(shutdown);
     loop {
-        let permit = tokio::select! {
-            _ = &mut shutdown => break,
-            p = permits.clone().acquire_owned() => match p {
-                Ok(p) => p,
-                Err(_) => break,
-            },
-        };
         let accepted = tokio::select! {
             _ = &mut shutdown => break,
             a = listener.accept() => a,
@@ -109,6 +103,29 @@ pub async fn serve(
                 backoff = (backoff * 2).min(Duration::from_secs(1));
                 continue;
             }
+        };
+        if !shared.cfg.allow.allows(peer.ip()) {
+            shared.stats.denied.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            warn!(
+                %peer,
+                allow = %shared.cfg.allow,
+                "refused connection: peer not in the allow list; to admit it add {} to --allow \
+                 (or server.allow / LLAMAD__SERVER__ALLOW)",
+                crate::rpc::access::host_cidr(peer.ip())
+            );
+            drop(stream);
+            continue;
+        }
+        // A peer over the limit is told at once (closed) rather than left hanging in the backlog.
+        let Ok(permit) = permits.clone().try_acquire_owned() else {
+            shared.stats.over_limit.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            warn!(
+                %peer,
+                max_connections = shared.cfg.max_connections,
+                "refused connection: connection limit reached (limits.max_connections)"
+            );
+            drop(stream);
+            continue;
         };
         if let Err(e) = stream.set_nodelay(true) {
             warn!(%peer, error = %e, "TCP_NODELAY");

@@ -28,6 +28,10 @@ pub struct ServerStats {
     pub active: AtomicU64,
     /// Connections closed because the peer broke a rule.
     pub refused: AtomicU64,
+    /// Connections closed at accept: the peer is not in the allow list.
+    pub denied: AtomicU64,
+    /// Connections closed at accept: `max_connections` were already open.
+    pub over_limit: AtomicU64,
     /// Graphs executed (GRAPH_COMPUTE and GRAPH_RECOMPUTE).
     pub graphs_computed: AtomicU64,
     /// The reason the most recent refused connection was closed (`COMMAND: reason`).

@@ -34,6 +34,11 @@ impl TestServer {
     }
 
     pub fn with_shared(shared: Arc<Shared>) -> TestServer {
+        TestServer::with_shared_on(shared, "127.0.0.1:0")
+    }
+
+    /// A server listening on `bind` (e.g. `[::1]:0`, `[::]:0`).
+    pub fn with_shared_on(shared: Arc<Shared>, bind: &'static str) -> TestServer {
         let (tx_addr, rx_addr) = std::sync::mpsc::channel();
         let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
         let s = shared.clone();
@@ -41,7 +46,7 @@ impl TestServer {
             let rt =
                 tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
             rt.block_on(async move {
-                let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+                let l = tokio::net::TcpListener::bind(bind).await.unwrap();
                 tx_addr.send(l.local_addr().unwrap()).unwrap();
                 llamad::serve(s, l, async move {
                     let _ = stopped.await;
