@@ -55,5 +55,21 @@ pub fn run(c: &Client, mode: OutputMode, out: &mut dyn Write) -> Result<Outcome>
         }
         t.write(out)?;
     }
+    if !s.rpc.connections.is_empty() {
+        writeln!(out)?;
+        let mut t = Table::new(&["CONN", "PEER", "AGE", "COMMANDS", "IN", "OUT", "GRAPHS"]);
+        for c in &s.rpc.connections {
+            t.row(vec![
+                c.id.to_string(),
+                c.peer.clone(),
+                output::duration(c.connected_secs),
+                c.commands.to_string(),
+                size(c.bytes_in),
+                size(c.bytes_out),
+                c.graphs.to_string(),
+            ]);
+        }
+        t.write(out)?;
+    }
     Ok(Outcome::Success)
 }

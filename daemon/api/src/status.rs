@@ -74,6 +74,29 @@ pub struct RpcStatus {
     pub bytes_out: u64,
     /// Per-command totals (commands seen at least once).
     pub commands: Vec<CommandStats>,
+    /// The connections open now, oldest first.
+    #[serde(default)]
+    pub connections: Vec<ConnectionStatus>,
+}
+
+/// One open RPC connection.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct ConnectionStatus {
+    /// Connection number, in accept order since start.
+    pub id: u64,
+    /// The peer's address (`IP:PORT`).
+    pub peer: String,
+    /// Seconds since it was accepted.
+    pub connected_secs: u64,
+    /// Commands received.
+    pub commands: u64,
+    /// Request bytes received.
+    pub bytes_in: u64,
+    /// Response bytes sent.
+    pub bytes_out: u64,
+    /// Graphs computed for it.
+    pub graphs: u64,
 }
 
 /// One RPC command's totals.

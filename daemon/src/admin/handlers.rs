@@ -66,6 +66,20 @@ pub async fn status(State(st): State<AdminState>) -> Json<Status> {
             bytes_in,
             bytes_out,
             commands,
+            connections: s
+                .live
+                .snapshot()
+                .iter()
+                .map(|c| ConnectionStatus {
+                    id: c.id,
+                    peer: c.peer.to_string(),
+                    connected_secs: c.since.elapsed().as_secs(),
+                    commands: c.commands.load(Ordering::Relaxed),
+                    bytes_in: c.bytes_in.load(Ordering::Relaxed),
+                    bytes_out: c.bytes_out.load(Ordering::Relaxed),
+                    graphs: c.graphs.load(Ordering::Relaxed),
+                })
+                .collect(),
         },
         cache_enabled: st.cache().is_some(),
     })

@@ -21,7 +21,7 @@ use crate::error::{refuse, Error, Result};
 use crate::rpc::limits::{Phase, Timed};
 use crate::rpc::server::Shared;
 use crate::rpc::session::{Reply, Session};
-use crate::rpc::stats::ConnStats;
+use crate::rpc::stats::{ConnStats, LiveConn};
 use crate::rpc::{auth, cache, exec};
 
 /// Fills and copies at least this large run on a blocking thread, not on the runtime.
@@ -33,6 +33,7 @@ struct Conn {
     session: Session,
     shared: Arc<Shared>,
     stats: ConnStats,
+    live: Arc<LiveConn>,
     current: Option<Cmd>,
 }
 
@@ -50,6 +51,7 @@ pub async fn serve(stream: TcpStream, peer: SocketAddr, shared: Arc<Shared>, can
         session: Session::new(shared.clone()),
         shared: shared.clone(),
         stats: ConnStats::default(),
+        live: shared.stats.live.open(peer),
         current: None,
     };
     let outcome = conn.run(&cancel).await;
@@ -64,6 +66,7 @@ pub async fn serve(stream: TcpStream, peer: SocketAddr, shared: Arc<Shared>, can
     };
     let buffers = conn.session.buffer_count();
     drop(conn.session);
+    shared.stats.live.close(conn.live.id);
     shared.stats.active.fetch_sub(1, Ordering::Relaxed);
     info!(
         %peer,
@@ -231,8 +234,11 @@ impl Conn {
                 }
             }
             Reply::Compute(graph) => {
+                let t0 = Instant::now();
                 exec::run(self.shared.executor.clone(), graph).await?;
+                self.shared.stats.graph_latency.observe(t0.elapsed());
                 self.stats.graphs += 1;
+                self.live.graphs.fetch_add(1, Ordering::Relaxed);
                 self.shared.stats.graphs_computed.fetch_add(1, Ordering::Relaxed);
                 Ok(0)
             }
@@ -243,6 +249,9 @@ impl Conn {
         self.stats.counts[cmd as usize] += 1;
         self.stats.bytes_in += bytes_in;
         self.stats.bytes_out += bytes_out;
+        self.live.commands.fetch_add(1, Ordering::Relaxed);
+        self.live.bytes_in.fetch_add(bytes_in, Ordering::Relaxed);
+        self.live.bytes_out.fetch_add(bytes_out, Ordering::Relaxed);
         self.shared.stats.record(cmd, bytes_in, bytes_out);
     }
 }
