@@ -213,11 +213,11 @@ def case_c(cfg, model, t: Table, res: dict) -> None:
                 "llamactl+2 llamad", "llamactl+1 llamad -t 2")
 
 
-def llamactl_load_s(cfg, model: str, endpoint: str) -> float:
+def llamactl_load_s(cfg, model: str, endpoint: str, extra=()) -> float:
     """`llamactl run`'s reported load time (open, tokenizer, connect, allocate, upload)."""
     r = subprocess.run([cfg.llamactl, "run", "-m", model, "-p", "hi", "-n", "1", "--temp", "0", "--no-progress",
-                        "-c", "256", "--workers", endpoint], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                       timeout=600, check=True)
+                        "-c", "256", "--workers", endpoint, *extra], stdout=subprocess.DEVNULL,
+                       stderr=subprocess.PIPE, timeout=600, check=True)
     for line in r.stderr.decode(errors="replace").splitlines():
         if "load time =" in line:
             return float(line.split("=")[1].split()[0]) / 1000.0
@@ -227,7 +227,9 @@ def llamactl_load_s(cfg, model: str, endpoint: str) -> float:
 def case_d(cfg, model, t: Table, res: dict) -> None:
     t.section("(d) model load through one worker: cold vs warm cache (seconds, lower is better)")
     out = {}
-    for who in ["llamactl+llamad", "llama.cpp+llamad", "llama.cpp+rpc-server"]:
+    # llamactl asks the worker's cache for weights above --hash-threshold (1 MiB by default, which
+    # leaves SmolLM2's per-layer tensors out); "all hashed" routes every weight through the cache.
+    for who in ["llamactl+llamad", "llamactl+llamad, all hashed", "llama.cpp+llamad", "llama.cpp+rpc-server"]:
         cold, warm = [], []
         for _ in range(cfg.reps):
             cache = tempfile.mkdtemp(prefix="compare-cache-")
@@ -238,8 +240,9 @@ def case_d(cfg, model, t: Table, res: dict) -> None:
                     else:
                         srv = llamad(1, ["-c", "--cache-dir", cache])
                     with srv:
-                        if who == "llamactl+llamad":
-                            s = llamactl_load_s(cfg, model, srv.endpoint)
+                        if who.startswith("llamactl"):
+                            extra = ["--hash-threshold", "0"] if "all hashed" in who else []
+                            s = llamactl_load_s(cfg, model, srv.endpoint, extra)
                         else:
                             s = lcpp_bench(model, [], [], 1, 1, [srv.endpoint], load_only=True)["load_s"]
                     (cold if phase == "cold" else warm).append(s)
