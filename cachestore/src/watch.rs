@@ -156,6 +156,13 @@ fn queue_dir(dir: &Path, due: Instant, pending: &mut HashMap<PathBuf, Instant>, 
     }
 }
 
+/// An open, a read or a close after reading: nothing in the tree changed.
+fn is_read(ev: &notify::Event) -> bool {
+    use notify::event::{AccessKind, AccessMode, EventKind};
+    !ev.need_rescan()
+        && matches!(ev.kind, EventKind::Access(a) if !matches!(a, AccessKind::Close(AccessMode::Write)))
+}
+
 fn run(store: &Store, rx: &mpsc::Receiver<Msg>, settle: Duration, stop: &AtomicBool) {
     let mut pending: HashMap<PathBuf, Instant> = HashMap::new();
     while !stop.load(Ordering::Relaxed) {
@@ -164,6 +171,10 @@ fn run(store: &Store, rx: &mpsc::Receiver<Msg>, settle: Duration, stop: &AtomicB
             pending.values().min().map_or(Duration::from_secs(3600), |d| d.saturating_duration_since(now));
         match rx.recv_timeout(wait) {
             Ok(Msg::Stop) | Err(RecvTimeoutError::Disconnected) => return,
+            // Reads are not changes, and reconciling a path reads it: without this, every
+            // reconcile's own open/close queued the path again and the thread never went idle
+            // (a llamad with -c and a populated cache burned a whole core doing nothing).
+            Ok(Msg::Event(Ok(ev))) if is_read(&ev) => {}
             Ok(Msg::Event(Ok(ev))) => {
                 if ev.need_rescan() {
                     // The kernel dropped events: reconcile everything.

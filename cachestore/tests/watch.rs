@@ -74,3 +74,54 @@ fn removing_a_fan_out_directory_drops_its_entries() {
         assert!(store.get(d).unwrap().is_some());
     }
 }
+
+/// The watcher's threads (`cachestore-watc…`, the name truncated by the kernel) and their CPU ticks.
+#[cfg(target_os = "linux")]
+fn watcher_threads() -> std::collections::HashMap<String, u64> {
+    let mut out = std::collections::HashMap::new();
+    for e in std::fs::read_dir("/proc/self/task").unwrap().flatten() {
+        let tid = e.file_name().to_string_lossy().into_owned();
+        let Ok(stat) = std::fs::read_to_string(e.path().join("stat")) else { continue };
+        let Some((head, rest)) = stat.rsplit_once(')') else { continue };
+        if !head.contains("cachestore-watc") {
+            continue;
+        }
+        let f: Vec<&str> = rest.split_whitespace().collect();
+        // utime and stime are fields 14 and 15 of stat, i.e. 11 and 12 after the command.
+        out.insert(tid, f[11].parse::<u64>().unwrap() + f[12].parse::<u64>().unwrap());
+    }
+    out
+}
+
+#[cfg(target_os = "linux")]
+#[test]
+fn the_watcher_goes_idle_after_reconciling() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Arc::new(Store::open(dir.path(), Options::default()).unwrap());
+    let before = watcher_threads();
+    let _w = Watcher::start(store.clone(), Duration::from_millis(50)).unwrap();
+    // The new thread names itself once it runs.
+    let mut ours: Vec<String> = Vec::new();
+    let found = wait_until(WAIT, || {
+        ours = watcher_threads().into_keys().filter(|t| !before.contains_key(t)).collect();
+        !ours.is_empty()
+    });
+    assert!(found, "no watcher thread found");
+    for i in 0..20u64 {
+        store.put(&bytes(&mut rng(100 + i), 10_000), None, None).unwrap();
+    }
+    // A hand-added object, so the watcher certainly reconciles (opens and reads) files.
+    let data = bytes(&mut rng(99), 30_000);
+    let d = Digest::of(&data);
+    std::fs::write(store.layout().objects.join(d.to_string()), &data).unwrap();
+    assert!(wait_until(WAIT, || store.stat(&d).unwrap().is_some()), "hand-added object not indexed");
+    std::thread::sleep(Duration::from_millis(500));
+    let ticks =
+        |m: &std::collections::HashMap<String, u64>| ours.iter().filter_map(|t| m.get(t)).sum::<u64>();
+    let t0 = ticks(&watcher_threads());
+    std::thread::sleep(Duration::from_millis(1500));
+    let used = ticks(&watcher_threads()) - t0;
+    // Reading a file is not a change: the watcher must not re-queue the paths its own reconcile
+    // opened (it used to, and spun at 100% of a core). 1.5 s of wall time: allow 0.2 s of CPU.
+    assert!(used <= 20, "the idle watcher used {used} ticks of CPU in 1.5 s");
+}

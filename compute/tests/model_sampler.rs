@@ -73,6 +73,24 @@ fn top_k_keeps_the_k_best_sorted() {
 }
 
 #[test]
+fn top_k_equals_a_full_sort_then_truncate() {
+    // Many ties (logits on a coarse grid), a -inf and a NaN-free vocabulary-sized input: the
+    // selection must give exactly the prefix of the full (logit desc, id asc) sort.
+    let mut r = Mt19937::new(7);
+    let logits: Vec<f32> = (0..5000)
+        .map(|i| if i == 17 { f32::NEG_INFINITY } else { (r.next_u32() % 64) as f32 / 8.0 - 4.0 })
+        .collect();
+    let mut full = cands(&logits);
+    full.sort_by(|a, b| b.logit.total_cmp(&a.logit).then(a.id.cmp(&b.id)));
+    for (k, min_keep) in [(1, 1), (40, 1), (40, 100), (4999, 1), (5000, 1), (9000, 1)] {
+        let mut c = cands(&logits);
+        top_k(&mut c, k, min_keep);
+        let n = (k as usize).max(min_keep).min(logits.len());
+        assert_eq!(c, full[..n].to_vec(), "k {k} min_keep {min_keep}");
+    }
+}
+
+#[test]
 fn top_p_keeps_the_shortest_prefix_reaching_p() {
     let probs = [0.05, 0.5, 0.15, 0.3];
     let mut c = cands(&ln(&probs));

@@ -22,6 +22,8 @@ pub struct Cli {
 pub enum Command {
     /// Generate text from a prompt, locally or with layers on RPC workers (`--workers`).
     Run(RunArgs),
+    /// Measure prompt processing and generation speed (llama-bench style), locally or on `--workers`.
+    Bench(BenchArgs),
     /// Admin nouns: status, workers, cache, jobs (through a llamad's admin API).
     #[command(flatten)]
     Admin(crate::cli_admin::AdminCommand),
@@ -31,8 +33,10 @@ pub enum Command {
 #[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
 pub enum FlashAttn {
     /// Always.
+    #[value(alias = "1")]
     On,
     /// Never.
+    #[value(alias = "0")]
     Off,
     /// Let the engine choose (on: every backend here supports FLASH_ATTN_EXT).
     Auto,
@@ -108,6 +112,72 @@ pub struct RunArgs {
     pub secret_file: Option<PathBuf>,
 }
 
+/// Output format of `llamactl bench`.
+#[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum BenchOutput {
+    /// A markdown table, a row per test as it finishes.
+    Md,
+    /// A JSON array, one object per test (llama-bench's field names).
+    Json,
+}
+
+/// `llamactl bench` (option names as llama-bench's; lists are comma-separated).
+#[derive(Args, Debug, Clone)]
+pub struct BenchArgs {
+    /// GGUF model file.
+    #[arg(short = 'm', long, value_name = "MODEL.gguf", required_unless_present = "mem_bandwidth")]
+    pub model: Option<PathBuf>,
+    /// Prompt-processing tests: tokens per batch (0 = none).
+    #[arg(
+        short = 'p',
+        long = "n-prompt",
+        value_delimiter = ',',
+        default_value = "512",
+        value_name = "N,..."
+    )]
+    pub n_prompt: Vec<u64>,
+    /// Generation tests: tokens generated one by one (0 = none).
+    #[arg(short = 'n', long = "n-gen", value_delimiter = ',', default_value = "128", value_name = "N,...")]
+    pub n_gen: Vec<u64>,
+    /// Timed repetitions of each test.
+    #[arg(short = 'r', long = "repetitions", default_value_t = 5)]
+    pub repetitions: usize,
+    /// Local threads, one set of tests per value [default: available cores].
+    #[arg(short = 't', long, value_delimiter = ',', value_name = "N,...")]
+    pub threads: Vec<usize>,
+    /// RPC workers, `HOST:PORT,...` (as `llamactl run`); none = in-process.
+    #[arg(long, value_delimiter = ',', value_name = "HOST:PORT,...")]
+    pub workers: Vec<String>,
+    /// Largest micro-batch of prompt tokens per forward pass (also `-ub`).
+    #[arg(long = "ubatch-size", default_value_t = 512)]
+    pub ubatch_size: u64,
+    /// Flash attention (llama-bench's default: off).
+    #[arg(long = "flash-attn", value_enum, default_value_t = FlashAttn::Off)]
+    pub flash_attn: FlashAttn,
+    /// Output format.
+    #[arg(short = 'o', long, value_enum, default_value_t = BenchOutput::Md)]
+    pub output: BenchOutput,
+    /// Share of the layers per worker (as `llamactl run`).
+    #[arg(long = "tensor-split", value_delimiter = ',', value_name = "W0,W1,...")]
+    pub tensor_split: Vec<f64>,
+    /// Trailing layers on the workers (as `llamactl run`; default all).
+    #[arg(long = "n-gpu-layers", visible_alias = "ngl", value_name = "N")]
+    pub n_gpu_layers: Option<u32>,
+    /// Weight uploads larger than this many bytes try SET_TENSOR_HASH first.
+    #[arg(long = "hash-threshold", default_value_t = 1 << 20, value_name = "BYTES")]
+    pub hash_threshold: u64,
+    /// Seed of the random tokens.
+    #[arg(long, default_value_t = 1234)]
+    pub seed: u32,
+    /// Skip the untimed warm-up run of each test.
+    #[arg(long = "no-warmup")]
+    pub no_warmup: bool,
+    /// Instead of a model: the machine's streaming-read memory bandwidth with each `-t` thread
+    /// count (a buffer of this many MiB, far larger than the caches, summed `-r` times).
+    #[arg(long = "mem-bandwidth", value_name = "MIB", num_args = 0..=1, default_missing_value = "512")]
+    pub mem_bandwidth: Option<u64>,
+}
+
 /// Rewrites llama.cpp's single-dash long options (`-ngl 99`, `-ts 3,1`) to their `--` forms, which
 /// clap cannot express as short options.
 pub fn normalize_args(args: impl IntoIterator<Item = OsString>) -> Vec<OsString> {
@@ -116,6 +186,7 @@ pub fn normalize_args(args: impl IntoIterator<Item = OsString>) -> Vec<OsString>
             Some("-ngl") => OsString::from("--n-gpu-layers"),
             Some("-ts") => OsString::from("--tensor-split"),
             Some("-fa") => OsString::from("--flash-attn"),
+            Some("-ub") => OsString::from("--ubatch-size"),
             _ => a,
         })
         .collect()
@@ -136,5 +207,61 @@ mod tests {
         assert_eq!(a.flash_attn, FlashAttn::Auto);
         let bad = ["llamactl", "run", "-m", "x.gguf"];
         assert!(Cli::try_parse_from(bad).is_err(), "a prompt or a file is required");
+    }
+
+    fn bench(argv: &[&str]) -> Result<BenchArgs, clap::Error> {
+        let full = ["llamactl", "bench"].iter().chain(argv).map(OsString::from);
+        match Cli::try_parse_from(normalize_args(full))?.command {
+            Command::Bench(a) => Ok(a),
+            other => panic!("expected bench, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn bench_defaults_are_llama_bench_s() {
+        let a = bench(&["-m", "x.gguf"]).unwrap();
+        assert_eq!(a.mem_bandwidth, None);
+        assert_eq!((a.n_prompt, a.n_gen, a.repetitions), (vec![512], vec![128], 5));
+        assert!(a.threads.is_empty() && a.workers.is_empty());
+        assert_eq!((a.flash_attn, a.output, a.ubatch_size), (FlashAttn::Off, BenchOutput::Md, 512));
+    }
+
+    #[test]
+    fn bench_lists_and_llama_bench_spellings() {
+        let a = bench(&[
+            "-m",
+            "x.gguf",
+            "-p",
+            "0,64,512",
+            "-n",
+            "16,128",
+            "-r",
+            "3",
+            "-t",
+            "1,2",
+            "-o",
+            "json",
+            "-fa",
+            "1",
+            "-ub",
+            "256",
+            "--workers",
+            "a:1,b:2",
+        ])
+        .unwrap();
+        assert_eq!(a.n_prompt, vec![0, 64, 512]);
+        assert_eq!(a.n_gen, vec![16, 128]);
+        assert_eq!(a.repetitions, 3);
+        assert_eq!(a.threads, vec![1, 2]);
+        assert_eq!(a.output, BenchOutput::Json);
+        assert_eq!(a.flash_attn, FlashAttn::On);
+        assert_eq!(a.ubatch_size, 256);
+        assert_eq!(a.workers, vec!["a:1", "b:2"]);
+        assert!(bench(&["-m", "x.gguf", "-o", "xml"]).is_err());
+        assert!(bench(&["-m", "x.gguf", "-p", "many"]).is_err());
+        assert!(bench(&["-p", "5"]).is_err(), "the model is required");
+        let m = bench(&["--mem-bandwidth", "-t", "2"]).unwrap();
+        assert_eq!((m.mem_bandwidth, m.model), (Some(512), None));
+        assert_eq!(bench(&["--mem-bandwidth", "64"]).unwrap().mem_bandwidth, Some(64));
     }
 }

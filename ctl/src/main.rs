@@ -15,6 +15,7 @@ fn main() -> ExitCode {
     init_tracing(cli.verbose);
     let res = match cli.command {
         Command::Run(args) => llamactl::cmd::run::run(&args),
+        Command::Bench(args) => llamactl::cmd::bench::run(&args),
         Command::Admin(cmd) => return llamactl::cli_admin::main(&cmd),
     };
     match res {

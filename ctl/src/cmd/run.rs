@@ -144,12 +144,12 @@ pub fn run(args: &RunArgs) -> Result<()> {
     let mut out = std::io::stdout().lock();
     let mut pending: Vec<u8> = Vec::new();
     let t0 = Instant::now();
-    let mut logits = fwd.decode(&prompt)?;
+    let mut next = sampler.sample(fwd.decode(&prompt)?);
     let prompt_time = t0.elapsed();
     let mut n_gen = 0usize;
     let mut eval_time = Duration::ZERO;
     while n_gen < max_new {
-        let t = sampler.sample(&logits).context("sampling from empty logits")?;
+        let t = next.context("sampling from empty logits")?;
         sampler.accept(t);
         n_gen += 1;
         if tok.is_eog(t) {
@@ -165,8 +165,9 @@ pub fn run(args: &RunArgs) -> Result<()> {
             break;
         }
         let t1 = Instant::now();
-        logits = fwd.decode(&[t])?;
+        let logits = fwd.decode(&[t])?;
         eval_time += t1.elapsed();
+        next = sampler.sample(logits);
     }
     out.write_all(&pending)?;
     out.write_all(b"\n")?;

@@ -17,10 +17,12 @@ use compute::model::Session;
 
 /// Tokens in, logits of the last token out; positions continue from the previous call.
 pub trait Forward {
-    /// Feeds `tokens` and returns the last token's logits.
-    fn decode(&mut self, tokens: &[u32]) -> Result<Vec<f32>>;
+    /// Feeds `tokens` and returns the last token's logits (borrowed: no copy per token).
+    fn decode(&mut self, tokens: &[u32]) -> Result<&[f32]>;
     /// Tokens decoded so far.
     fn n_past(&self) -> u64;
+    /// Forgets the sequence: positions restart at 0 (`llamactl bench` between repetitions).
+    fn clear(&mut self) -> Result<()>;
     /// Extra lines for the timing summary (per-worker figures).
     fn summary(&self) -> Vec<String> {
         Vec::new()
@@ -28,11 +30,16 @@ pub trait Forward {
 }
 
 impl Forward for Session {
-    fn decode(&mut self, tokens: &[u32]) -> Result<Vec<f32>> {
-        Ok(Session::decode(self, tokens)?.to_vec())
+    fn decode(&mut self, tokens: &[u32]) -> Result<&[f32]> {
+        Ok(Session::decode(self, tokens)?)
     }
 
     fn n_past(&self) -> u64 {
         Session::n_past(self)
+    }
+
+    fn clear(&mut self) -> Result<()> {
+        Session::clear(self);
+        Ok(())
     }
 }

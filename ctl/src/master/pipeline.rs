@@ -57,6 +57,8 @@ pub struct Pipeline {
     local_layers: u32,
     workers: Vec<Worker>,
     n_past: u64,
+    /// The last ubatch's logits (reused between tokens).
+    logits: Vec<f32>,
 }
 
 impl Pipeline {
@@ -205,7 +207,7 @@ impl Pipeline {
         if next != hp.n_layer {
             bail!("internal: layer plan ends at {next} of {}", hp.n_layer);
         }
-        Ok(Pipeline { hp, src, cfg, local, local_layers: plan.local, workers, n_past: 0 })
+        Ok(Pipeline { hp, src, cfg, local, local_layers: plan.local, workers, n_past: 0, logits: Vec::new() })
     }
 
     /// The workers in layer order.
@@ -247,7 +249,7 @@ impl Pipeline {
         Ok(out)
     }
 
-    fn decode_ubatch(&mut self, tokens: &[u32]) -> Result<Vec<f32>> {
+    fn decode_ubatch(&mut self, tokens: &[u32]) -> Result<()> {
         let hp = &self.hp;
         let base = ubatch_params(hp, &self.cfg, self.n_past, tokens.len() as u64, 1);
         let n_past = self.n_past;
@@ -266,12 +268,14 @@ impl Pipeline {
             bail!("expected {} logits, got {} bytes", hp.n_vocab, cur.len());
         }
         self.n_past += tokens.len() as u64;
-        Ok(cur.chunks_exact(4).map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]])).collect())
+        self.logits.clear();
+        self.logits.extend(cur.chunks_exact(4).map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]])));
+        Ok(())
     }
 }
 
 impl Forward for Pipeline {
-    fn decode(&mut self, tokens: &[u32]) -> Result<Vec<f32>> {
+    fn decode(&mut self, tokens: &[u32]) -> Result<&[f32]> {
         if tokens.is_empty() {
             bail!("decode of zero tokens");
         }
@@ -281,15 +285,25 @@ impl Forward for Pipeline {
         if self.n_past + tokens.len() as u64 > self.cfg.n_ctx {
             bail!("context full: {} + {} tokens exceed n_ctx {}", self.n_past, tokens.len(), self.cfg.n_ctx);
         }
-        let mut logits = Vec::new();
         for chunk in tokens.chunks(self.cfg.n_ubatch as usize) {
-            logits = self.decode_ubatch(chunk).context("forward pass")?;
+            self.decode_ubatch(chunk).context("forward pass")?;
         }
-        Ok(logits)
+        Ok(&self.logits)
     }
 
     fn n_past(&self) -> u64 {
         self.n_past
+    }
+
+    fn clear(&mut self) -> Result<()> {
+        if let Some(local) = self.local.as_mut() {
+            local.clear_kv();
+        }
+        for w in &mut self.workers {
+            w.clear_kv().with_context(|| format!("worker {}: clearing the KV cache", w.addr))?;
+        }
+        self.n_past = 0;
+        Ok(())
     }
 
     fn summary(&self) -> Vec<String> {

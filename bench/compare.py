@@ -1,0 +1,409 @@
+"""Side-by-side performance of llamad/llamactl and llama.cpp (llama-cpp-python 0.3.36 with RPC) on
+this machine, in one run; driven by bench/compare.sh, which builds the binaries and picks the peer.
+
+Cases (issue 8):
+  a  local compute: `llamactl bench` vs llama.cpp's CPU backend, pp/tg, per weight type
+  b  llama.cpp master with one llamad worker vs with llama.cpp's reference RPC server
+  c  llamactl over 2 llamad workers (1 thread each) vs llama.cpp over 2 reference servers
+     (1 thread each), and vs llamactl over one 2-thread llamad worker
+  d  model load with a cold vs a warm worker cache (llamad -c, llama.cpp's server with its cache)
+  e  a llamad worker's peak RSS (VmHWM) vs the bytes of the buffers it holds (admin API)
+  bw streaming-read memory bandwidth, and generation's weight bytes/s as a fraction of it
+
+Prints a table with ratios (ours / theirs, higher is better for speeds) and writes everything
+to target/bench/compare-<time>.json (and target/bench/compare.json).
+"""
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+sys.path.insert(0, os.path.join(ROOT, "tests", "interop"))
+
+import peer  # noqa: E402
+
+# llama_ftype values (llama.h) for the requantized copies.
+FTYPES = {"Q4_0": 2, "Q4_1": 3, "Q8_0": 7, "Q4_K": 14, "Q6_K": 18}
+ALL_CASES = ["a", "b", "c", "d", "e", "bw"]
+
+
+def log(msg: str) -> None:
+    print(f"[compare {time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
+
+
+# ---------------------------------------------------------------------------------------------
+# Models
+
+
+def quantized(base: str, wtype: str, out_dir: str) -> str:
+    """The base model requantized to `wtype` with llama.cpp's quantize API, made once."""
+    if wtype == "Q4_1" and base.endswith("Q4_1.gguf"):
+        return base
+    stem = os.path.basename(base).rsplit(".", 2)[0]
+    out = os.path.join(out_dir, f"{stem}.{wtype}.gguf")
+    if os.path.exists(out) and os.path.getsize(out) > 0:
+        return out
+    os.makedirs(out_dir, exist_ok=True)
+    log(f"quantizing {os.path.basename(base)} to {wtype} (once, into {out_dir})")
+    code = (
+        "import sys, ctypes, llama_cpp\n"
+        "p = llama_cpp.llama_model_quantize_default_params()\n"
+        "p.ftype = int(sys.argv[3]); p.allow_requantize = True; p.nthread = 2\n"
+        "rc = llama_cpp.llama_model_quantize(sys.argv[1].encode(), sys.argv[2].encode(), ctypes.byref(p))\n"
+        "sys.exit(rc)\n"
+    )
+    tmp = out + ".part"
+    subprocess.run([sys.executable, "-c", code, base, tmp, str(FTYPES[wtype])], check=True,
+                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    os.replace(tmp, out)
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
+# Runners
+
+
+def llamactl_bench(bin_: str, model: str, p, n, reps: int, threads: int, workers=(), extra=()) -> list:
+    argv = [bin_, "bench", "-m", model, "-p", ",".join(map(str, p)), "-n", ",".join(map(str, n)),
+            "-r", str(reps), "-t", str(threads), "-o", "json", *extra]
+    if workers:
+        argv += ["--workers", ",".join(workers)]
+    out = subprocess.run(argv, check=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=3600)
+    return json.loads(out.stdout)
+
+
+def lcpp_bench(model: str, p, n, reps: int, threads: int, endpoints=(), load_only=False) -> dict:
+    with tempfile.TemporaryDirectory(prefix="compare-lcpp-") as tmp:
+        a, o = os.path.join(tmp, "args.json"), os.path.join(tmp, "out.json")
+        with open(a, "w") as f:
+            json.dump({"model": model, "endpoints": list(endpoints), "threads": threads, "reps": reps,
+                       "n_prompt": list(p), "n_gen": list(n), "load_only": load_only}, f)
+        r = subprocess.run([sys.executable, os.path.join(HERE, "lcpp_bench.py"), a, o],
+                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=3600)
+        if r.returncode != 0 or not os.path.exists(o):
+            raise RuntimeError(f"lcpp_bench failed ({r.returncode}):\n{r.stdout.decode(errors='replace')[-4000:]}")
+        with open(o) as f:
+            return json.load(f)
+
+
+def by_test(rows: list) -> dict:
+    return {(r["n_prompt"], r["n_gen"]): r for r in rows}
+
+
+def llamad(threads: int, extra=(), env=None) -> peer.Server:
+    return peer.start_llamad(threads=threads, extra_args=list(extra), env_extra=env)
+
+
+def cpu_seconds(pid: int) -> float:
+    with open(f"/proc/{pid}/stat") as f:
+        s = f.read().rsplit(")", 1)[1].split()
+    return (int(s[11]) + int(s[12])) / os.sysconf("SC_CLK_TCK")
+
+
+# ---------------------------------------------------------------------------------------------
+# Table
+
+
+class Table:
+    def __init__(self):
+        self.rows = []
+
+    def section(self, title: str) -> None:
+        self.rows.append(("section", title))
+
+    def speed(self, case: str, what: str, test: str, ours: dict, theirs: dict, target: float,
+              ours_label="ours", theirs_label="llama.cpp") -> dict:
+        ratio = ours["avg_ts"] / theirs["avg_ts"] if theirs["avg_ts"] > 0 else float("nan")
+        row = {"case": case, "what": what, "test": test, "ours": ours["avg_ts"], "ours_sd": ours["stddev_ts"],
+               "theirs": theirs["avg_ts"], "theirs_sd": theirs["stddev_ts"], "ratio": ratio, "target": target,
+               "ours_label": ours_label, "theirs_label": theirs_label, "unit": "t/s"}
+        self.rows.append(("row", row))
+        return row
+
+    def value(self, case: str, what: str, test: str, ours: float, theirs: float, target, unit: str,
+              ratio: float, ours_label="ours", theirs_label="ref", note="") -> dict:
+        row = {"case": case, "what": what, "test": test, "ours": ours, "ours_sd": None, "theirs": theirs,
+               "theirs_sd": None, "ratio": ratio, "target": target, "ours_label": ours_label,
+               "theirs_label": theirs_label, "unit": unit, "note": note}
+        self.rows.append(("row", row))
+        return row
+
+    def render(self) -> str:
+        lines = []
+        hdr = f"| {'case':<4} | {'configuration':<72} | {'test':<7} | {'ours':>18} | {'theirs':>18} | {'ratio':>6} | {'target':>7} | {'':<4} |"
+        sep = "|" + "|".join("-" * (len(c)) for c in hdr.split("|")[1:-1]) + "|"
+        for kind, r in self.rows:
+            if kind == "section":
+                lines += ["", f"### {r}", "", hdr, sep]
+                continue
+
+            def fmt(v, sd):
+                if v is None:
+                    return "-"
+                if sd is None:
+                    return f"{v:.2f} {r['unit']}" if r["unit"] != "t/s" else f"{v:.2f}"
+                return f"{v:.2f} ± {sd:.2f}"
+
+            tgt = r["target"]
+            ok = "" if tgt is None or r["ratio"] != r["ratio"] else ("ok" if r["ratio"] >= tgt else "MISS")
+            tgt_s = "-" if tgt is None else f"≥{tgt:g}"
+            what = f"{r['what']} ({r['ours_label']} / {r['theirs_label']})"
+            lines.append(f"| {r['case']:<4} | {what:<72} | {r['test']:<7} | {fmt(r['ours'], r['ours_sd']):>18} | "
+                         f"{fmt(r['theirs'], r['theirs_sd']):>18} | {r['ratio']:>6.2f} | {tgt_s:>7} | {ok:<4} |")
+        return "\n".join(lines)
+
+
+# ---------------------------------------------------------------------------------------------
+# Cases
+
+
+def case_a(cfg, models, t: Table, res: dict) -> None:
+    t.section(f"(a) local compute, {cfg.threads} thread(s): llamactl bench vs llama.cpp CPU (t/s)")
+    for wtype, m in models.items():
+        log(f"(a) {wtype}: llamactl bench")
+        ours = by_test(llamactl_bench(cfg.llamactl, m, cfg.p, cfg.n, cfg.reps, cfg.threads))
+        log(f"(a) {wtype}: llama.cpp")
+        theirs = by_test(lcpp_bench(m, cfg.p, cfg.n, cfg.reps, cfg.threads)["results"])
+        res.setdefault("a", {})[wtype] = {"ours": list(ours.values()), "llama.cpp": list(theirs.values())}
+        for key in sorted(ours, key=lambda k: (k[1], k[0])):
+            o, th = ours[key], theirs[key]
+            t.speed("a", f"{wtype} {o['type']}-dominant, local", o["test"], o, th, 1.0, "llamactl", "llama.cpp")
+
+
+def case_b(cfg, model, t: Table, res: dict) -> None:
+    t.section(f"(b) llama.cpp master ({cfg.threads} thread(s)) with one worker: llamad vs reference rpc-server (t/s)")
+    with llamad(cfg.threads) as w:
+        log("(b) llama.cpp master on llamad")
+        ours = lcpp_bench(model, cfg.p, cfg.n, cfg.reps, cfg.threads, [w.endpoint])
+    with peer.start_reference_server(threads=cfg.threads) as r:
+        log("(b) llama.cpp master on the reference server")
+        theirs = lcpp_bench(model, cfg.p, cfg.n, cfg.reps, cfg.threads, [r.endpoint])
+    res["b"] = {"llamad": ours, "reference": theirs}
+    o, th = by_test(ours["results"]), by_test(theirs["results"])
+    for key in sorted(o, key=lambda k: (k[1], k[0])):
+        t.speed("b", "llama.cpp master, 1 worker", o[key]["test"], o[key], th[key], 1.0, "llamad", "rpc-server")
+
+
+def case_c(cfg, model, t: Table, res: dict) -> None:
+    t.section("(c) two workers of 1 thread each (t/s)")
+    with llamad(1) as w1, llamad(1) as w2:
+        log("(c) llamactl over 2 llamad workers")
+        two = by_test(llamactl_bench(cfg.llamactl, model, cfg.p, cfg.n, cfg.reps, 1, [w1.endpoint, w2.endpoint]))
+    with peer.start_reference_server(threads=1) as r1, peer.start_reference_server(threads=1) as r2:
+        log("(c) llama.cpp over 2 reference servers")
+        ref = by_test(lcpp_bench(model, cfg.p, cfg.n, cfg.reps, 1, [r1.endpoint, r2.endpoint])["results"])
+    with llamad(2) as w:
+        log("(c) llamactl over one 2-thread llamad worker")
+        one = by_test(llamactl_bench(cfg.llamactl, model, cfg.p, cfg.n, cfg.reps, 1, [w.endpoint]))
+    res["c"] = {"llamactl_2x1": list(two.values()), "llama.cpp_2x1": list(ref.values()),
+                "llamactl_1x2": list(one.values())}
+    for key in sorted(two, key=lambda k: (k[1], k[0])):
+        t.speed("c", "2 workers x 1 thread", two[key]["test"], two[key], ref[key], 1.5,
+                "llamactl+2 llamad", "llama.cpp+2 rpc-server")
+    for key in sorted(two, key=lambda k: (k[1], k[0])):
+        t.speed("c", "2x1-thread vs 1x2-thread worker", two[key]["test"], two[key], one[key], 0.8,
+                "llamactl+2 llamad", "llamactl+1 llamad -t 2")
+
+
+def llamactl_load_s(cfg, model: str, endpoint: str, extra=()) -> float:
+    """`llamactl run`'s reported load time (open, tokenizer, connect, allocate, upload)."""
+    r = subprocess.run([cfg.llamactl, "run", "-m", model, "-p", "hi", "-n", "1", "--temp", "0", "--no-progress",
+                        "-c", "256", "--workers", endpoint, *extra], stdout=subprocess.DEVNULL,
+                       stderr=subprocess.PIPE, timeout=600, check=True)
+    for line in r.stderr.decode(errors="replace").splitlines():
+        if "load time =" in line:
+            return float(line.split("=")[1].split()[0]) / 1000.0
+    raise RuntimeError("llamactl run printed no load time")
+
+
+def case_d(cfg, model, t: Table, res: dict) -> None:
+    t.section("(d) model load through one worker: cold vs warm cache (seconds, lower is better)")
+    out = {}
+    # llamactl asks the worker's cache for weights above --hash-threshold (1 MiB by default, which
+    # leaves SmolLM2's per-layer tensors out); "all hashed" routes every weight through the cache.
+    for who in ["llamactl+llamad", "llamactl+llamad, all hashed", "llama.cpp+llamad", "llama.cpp+rpc-server"]:
+        cold, warm = [], []
+        for _ in range(cfg.reps):
+            cache = tempfile.mkdtemp(prefix="compare-cache-")
+            try:
+                for phase in ("cold", "warm"):
+                    if who == "llama.cpp+rpc-server":
+                        srv = peer.start_reference_server(threads=1, cache_dir=cache)
+                    else:
+                        srv = llamad(1, ["-c", "--cache-dir", cache])
+                    with srv:
+                        if who.startswith("llamactl"):
+                            extra = ["--hash-threshold", "0"] if "all hashed" in who else []
+                            s = llamactl_load_s(cfg, model, srv.endpoint, extra)
+                        else:
+                            s = lcpp_bench(model, [], [], 1, 1, [srv.endpoint], load_only=True)["load_s"]
+                    (cold if phase == "cold" else warm).append(s)
+            finally:
+                shutil.rmtree(cache, ignore_errors=True)
+        log(f"(d) {who}: cold {cold} warm {warm}")
+        out[who] = {"cold_s": cold, "warm_s": warm}
+    res["d"] = out
+    med = lambda v: sorted(v)[len(v) // 2]  # noqa: E731
+    for who, v in out.items():
+        c, w = med(v["cold_s"]), med(v["warm_s"])
+        target = 5.0 if who == "llamactl+llamad" else None
+        t.value("d", f"{who} load", "cold/warm", w, c, target, "s", c / w if w > 0 else float("nan"),
+                "warm", "cold")
+    ours_w, ref_w = med(out["llamactl+llamad"]["warm_s"]), med(out["llama.cpp+rpc-server"]["warm_s"])
+    t.value("d", "warm load", "warm", ours_w, ref_w, 1.0, "s", ref_w / ours_w if ours_w > 0 else float("nan"),
+            "llamactl+llamad", "llama.cpp+rpc-server")
+    lw = med(out["llama.cpp+llamad"]["warm_s"])
+    t.value("d", "warm load, llama.cpp master", "warm", lw, ref_w, 1.0, "s", ref_w / lw if lw > 0 else float("nan"),
+            "llamad", "rpc-server")
+
+
+def admin_status(port: int, token: str) -> dict:
+    req = urllib.request.Request(f"http://127.0.0.1:{port}/v1/status", headers={"Authorization": f"Bearer {token}"})
+    with urllib.request.urlopen(req, timeout=5) as r:
+        return json.load(r)
+
+
+def vm_hwm(pid: int) -> int:
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) * 1024
+    return 0
+
+
+def case_e(cfg, model, t: Table, res: dict) -> None:
+    t.section("(e) llamad worker memory: peak RSS vs bytes of buffers held (MiB)")
+    tmp = tempfile.mkdtemp(prefix="compare-admin-")
+    try:
+        tok_file = os.path.join(tmp, "token")
+        aport = peer.free_port()
+        w = llamad(cfg.threads, ["--admin-listen", f"127.0.0.1:{aport}", "--admin-token-file", tok_file],
+                   env={"LLAMAD__ADMIN__ENABLED": "true"})
+        with w:
+            deadline = time.monotonic() + 20
+            while not os.path.exists(tok_file) and time.monotonic() < deadline:
+                time.sleep(0.05)
+            with open(tok_file) as f:
+                token = f.read().strip()
+            idle = vm_hwm(w.proc.pid)
+            proc = subprocess.Popen([cfg.llamactl, "bench", "-m", model, "-p", str(max(cfg.p)), "-n",
+                                     str(max(cfg.n)), "-r", "1", "-t", "1", "-o", "json", "--workers", w.endpoint],
+                                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            peak_alloc = 0
+            while proc.poll() is None:
+                try:
+                    st = admin_status(aport, token)
+                    peak_alloc = max(peak_alloc, st["memory"]["allocated_rpc"])
+                except OSError:
+                    pass
+                time.sleep(0.02)
+            hwm = vm_hwm(w.proc.pid)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    mib = 1 << 20
+    res["e"] = {"vm_hwm": hwm, "idle_vm_hwm": idle, "peak_allocated_rpc": peak_alloc}
+    over = (hwm - peak_alloc) / mib
+    t.value("e", "llamad peak RSS vs buffers (llamactl bench)", "rss", hwm / mib, peak_alloc / mib, None, "MiB",
+            hwm / peak_alloc if peak_alloc else float("nan"), "VmHWM", "buffers",
+            note=f"overhead {over:.1f} MiB (target ≤ 100)")
+    t.value("e", "RSS above buffers (target ≤ 100 MiB)", "over", over, 100.0, 1.0, "MiB",
+            100.0 / over if over > 0 else float("inf"), "RSS-buffers", "limit")
+
+
+def case_bw(cfg, models, t: Table, res: dict) -> None:
+    t.section("(bw) generation vs the memory bandwidth (weight bytes read per token x t/s)")
+    bw = json.loads(subprocess.run([cfg.llamactl, "bench", "--mem-bandwidth", "-t", str(cfg.threads), "-r", "5",
+                                    "-o", "json"], check=True, stdout=subprocess.PIPE, timeout=600).stdout)[0]
+    res["bw"] = {"mem_read": bw, "per_type": {}}
+    gbps = bw["max_gbps"]
+    t.value("bw", f"streaming read, {cfg.threads} thread(s)", "mem", gbps, None, None, "GB/s", float("nan"),
+            "best", "")
+    for wtype, runs in res.get("a", {}).items():
+        for side in ("ours", "llama.cpp"):
+            rows = [r for r in runs[side] if r["n_gen"] > 0 and r["n_prompt"] == 0]
+            if not rows:
+                continue
+            tg = rows[-1]
+            per_tok = runs["ours"][0]["model_bytes_per_token"]
+            achieved = per_tok * tg["avg_ts"] / 1e9
+            res["bw"]["per_type"].setdefault(wtype, {})[side] = {"bytes_per_token": per_tok, "gbps": achieved,
+                                                                 "fraction": achieved / gbps}
+            t.value("bw", f"{wtype} weights/s ({per_tok / 1e6:.1f} MB/token)", tg["test"], achieved, gbps, None,
+                    "GB/s", achieved / gbps, "llamactl" if side == "ours" else "llama.cpp", "bandwidth")
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--llamactl", required=True)
+    ap.add_argument("--llamad", required=True)
+    ap.add_argument("--model", required=True, help="the Q4_1 base model")
+    ap.add_argument("--models-dir", required=True, help="where the requantized copies go (git-ignored)")
+    ap.add_argument("--types", default="Q4_1,Q4_0,Q8_0,Q4_K,Q6_K")
+    ap.add_argument("--cases", default=",".join(ALL_CASES))
+    ap.add_argument("-p", default="512", help="prompt tests, comma list")
+    ap.add_argument("-n", default="128", help="generation tests, comma list")
+    ap.add_argument("-r", "--reps", type=int, default=3)
+    ap.add_argument("-t", "--threads", type=int, default=os.cpu_count() or 2)
+    ap.add_argument("--quick", action="store_true", help="2 reps, pp128/tg32, types Q4_1,Q4_0")
+    ap.add_argument("--out-dir", default=os.path.join(ROOT, "target", "bench"))
+    cfg = ap.parse_args()
+    if cfg.quick:
+        cfg.reps, cfg.p, cfg.n = 2, "128", "32"
+        if cfg.types == ap.get_default("types"):
+            cfg.types = "Q4_1,Q4_0"
+    cfg.p = [int(x) for x in cfg.p.split(",") if x]
+    cfg.n = [int(x) for x in cfg.n.split(",") if x]
+    cases = [c.strip() for c in cfg.cases.split(",") if c.strip()]
+    bad = [c for c in cases if c not in ALL_CASES]
+    if bad:
+        ap.error(f"unknown cases {bad}; choose from {ALL_CASES}")
+    types = [x.strip().upper() for x in cfg.types.split(",") if x.strip()]
+    bad = [x for x in types if x not in FTYPES]
+    if bad:
+        ap.error(f"unknown types {bad}; choose from {list(FTYPES)}")
+    os.environ["LLAMAD_BIN"] = cfg.llamad
+    models = {w: quantized(cfg.model, w, cfg.models_dir) for w in types}
+    base = models.get("Q4_1", cfg.model)
+    res = {"started": time.strftime("%Y-%m-%dT%H:%M:%S"), "loadavg_start": os.getloadavg(),
+           "threads": cfg.threads, "reps": cfg.reps, "n_prompt": cfg.p, "n_gen": cfg.n, "types": types,
+           "cases": cases}
+    t = Table()
+    if "a" in cases:
+        case_a(cfg, models, t, res)
+    if "b" in cases:
+        case_b(cfg, base, t, res)
+    if "c" in cases:
+        case_c(cfg, base, t, res)
+    if "d" in cases:
+        case_d(cfg, base, t, res)
+    if "e" in cases:
+        case_e(cfg, base, t, res)
+    if "bw" in cases:
+        case_bw(cfg, models, t, res)
+    res["loadavg_end"] = os.getloadavg()
+    res["table"] = [r for k, r in t.rows if k == "row"]
+    text = t.render()
+    print(text)
+    print(f"\nload average at start {res['loadavg_start'][0]:.2f}, at end {res['loadavg_end'][0]:.2f} "
+          f"({os.cpu_count()} CPUs): figures from a busy machine are not comparable between runs.")
+    os.makedirs(cfg.out_dir, exist_ok=True)
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    for name in (f"compare-{stamp}.json", "compare.json"):
+        with open(os.path.join(cfg.out_dir, name), "w") as f:
+            json.dump(res, f, indent=1)
+    with open(os.path.join(cfg.out_dir, "compare.md"), "w") as f:
+        f.write(text + "\n")
+    log(f"wrote {cfg.out_dir}/compare-{stamp}.json")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
