@@ -370,6 +370,7 @@ pub fn run(args: &BenchArgs) -> Result<()> {
                 tensor_split: args.tensor_split.clone(),
                 n_gpu_layers: args.n_gpu_layers,
                 hash_threshold: args.hash_threshold,
+                auth: None,
             };
             Box::new(Pipeline::new(&model, cfg.clone(), &workers, &opts, &|_, _| {})?)
         };
