@@ -200,3 +200,47 @@ fn vec_dot_x4_matches_four_scalar_dots() {
         }
     }
 }
+
+/// The four-column kernels against the same kernel set's one-column `vec_dot`, bit for bit: matmul
+/// picks one or the other by column position, so they must agree exactly (ggml's order per output).
+#[test]
+fn vec_dot_x4_bitwise_equals_vec_dot() {
+    let s = scalar_table();
+    let mut r = rng(5);
+    for isa in Isa::all_available() {
+        let k = Kernels::build(isa);
+        for t in WEIGHT_TYPES {
+            let Some(x4) = k.get(t).vec_dot_x4 else { continue };
+            let dot = k.get(t).vec_dot.unwrap();
+            let vt = s.get(t).vec_dot_type;
+            let per256 = 256 / t.blck_size().min(256);
+            for nb in [per256, 3 * per256, if t.blck_size() == 32 { 18 } else { 2 }] {
+                let n = nb * t.blck_size();
+                let mut xrows = vec![random_row(&mut r, t, nb, 1.5), random_row(&mut r, t, nb, 1e3)];
+                // Edge weights: every quant byte 0xFF / 0x00 (extreme codes), scales kept finite.
+                for fill in [0xFFu8, 0x00] {
+                    let mut q = random_row(&mut r, t, nb, 1.0);
+                    for b in q.chunks_exact_mut(t.type_size()) {
+                        let keep: Vec<(usize, [u8; 2])> =
+                            f16_fields(t).iter().map(|&o| (o, [b[o], b[o + 1]])).collect();
+                        b.fill(fill);
+                        for (o, v) in keep {
+                            b[o..o + 2].copy_from_slice(&v);
+                        }
+                    }
+                    xrows.push(q);
+                }
+                let ys: Vec<Vec<u8>> = activations(&mut r, n).iter().map(|y| quantize(&s, vt, y)).collect();
+                for qx in &xrows {
+                    for w in ys.windows(4) {
+                        let got = x4(n, qx, [&w[0], &w[1], &w[2], &w[3]]);
+                        for c in 0..4 {
+                            let want = dot(n, qx, &w[c]);
+                            assert_eq!(got[c].to_bits(), want.to_bits(), "{} {t} n={n} col {c}", isa.name());
+                        }
+                    }
+                }
+            }
+        }
+    }
+}

@@ -11,6 +11,7 @@ use std::arch::x86_64::*;
 
 use super::avx2::legacy::iq4_lut;
 use super::avx2::util::*;
+use super::avx2::x4::{hsum4, rows4};
 use crate::dtype::GgmlType;
 use crate::quant::blocks::*;
 use crate::quant::dispatch::Kernels;
@@ -24,6 +25,10 @@ pub fn install(k: &mut Kernels) {
     k.set_vec_dot(GgmlType::Q4_1, vec_dot_q4_1_q8_1);
     k.set_vec_dot(GgmlType::Q8_0, vec_dot_q8_0_q8_0);
     k.set_vec_dot(GgmlType::IQ4_NL, vec_dot_iq4_nl_q8_0);
+    k.set_vec_dot_x4(GgmlType::Q4_0, vec_dot_q4_0_q8_0_x4);
+    k.set_vec_dot_x4(GgmlType::Q4_1, vec_dot_q4_1_q8_1_x4);
+    k.set_vec_dot_x4(GgmlType::Q5_0, vec_dot_q5_0_q8_0_x4);
+    k.set_vec_dot_x4(GgmlType::Q8_0, vec_dot_q8_0_q8_0_x4);
 }
 
 /// `acc + Σ_{4 bytes} a_u8 · b_i8` per i32 lane.
@@ -127,5 +132,110 @@ unsafe fn iq4_nl_q8_0(xs: &[BlockIq4Nl], ys: &[BlockQ8_0]) -> f32 {
             let q = _mm256_shuffle_epi8(lut, nibbles32(&bx.qs));
             (f16_mul(bx.d, by.d), _mm256_cvtepi32_ps(dot_i8(q, load32(&by.qs))))
         })
+    }
+}
+
+// Four-column kernels: one weight row against four activation rows, the weight block decoded once.
+// Per column, the same block operations as the one-column kernels above (exact i32 lane sums, then
+// `fma(d, v, acc)` block after block and `hsum_ps`), so each result is bit-identical to theirs.
+
+macro_rules! wrapper_x4 {
+    ($pub_name:ident, $inner:ident, $x:ty, $y:ty) => {
+        fn $pub_name(n: usize, x: &[u8], y: [&[u8]; 4]) -> [f32; 4] {
+            let (xs, ys) = rows4::<$x, $y>(n, QK, x, y);
+            // SAFETY: installed only after AVX2/FMA/F16C/AVX-512 VNNI+VL detection (module
+            // docs); every row holds n / QK whole blocks (checked above).
+            unsafe { $inner(xs, ys) }
+        }
+    };
+}
+
+wrapper_x4!(vec_dot_q4_0_q8_0_x4, q4_0_x4, BlockQ4_0, BlockQ8_0);
+wrapper_x4!(vec_dot_q4_1_q8_1_x4, q4_1_x4, BlockQ4_1, BlockQ8_1);
+wrapper_x4!(vec_dot_q5_0_q8_0_x4, q5_0_x4, BlockQ5_0, BlockQ8_0);
+wrapper_x4!(vec_dot_q8_0_q8_0_x4, q8_0_x4, BlockQ8_0, BlockQ8_0);
+
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512vl,avx512vnni")]
+unsafe fn q4_0_x4(xs: &[BlockQ4_0], ys: [&[BlockQ8_0]; 4]) -> [f32; 4] {
+    // SAFETY: all block slices have xs.len() blocks (checked by the wrapper); register arithmetic.
+    unsafe {
+        let eight = _mm256_set1_epi8(8);
+        let mut acc = [_mm256_setzero_ps(); 4];
+        for (i, bx) in xs.iter().enumerate() {
+            let q = nibbles32(&bx.qs);
+            for c in 0..4 {
+                let by = &ys[c][i];
+                let y = load32(&by.qs);
+                let v = _mm256_sub_epi32(
+                    dpbusd(_mm256_setzero_si256(), q, y),
+                    dpbusd(_mm256_setzero_si256(), eight, y),
+                );
+                acc[c] = _mm256_fmadd_ps(_mm256_set1_ps(f16_mul(bx.d, by.d)), _mm256_cvtepi32_ps(v), acc[c]);
+            }
+        }
+        hsum4(acc)
+    }
+}
+
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512vl,avx512vnni")]
+unsafe fn q5_0_x4(xs: &[BlockQ5_0], ys: [&[BlockQ8_0]; 4]) -> [f32; 4] {
+    // SAFETY: all block slices have xs.len() blocks (checked by the wrapper); register arithmetic.
+    unsafe {
+        let (b4, sixteen) = (_mm256_set1_epi8(0x10), _mm256_set1_epi8(16));
+        let mut acc = [_mm256_setzero_ps(); 4];
+        for (i, bx) in xs.iter().enumerate() {
+            // Σ (q - 16)·y = Σ q·y - Σ 16·y with the unsigned 5-bit q = nib | hi<<4.
+            let hi = _mm256_and_si256(bytes_from_bits(u32::from_le_bytes(bx.qh)), b4);
+            let q = _mm256_or_si256(nibbles32(&bx.qs), hi);
+            for c in 0..4 {
+                let by = &ys[c][i];
+                let y = load32(&by.qs);
+                let v = _mm256_sub_epi32(
+                    dpbusd(_mm256_setzero_si256(), q, y),
+                    dpbusd(_mm256_setzero_si256(), sixteen, y),
+                );
+                acc[c] = _mm256_fmadd_ps(_mm256_set1_ps(f16_mul(bx.d, by.d)), _mm256_cvtepi32_ps(v), acc[c]);
+            }
+        }
+        hsum4(acc)
+    }
+}
+
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512vl,avx512vnni")]
+unsafe fn q8_0_x4(xs: &[BlockQ8_0], ys: [&[BlockQ8_0]; 4]) -> [f32; 4] {
+    // SAFETY: all block slices have xs.len() blocks (checked by the wrapper); register arithmetic.
+    unsafe {
+        let mut acc = [_mm256_setzero_ps(); 4];
+        for (i, bx) in xs.iter().enumerate() {
+            let q = load32(&bx.qs);
+            let aq = _mm256_sign_epi8(q, q);
+            for c in 0..4 {
+                let by = &ys[c][i];
+                let v = dpbusd(_mm256_setzero_si256(), aq, _mm256_sign_epi8(load32(&by.qs), q));
+                acc[c] = _mm256_fmadd_ps(_mm256_set1_ps(f16_mul(bx.d, by.d)), _mm256_cvtepi32_ps(v), acc[c]);
+            }
+        }
+        hsum4(acc)
+    }
+}
+
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512vl,avx512vnni")]
+unsafe fn q4_1_x4(xs: &[BlockQ4_1], ys: [&[BlockQ8_1]; 4]) -> [f32; 4] {
+    // SAFETY: all block slices have xs.len() blocks (checked by the wrapper); register arithmetic.
+    unsafe {
+        let mut acc = [_mm256_setzero_ps(); 4];
+        let mut ms = [_mm_setzero_ps(); 4];
+        for (i, bx) in xs.iter().enumerate() {
+            let q = nibbles32(&bx.qs);
+            for c in 0..4 {
+                let by = &ys[c][i];
+                let p = dm_products(bytemuck::bytes_of(bx), bytemuck::bytes_of(by));
+                ms[c] = _mm_add_ps(ms[c], p);
+                let v = _mm256_cvtepi32_ps(dpbusd(_mm256_setzero_si256(), q, load32(&by.qs)));
+                acc[c] = _mm256_fmadd_ps(_mm256_set1_ps(_mm_cvtss_f32(p)), v, acc[c]);
+            }
+        }
+        let d = hsum4(acc);
+        std::array::from_fn(|c| d[c] + _mm_cvtss_f32(_mm_movehdup_ps(ms[c])))
     }
 }

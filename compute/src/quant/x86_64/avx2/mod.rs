@@ -10,7 +10,7 @@ pub(super) mod kquants;
 pub(super) mod legacy;
 mod quantize;
 pub(super) mod util;
-mod x4;
+pub(super) mod x4;
 
 use crate::dtype::GgmlType;
 use crate::quant::dispatch::Kernels;
@@ -43,6 +43,7 @@ pub fn install(k: &mut Kernels) {
     k.set_vec_dot(IQ4_XS, kquants::vec_dot_iq4_xs_q8_k);
     k.set_vec_dot_x4(Q4_0, x4::vec_dot_q4_0_q8_0_x4);
     k.set_vec_dot_x4(Q4_1, x4::vec_dot_q4_1_q8_1_x4);
+    k.set_vec_dot_x4(Q5_0, x4::vec_dot_q5_0_q8_0_x4);
     k.set_vec_dot_x4(Q8_0, x4::vec_dot_q8_0_q8_0_x4);
     k.set_vec_dot_x4(Q4_K, x4::vec_dot_q4_k_q8_k_x4);
     k.set_vec_dot_x4(Q6_K, x4::vec_dot_q6_k_q8_k_x4);

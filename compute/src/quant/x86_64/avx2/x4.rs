@@ -11,7 +11,7 @@ use crate::quant::blocks::*;
 use crate::quant::scalar::k4_scales;
 
 /// Checks `n` and the lengths of the weight row and the four activation rows.
-fn rows4<'a, X: bytemuck::Pod, Y: bytemuck::Pod>(
+pub(in crate::quant::x86_64) fn rows4<'a, X: bytemuck::Pod, Y: bytemuck::Pod>(
     n: usize,
     qk: usize,
     x: &'a [u8],
@@ -35,13 +35,14 @@ macro_rules! wrapper {
 
 wrapper!(vec_dot_q4_0_q8_0_x4, q4_0_x4, BlockQ4_0, BlockQ8_0, QK);
 wrapper!(vec_dot_q4_1_q8_1_x4, q4_1_x4, BlockQ4_1, BlockQ8_1, QK);
+wrapper!(vec_dot_q5_0_q8_0_x4, q5_0_x4, BlockQ5_0, BlockQ8_0, QK);
 wrapper!(vec_dot_q8_0_q8_0_x4, q8_0_x4, BlockQ8_0, BlockQ8_0, QK);
 wrapper!(vec_dot_q4_k_q8_k_x4, q4_k_x4, BlockQ4K, BlockQ8K, QK_K);
 wrapper!(vec_dot_q6_k_q8_k_x4, q6_k_x4, BlockQ6K, BlockQ8K, QK_K);
 
 /// Horizontal sums of four accumulators.
 #[inline(always)]
-unsafe fn hsum4(acc: [__m256; 4]) -> [f32; 4] {
+pub(in crate::quant::x86_64) unsafe fn hsum4(acc: [__m256; 4]) -> [f32; 4] {
     // SAFETY: register arithmetic under AVX.
     unsafe { [hsum_ps(acc[0]), hsum_ps(acc[1]), hsum_ps(acc[2]), hsum_ps(acc[3])] }
 }
@@ -69,6 +70,28 @@ unsafe fn q4_0_x4(xs: &[BlockQ4_0], ys: [&[BlockQ8_0]; 4]) -> [f32; 4] {
             for c in 0..4 {
                 let by = &ys[c][i];
                 let v = signed_col(aq, q, load32(&by.qs));
+                acc[c] = _mm256_fmadd_ps(_mm256_set1_ps(f16_mul(bx.d, by.d)), v, acc[c]);
+            }
+        }
+        hsum4(acc)
+    }
+}
+
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn q5_0_x4(xs: &[BlockQ5_0], ys: [&[BlockQ8_0]; 4]) -> [f32; 4] {
+    // SAFETY: all block slices have xs.len() blocks (checked by the wrapper); register arithmetic.
+    unsafe {
+        let (b4, sixteen, ones) = (_mm256_set1_epi8(0x10), _mm256_set1_epi8(16), _mm256_set1_epi16(1));
+        let mut acc = [_mm256_setzero_ps(); 4];
+        for (i, bx) in xs.iter().enumerate() {
+            // The unsigned 5-bit q = nib | hi<<4, as in the one-column kernel: Σ q·y - Σ 16·y.
+            let hi = _mm256_and_si256(bytes_from_bits(u32::from_le_bytes(bx.qh)), b4);
+            let q = _mm256_or_si256(nibbles32(&bx.qs), hi);
+            for c in 0..4 {
+                let by = &ys[c][i];
+                let y = load32(&by.qs);
+                let p = _mm256_sub_epi16(_mm256_maddubs_epi16(q, y), _mm256_maddubs_epi16(sixteen, y));
+                let v = _mm256_cvtepi32_ps(_mm256_madd_epi16(p, ones));
                 acc[c] = _mm256_fmadd_ps(_mm256_set1_ps(f16_mul(bx.d, by.d)), v, acc[c]);
             }
         }
