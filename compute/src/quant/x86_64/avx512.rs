@@ -159,17 +159,14 @@ wrapper_x4!(vec_dot_q8_0_q8_0_x4, q8_0_x4, BlockQ8_0, BlockQ8_0);
 unsafe fn q4_0_x4(xs: &[BlockQ4_0], ys: [&[BlockQ8_0]; 4]) -> [f32; 4] {
     // SAFETY: all block slices have xs.len() blocks (checked by the wrapper); register arithmetic.
     unsafe {
-        let eight = _mm256_set1_epi8(8);
         let mut acc = [_mm256_setzero_ps(); 4];
         for (i, bx) in xs.iter().enumerate() {
-            let q = nibbles32(&bx.qs);
+            // Signed q - 8: |q - 8| is shared, its sign moves onto each column's y (exact sums).
+            let q = _mm256_sub_epi8(nibbles32(&bx.qs), _mm256_set1_epi8(8));
+            let aq = _mm256_sign_epi8(q, q);
             for c in 0..4 {
                 let by = &ys[c][i];
-                let y = load32(&by.qs);
-                let v = _mm256_sub_epi32(
-                    dpbusd(_mm256_setzero_si256(), q, y),
-                    dpbusd(_mm256_setzero_si256(), eight, y),
-                );
+                let v = dpbusd(_mm256_setzero_si256(), aq, _mm256_sign_epi8(load32(&by.qs), q));
                 acc[c] = _mm256_fmadd_ps(_mm256_set1_ps(f16_mul(bx.d, by.d)), _mm256_cvtepi32_ps(v), acc[c]);
             }
         }
@@ -181,19 +178,16 @@ unsafe fn q4_0_x4(xs: &[BlockQ4_0], ys: [&[BlockQ8_0]; 4]) -> [f32; 4] {
 unsafe fn q5_0_x4(xs: &[BlockQ5_0], ys: [&[BlockQ8_0]; 4]) -> [f32; 4] {
     // SAFETY: all block slices have xs.len() blocks (checked by the wrapper); register arithmetic.
     unsafe {
-        let (b4, sixteen) = (_mm256_set1_epi8(0x10), _mm256_set1_epi8(16));
+        let b4 = _mm256_set1_epi8(0x10);
         let mut acc = [_mm256_setzero_ps(); 4];
         for (i, bx) in xs.iter().enumerate() {
-            // Σ (q - 16)·y = Σ q·y - Σ 16·y with the unsigned 5-bit q = nib | hi<<4.
+            // Signed q - 16 with the 5-bit q = nib | hi<<4; |q - 16| shared, its sign moved to y.
             let hi = _mm256_and_si256(bytes_from_bits(u32::from_le_bytes(bx.qh)), b4);
-            let q = _mm256_or_si256(nibbles32(&bx.qs), hi);
+            let q = _mm256_sub_epi8(_mm256_or_si256(nibbles32(&bx.qs), hi), _mm256_set1_epi8(16));
+            let aq = _mm256_sign_epi8(q, q);
             for c in 0..4 {
                 let by = &ys[c][i];
-                let y = load32(&by.qs);
-                let v = _mm256_sub_epi32(
-                    dpbusd(_mm256_setzero_si256(), q, y),
-                    dpbusd(_mm256_setzero_si256(), sixteen, y),
-                );
+                let v = dpbusd(_mm256_setzero_si256(), aq, _mm256_sign_epi8(load32(&by.qs), q));
                 acc[c] = _mm256_fmadd_ps(_mm256_set1_ps(f16_mul(bx.d, by.d)), _mm256_cvtepi32_ps(v), acc[c]);
             }
         }
