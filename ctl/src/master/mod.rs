@@ -16,7 +16,7 @@ pub mod split;
 pub mod tensor_parallel;
 
 use anyhow::Result;
-use compute::model::Session;
+use compute::model::{Model, Session, SessionConfig};
 
 /// How the model is spread over the workers (llama.cpp's `--split-mode`).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
@@ -26,6 +26,22 @@ pub enum SplitMode {
     Layer,
     /// Every layer split across the workers, which run each phase together (tensor parallelism).
     Row,
+}
+
+/// Connects to the workers `addrs` and loads `model` on them in `mode` (for callers that only need
+/// a [`Forward`], such as `llamactl bench`).
+pub fn open_workers(
+    model: &Model,
+    cfg: SessionConfig,
+    addrs: &[String],
+    opts: &pipeline::SplitOptions,
+    mode: SplitMode,
+    on_load: &(dyn Fn(usize, pipeline::LoadEvent<'_>) + Sync),
+) -> Result<Box<dyn Forward>> {
+    Ok(match mode {
+        SplitMode::Layer => Box::new(pipeline::Pipeline::new(model, cfg, addrs, opts, on_load)?),
+        SplitMode::Row => Box::new(tensor_parallel::TensorParallel::new(model, cfg, addrs, opts, on_load)?),
+    })
 }
 
 /// Tokens in, logits of the last token out; positions continue from the previous call.
