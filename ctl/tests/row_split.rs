@@ -96,16 +96,20 @@ fn tiny_qwen_and_llama_logits_close_to_in_process() {
         let path = dir.path().join(format!("{arch}.gguf"));
         write_tiny_model_arch(&path, 3, arch);
         let model = load(&path);
-        compare(&model, cfg(true, 512), &two, &[], &[1, 2, 3, 4, 5, 6, 7], 6, 1e-3);
-        compare(&model, cfg(false, 3), &two, &[], &[1, 2, 3, 4, 5, 6, 7], 3, 1e-3);
+        compare(&model, cfg(true, 512), &two[..1], &[], &[1, 2, 3, 4, 5, 6, 7], 6, 0.0);
+        // Quantized weights: the same activation-quantum effect as on SmolLM2, on smaller logits.
+        compare(&model, cfg(true, 512), &two, &[], &[1, 2, 3, 4, 5, 6, 7], 6, 0.05);
+        compare(&model, cfg(false, 3), &two, &[], &[1, 2, 3, 4, 5, 6, 7], 3, 0.05);
     }
 }
 
 #[test]
 fn smollm2_greedy_text_equals_in_process() {
+    // 12 tokens: later on this continuation has a near tie between two digit tokens ("311" and
+    // "321" million) that the reordered sums may break either way.
     let model = smollm2();
     let m = model.to_str().unwrap();
-    let base = ["-m", m, "-p", "The capital of France is", "-n", "24", "--temp", "0", "-t", "1", "-c", "256"];
+    let base = ["-m", m, "-p", "The capital of France is", "-n", "12", "--temp", "0", "-t", "1", "-c", "256"];
     let local = run_text(&base);
     assert!(local.split_whitespace().count() > 5, "too little text: {local:?}");
     let (w1, w2) = (Worker::start(MEM), Worker::start(MEM));
