@@ -100,6 +100,10 @@ pub struct RunArgs {
     /// Flash attention.
     #[arg(long = "flash-attn", value_enum, default_value_t = FlashAttn::Auto)]
     pub flash_attn: FlashAttn,
+    /// How the model is split across the workers: `layer` (whole layers, run in turn) or `row`
+    /// (every layer split across the workers, run together).
+    #[arg(long = "split-mode", visible_alias = "sm", value_enum, default_value_t = crate::master::SplitMode::Layer)]
+    pub split_mode: crate::master::SplitMode,
     /// Weight uploads larger than this many bytes try SET_TENSOR_HASH first (worker tensor cache).
     #[arg(long = "hash-threshold", default_value_t = 1 << 20, value_name = "BYTES")]
     pub hash_threshold: u64,

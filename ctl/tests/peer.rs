@@ -79,3 +79,26 @@ fn master_on_reference_servers_matches_llama_cpp() {
     assert_eq!(run(&["--workers", &two]), LLAMA_CPP_TEXT, "two reference servers");
     assert_eq!(run(&["--workers", &two, "--flash-attn", "off"]), LLAMA_CPP_TEXT, "two, FA off");
 }
+
+#[test]
+fn row_split_on_reference_servers_equals_row_split_on_llamad() {
+    // Split mode row uses only protocol 7.0.0 commands, so llama.cpp's server runs the shards too;
+    // llamad's ops are bit-exact with ggml's, so the text is the same as over llamad workers.
+    if !peer_available() {
+        eprintln!("skipping: no reference peer (run tests/peer/build-peer.sh)");
+        return;
+    }
+    let model = smollm2();
+    let m = model.to_str().unwrap();
+    let (p1, p2) = (start_peer(), start_peer());
+    let (w1, w2) = (support::Worker::start(512 << 20), support::Worker::start(512 << 20));
+    let base = ["-m", m, "-p", "Hello world, this is", "-n", "16", "--temp", "0", "-t", "1", "-c", "256"];
+    let run = |workers: &str| {
+        let mut a = base.to_vec();
+        a.extend_from_slice(&["--workers", workers, "--split-mode", "row"]);
+        run_text(&a)
+    };
+    let reference = run(&format!("{},{}", p1.addr, p2.addr));
+    assert!(reference.split_whitespace().count() > 5, "too little text: {reference:?}");
+    assert_eq!(reference, run(&format!("{},{}", w1.addr, w2.addr)));
+}

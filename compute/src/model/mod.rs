@@ -27,6 +27,7 @@ pub mod graph_def;
 pub mod hparams;
 pub mod local;
 pub mod session;
+pub mod shard;
 pub mod weights;
 
 pub use arch::{build, BuildParams, Built, Inputs};

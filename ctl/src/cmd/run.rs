@@ -19,7 +19,9 @@ use indicatif::{MultiProgress, ProgressBar, ProgressDrawTarget, ProgressStyle};
 use crate::cli::{FlashAttn, RunArgs};
 use crate::master::pipeline::{LoadEvent, Pipeline, SplitOptions};
 use crate::master::remote::mib;
+use crate::master::tensor_parallel::TensorParallel;
 use crate::master::Forward;
+use crate::master::SplitMode;
 
 /// Runs `llamactl run`.
 pub fn run(args: &RunArgs) -> Result<()> {
@@ -119,20 +121,38 @@ pub fn run(args: &RunArgs) -> Result<()> {
         let progress = LoadProgress::new(show_bars);
         let addrs: Vec<String> =
             args.workers.iter().map(|a| a.trim().to_string()).filter(|a| !a.is_empty()).collect();
-        let p = Pipeline::new(&model, cfg, &addrs, &opts, &|i, ev| progress.event(i, ev))?;
-        progress.finish();
-        eprintln!(
-            "llamactl: {} layers here, {} on {} worker(s): {}",
-            p.local_layers(),
-            model.hp.n_layer - p.local_layers(),
-            p.workers().len(),
-            p.workers()
-                .iter()
-                .map(|w| format!("{} [{}..{})", w.addr, w.layers.start, w.layers.end))
-                .collect::<Vec<_>>()
-                .join(", ")
-        );
-        Box::new(p)
+        if args.split_mode == SplitMode::Row {
+            let tp = TensorParallel::new(&model, cfg, &addrs, &opts, &|i, ev| progress.event(i, ev))?;
+            progress.finish();
+            eprintln!(
+                "llamactl: split mode row over {} worker(s): {}",
+                addrs.len(),
+                tp.shards()
+                    .iter()
+                    .map(|(a, s)| format!(
+                        "{a} [kv heads {:?}, ffn {:?}, vocab {:?}]",
+                        s.kv_heads, s.ff, s.vocab
+                    ))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            );
+            Box::new(tp)
+        } else {
+            let p = Pipeline::new(&model, cfg, &addrs, &opts, &|i, ev| progress.event(i, ev))?;
+            progress.finish();
+            eprintln!(
+                "llamactl: {} layers here, {} on {} worker(s): {}",
+                p.local_layers(),
+                model.hp.n_layer - p.local_layers(),
+                p.workers().len(),
+                p.workers()
+                    .iter()
+                    .map(|w| format!("{} [{}..{})", w.addr, w.layers.start, w.layers.end))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            );
+            Box::new(p)
+        }
     };
     let load_time = t_start.elapsed();
 

@@ -32,6 +32,17 @@ pub fn export(
     device: u32,
     place: &dyn Fn(TensorId, &TensorDef) -> Option<Place>,
 ) -> GraphBlob {
+    export_nodes(g, g.nodes(), as_inputs, device, place)
+}
+
+/// As [`export`] for the nodes `nodes` of `g` only (one segment of a larger graph).
+pub fn export_nodes(
+    g: &GraphDef,
+    nodes: &[TensorId],
+    as_inputs: &HashSet<TensorId>,
+    device: u32,
+    place: &dyn Fn(TensorId, &TensorDef) -> Option<Place>,
+) -> GraphBlob {
     let tensors = g.tensors();
     let is_leaf = |id: TensorId| as_inputs.contains(&id);
     let srcs = |id: TensorId| -> Vec<TensorId> {
@@ -41,7 +52,7 @@ pub fn export(
         let t = &tensors[id.index()];
         t.src.iter().flatten().copied().chain(t.view_src).collect()
     };
-    let nodes: Vec<TensorId> = g.nodes().iter().copied().filter(|&n| !is_leaf(n)).collect();
+    let nodes: Vec<TensorId> = nodes.iter().copied().filter(|&n| !is_leaf(n)).collect();
 
     // use_count: uses as a source by the executed nodes (ref: §4.3).
     let mut use_count = vec![0i32; tensors.len()];

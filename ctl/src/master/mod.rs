@@ -6,14 +6,43 @@
 //! * [`remote`] — one worker: probe, buffers, weight upload, per-ubatch execution.
 //! * [`pipeline`] — the master: embedding (and leading layers) here, layer ranges on workers,
 //!   hidden states handed from one to the next through this process.
+//! * [`tensor_parallel`] — split mode `row`: every layer split across the workers, the residual
+//!   stream kept here.
 
 pub mod export;
 pub mod pipeline;
 pub mod remote;
 pub mod split;
+pub mod tensor_parallel;
 
 use anyhow::Result;
-use compute::model::Session;
+use compute::model::{Model, Session, SessionConfig};
+
+/// How the model is spread over the workers (llama.cpp's `--split-mode`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
+pub enum SplitMode {
+    /// Whole layers per worker, run in turn (llama.cpp's default; token-identical to llama.cpp).
+    #[default]
+    Layer,
+    /// Every layer split across the workers, which run each phase together (tensor parallelism).
+    Row,
+}
+
+/// Connects to the workers `addrs` and loads `model` on them in `mode` (for callers that only need
+/// a [`Forward`], such as `llamactl bench`).
+pub fn open_workers(
+    model: &Model,
+    cfg: SessionConfig,
+    addrs: &[String],
+    opts: &pipeline::SplitOptions,
+    mode: SplitMode,
+    on_load: &(dyn Fn(usize, pipeline::LoadEvent<'_>) + Sync),
+) -> Result<Box<dyn Forward>> {
+    Ok(match mode {
+        SplitMode::Layer => Box::new(pipeline::Pipeline::new(model, cfg, addrs, opts, on_load)?),
+        SplitMode::Row => Box::new(tensor_parallel::TensorParallel::new(model, cfg, addrs, opts, on_load)?),
+    })
+}
 
 /// Tokens in, logits of the last token out; positions continue from the previous call.
 pub trait Forward {

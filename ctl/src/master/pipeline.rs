@@ -221,32 +221,7 @@ impl Pipeline {
     }
 
     fn embed(&self, tokens: &[u32]) -> Result<Vec<u8>> {
-        // ref: ggml-compute-semantics.md §3.3 GET_ROWS: each row converted to f32.
-        let w = self
-            .src
-            .tensor("token_embd.weight")
-            .ok_or_else(|| anyhow!("missing tensor token_embd.weight"))?;
-        let e = w.ne[0];
-        let row = w.dtype.row_size(e).ok_or_else(|| anyhow!("token_embd.weight: bad row"))? as usize;
-        let mut out = Vec::with_capacity(tokens.len() * e as usize * 4);
-        let mut f = vec![0f32; e as usize];
-        for &t in tokens {
-            let start = t as usize * row;
-            let bytes = w
-                .data
-                .get(start..start + row)
-                .ok_or_else(|| anyhow!("token {t} outside token_embd.weight"))?;
-            if w.dtype == GgmlType::F32 {
-                out.extend_from_slice(bytes);
-                continue;
-            }
-            let to_f32 = kernels(w.dtype)
-                .to_f32
-                .ok_or_else(|| anyhow!("token_embd.weight of type {} cannot be dequantized", w.dtype))?;
-            to_f32(bytes, &mut f);
-            out.extend(f.iter().flat_map(|x| x.to_le_bytes()));
-        }
-        Ok(out)
+        embed(self.src.as_ref(), tokens)
     }
 
     fn decode_ubatch(&mut self, tokens: &[u32]) -> Result<()> {
@@ -324,9 +299,34 @@ impl Forward for Pipeline {
     }
 }
 
+/// The token embeddings of `tokens` as F32 `[E, T]` bytes (the input layer runs on the master).
+pub(super) fn embed(src: &dyn WeightSource, tokens: &[u32]) -> Result<Vec<u8>> {
+    // ref: ggml-compute-semantics.md §3.3 GET_ROWS: each row converted to f32.
+    let w = src.tensor("token_embd.weight").ok_or_else(|| anyhow!("missing tensor token_embd.weight"))?;
+    let e = w.ne[0];
+    let row = w.dtype.row_size(e).ok_or_else(|| anyhow!("token_embd.weight: bad row"))? as usize;
+    let mut out = Vec::with_capacity(tokens.len() * e as usize * 4);
+    let mut f = vec![0f32; e as usize];
+    for &t in tokens {
+        let start = t as usize * row;
+        let bytes =
+            w.data.get(start..start + row).ok_or_else(|| anyhow!("token {t} outside token_embd.weight"))?;
+        if w.dtype == GgmlType::F32 {
+            out.extend_from_slice(bytes);
+            continue;
+        }
+        let to_f32 = kernels(w.dtype)
+            .to_f32
+            .ok_or_else(|| anyhow!("token_embd.weight of type {} cannot be dequantized", w.dtype))?;
+        to_f32(bytes, &mut f);
+        out.extend(f.iter().flat_map(|x| x.to_le_bytes()));
+    }
+    Ok(out)
+}
+
 /// A worker's free memory; one reporting 0 free of 0 total counts as this machine's available
 /// memory, as llama.cpp's master does (ref: ggml-rpc-protocol.md §11.3 step 1).
-fn free_of(w: &Worker) -> u64 {
+pub(super) fn free_of(w: &Worker) -> u64 {
     if w.probe.free == 0 && w.probe.total == 0 {
         host_free()
     } else {

@@ -33,10 +33,10 @@ const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// One remote buffer.
 #[derive(Clone, Copy, Debug)]
-struct Region {
-    handle: u64,
-    base: u64,
-    size: u64,
+pub(super) struct Region {
+    pub(super) handle: u64,
+    pub(super) base: u64,
+    pub(super) size: u64,
 }
 
 /// What the worker reported when probed.
@@ -107,7 +107,7 @@ struct Prepared {
 pub struct Worker {
     /// `host:port` as given.
     pub addr: String,
-    client: RpcClient,
+    pub(super) client: RpcClient,
     /// Device used on the server.
     pub device: u32,
     /// Probe results.
@@ -117,8 +117,8 @@ pub struct Worker {
     weights: HashMap<String, Place>,
     kv: Option<Region>,
     kv_offsets: HashMap<(u32, KvKind), u64>,
-    compute: Option<Region>,
-    all_regions: Vec<u64>,
+    pub(super) compute: Option<Region>,
+    pub(super) all_regions: Vec<u64>,
     prepared: Option<Prepared>,
     /// True when the server's last graph for `device` is `prepared.blob`.
     graph_on_server: bool,
@@ -305,7 +305,7 @@ impl Worker {
         Ok(out)
     }
 
-    fn alloc(&mut self, size: u64, what: &str) -> Result<Region> {
+    pub(super) fn alloc(&mut self, size: u64, what: &str) -> Result<Region> {
         let size = size.max(1);
         let r = self
             .client
@@ -387,7 +387,7 @@ impl Worker {
         Ok(())
     }
 
-    fn place_of(&self, plan: &Plan, id: TensorId, storage: &Storage) -> Option<Place> {
+    pub(super) fn place_of(&self, plan: &Plan, id: TensorId, storage: &Storage) -> Option<Place> {
         match storage {
             Storage::Weight(name) => self.weights.get(name).copied(),
             Storage::KvCache { layer, kind } => {

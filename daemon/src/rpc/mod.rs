@@ -8,6 +8,7 @@ pub mod buffer;
 pub mod cache;
 pub mod conn;
 pub mod exec;
+pub mod graph_cache;
 pub mod limits;
 pub mod server;
 pub mod session;

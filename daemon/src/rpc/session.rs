@@ -19,6 +19,7 @@ use crate::error::{refuse, Error, Result};
 use crate::rpc::buffer::{Buffer, Region, ADVERTISED_ALIGNMENT};
 use crate::rpc::cache::WireCache;
 use crate::rpc::exec::{self, StoredGraph};
+use crate::rpc::graph_cache::GraphCache;
 use crate::rpc::server::Shared;
 
 /// What the connection must do after a command.
@@ -89,6 +90,7 @@ pub struct Session {
     shared: Arc<Shared>,
     buffers: HashMap<u64, Arc<Buffer>>,
     graphs: Vec<Option<Arc<StoredGraph>>>,
+    built: GraphCache,
     /// Bytes held by this connection's buffers.
     held: u64,
 }
@@ -97,7 +99,13 @@ impl Session {
     /// A fresh session: no handles, no stored graphs (ref: §15 item 26).
     pub fn new(shared: Arc<Shared>) -> Session {
         let n = shared.cfg.devices.len();
-        Session { shared, buffers: HashMap::new(), graphs: vec![None; n], held: 0 }
+        Session {
+            shared,
+            buffers: HashMap::new(),
+            graphs: vec![None; n],
+            built: GraphCache::default(),
+            held: 0,
+        }
     }
 
     /// Number of live buffers.
@@ -222,6 +230,7 @@ impl Session {
                 self.held -= b.size();
                 // Stored graphs may point into the freed buffer (§14 item 5): drop them all, as the reference does.
                 self.graphs.iter_mut().for_each(|g| *g = None);
+                self.built.clear();
                 Ok(Reply::Nothing)
             }
             Command::BufferClear { remote_ptr, value } => {
@@ -253,7 +262,8 @@ impl Session {
             Command::GetAllocSize(req) => self.get_alloc_size(&req),
             Command::GraphCompute(blob) => {
                 let d = self.device(blob.device)?;
-                let g = Arc::new(exec::build(&blob, &self.buffers)?);
+                let buffers = &self.buffers;
+                let g = self.built.get_or_build(&blob, |b| exec::build(b, buffers))?;
                 debug!(nodes = g.n_nodes, run = g.n_run, tensors = blob.tensors.len(), "graph built");
                 self.graphs[d] = Some(g.clone());
                 Ok(Reply::Compute(g))

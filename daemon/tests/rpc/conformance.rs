@@ -560,3 +560,31 @@ fn c31_master_side_graph_encoding_is_accepted() {
     c.graph_compute(&g).unwrap();
     assert_eq!(bytes_f32(&c.get_tensor(&out, 0, 16).unwrap()), [2.5, 4.5, 6.5, 8.5]);
 }
+
+#[test]
+fn c29_alternating_graphs_see_new_inputs_and_survive_frees() {
+    // Two graphs sent in turn with GRAPH_COMPUTE (the second and later sends of each are answered
+    // from the connection's built-graph cache): each run reads the inputs written just before it,
+    // and freeing a buffer forgets the cached graphs without harming the live ones.
+    let s = TestServer::start();
+    let mut c = s.client();
+    let (b1, base1) = buffer(&mut c, 48);
+    let (b2, base2) = buffer(&mut c, 48);
+    let (g1, [a1, x1, o1]) = add_graph(b1, base1, 4);
+    let (g2, [a2, x2, o2]) = add_graph(b2, base2, 4);
+    for step in 0..4 {
+        let v = step as f32;
+        c.set_tensor(&a1, 0, &f32_bytes(&[v; 4]), false).unwrap();
+        c.set_tensor(&x1, 0, &f32_bytes(&[1.0; 4]), false).unwrap();
+        c.graph_compute(&g1).unwrap();
+        assert_eq!(bytes_f32(&c.get_tensor(&o1, 0, 16).unwrap()), [v + 1.0; 4], "g1 step {step}");
+        c.set_tensor(&a2, 0, &f32_bytes(&[v; 4]), false).unwrap();
+        c.set_tensor(&x2, 0, &f32_bytes(&[10.0; 4]), false).unwrap();
+        c.graph_compute(&g2).unwrap();
+        assert_eq!(bytes_f32(&c.get_tensor(&o2, 0, 16).unwrap()), [v + 10.0; 4], "g2 step {step}");
+    }
+    c.free_buffer(b2).unwrap();
+    c.set_tensor(&a1, 0, &f32_bytes(&[7.0; 4]), false).unwrap();
+    c.graph_compute(&g1).unwrap();
+    assert_eq!(bytes_f32(&c.get_tensor(&o1, 0, 16).unwrap()), [8.0; 4]);
+}

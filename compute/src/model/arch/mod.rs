@@ -128,7 +128,7 @@ pub struct Ctx<'a> {
 }
 
 impl<'a> Ctx<'a> {
-    fn new(hp: &'a HParams, src: &'a dyn WeightSource, p: &'a BuildParams) -> Result<Ctx<'a>> {
+    pub(crate) fn new(hp: &'a HParams, src: &'a dyn WeightSource, p: &'a BuildParams) -> Result<Ctx<'a>> {
         Ok(Ctx {
             g: GraphDef::new(),
             hp,

@@ -1,0 +1,412 @@
+//! Split mode `row`: tensor parallelism across RPC workers (see [`compute::model::shard`]).
+//!
+//! Every worker holds one shard of every layer (its KV heads, its feed-forward channels, its
+//! vocabulary rows) and its heads' KV cache. This process keeps the residual stream: the
+//! embedding lookup runs here; per layer, the attention phase and then the feed-forward phase are
+//! sent to all workers at once — SET_TENSOR of the residual, GRAPH_COMPUTE of that phase's
+//! segment, GET_TENSOR of the partial result, written back to back so a phase costs one round trip
+//! per worker, overlapped across workers — and the partial sums are added to the residual here.
+//! The last phase returns each worker's vocabulary rows of the logits.
+//!
+//! Only commands of the plain protocol 7.0.0 are used, so the workers may be llamad or llama.cpp's
+//! own `ggml-rpc-server`. The per-ubatch inputs (positions, mask, KV indices) are written once per
+//! ubatch; every phase's graph blob is encoded once per graph shape.
+//!
+//! The sums run in a different order than one device's matmul, so the logits differ from the
+//! in-process run in the last bits (split mode `layer` stays token-identical to llama.cpp).
+
+use std::collections::{HashMap, HashSet};
+use std::io::Write;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::{anyhow, bail, Context, Result};
+use compute::model::local::{plan, Plan};
+use compute::model::session::{fill_inputs, ubatch_params};
+use compute::model::shard::{build_shard, plan_shards, shard_hparams, ShardGraph, ShardSource, ShardSpec};
+use compute::model::{BuildParams, HParams, KvKind, Model, SessionConfig, Storage, TensorId, WeightSource};
+use compute::tensor::Layout;
+use llamad_proto::client::read_response;
+use llamad_proto::msg::{GetTensorReq, SetTensorHeader};
+use llamad_proto::{Cmd, Command, RpcTensor};
+
+use super::export::{export_nodes, wire_id};
+use super::pipeline::{free_of, LoadEvent, SplitOptions};
+use super::remote::{mib, WeightBuffer, Worker, WorkerLayout};
+use super::Forward;
+
+/// Everything a worker needs for one graph shape.
+struct Prepared {
+    sg: ShardGraph,
+    plan: Plan,
+    /// Per segment: the encoded GRAPH_COMPUTE frame.
+    frames: Vec<Vec<u8>>,
+    /// Per segment: the encoded GET_TENSOR frame of its output and the output's size.
+    gets: Vec<(Vec<u8>, u64)>,
+    /// Per segment: the rpc_tensor of its input (`x` or `x_out`).
+    inputs: Vec<RpcTensor>,
+}
+
+/// One worker and its shard.
+struct Shard {
+    w: Worker,
+    spec: ShardSpec,
+    hp: HParams,
+    src: Arc<ShardSource>,
+    prepared: Option<Prepared>,
+    /// Time spent waiting for this worker's partial results.
+    wait: Duration,
+}
+
+/// The row-split master.
+pub struct TensorParallel {
+    hp: HParams,
+    src: Arc<dyn WeightSource>,
+    cfg: SessionConfig,
+    shards: Vec<Shard>,
+    n_past: u64,
+    phases: u64,
+}
+
+impl TensorParallel {
+    /// Connects, splits every layer across the workers (in proportion to `--tensor-split`, else
+    /// evenly), allocates and uploads the shards.
+    pub fn new(
+        model: &Model,
+        cfg: SessionConfig,
+        addrs: &[String],
+        opts: &SplitOptions,
+        on_load: &(dyn Fn(usize, LoadEvent<'_>) + Sync),
+    ) -> Result<TensorParallel> {
+        if addrs.is_empty() {
+            bail!("split mode row needs at least one worker");
+        }
+        if opts.n_gpu_layers.is_some_and(|n| n <= model.hp.n_layer) {
+            bail!("split mode row puts every layer on the workers; -ngl applies to split mode layer only");
+        }
+        let hp = model.hp.clone();
+        let src = model.src.clone();
+        let weights: Vec<f64> = if opts.tensor_split.iter().any(|&w| w > 0.0) {
+            if opts.tensor_split.len() != addrs.len() {
+                bail!("--tensor-split has {} values for {} workers", opts.tensor_split.len(), addrs.len());
+            }
+            opts.tensor_split.clone()
+        } else {
+            vec![1.0; addrs.len()]
+        };
+        let specs =
+            plan_shards(&hp, src.as_ref(), &weights).context("splitting the layers across the workers")?;
+        let mut shards = Vec::new();
+        for (a, spec) in addrs.iter().zip(specs) {
+            let w = Worker::connect(a)?;
+            let shp = shard_hparams(&hp, &spec);
+            let ssrc = Arc::new(ShardSource::new(src.clone(), &hp, &spec)?);
+            tracing::info!(addr = %a, ?spec, "row split shard");
+            shards.push(Shard { w, spec, hp: shp, src: ssrc, prepared: None, wait: Duration::ZERO });
+        }
+        let n_tok = cfg.n_ubatch.min(cfg.n_ctx);
+        let max_params = BuildParams { n_kv: cfg.n_ctx, ..ubatch_params(&hp, &cfg, 0, n_tok, 1) };
+        let mut layouts = Vec::new();
+        for s in &shards {
+            let lay = layout(s, &max_params)?;
+            let free = free_of(&s.w);
+            if lay.total() > free {
+                bail!(
+                    "worker {} needs {} for its shard ({} weights, {} KV cache, {} compute) but reports {} free",
+                    s.w.addr,
+                    mib(lay.total()),
+                    mib(lay.weight_bytes()),
+                    mib(lay.kv_size),
+                    mib(lay.compute_size),
+                    mib(free)
+                );
+            }
+            if let Some((name, bytes)) = &lay.oversize {
+                bail!(
+                    "weight {name} ({}) exceeds worker {}'s maximum buffer size ({})",
+                    mib(*bytes),
+                    s.w.addr,
+                    mib(s.w.probe.max_size)
+                );
+            }
+            layouts.push(lay);
+        }
+        let n_layer = hp.n_layer;
+        let results: Vec<Result<()>> = std::thread::scope(|sc| {
+            let handles: Vec<_> = shards
+                .iter_mut()
+                .zip(&layouts)
+                .enumerate()
+                .map(|(i, (s, lay))| {
+                    sc.spawn(move || -> Result<()> {
+                        on_load(
+                            i,
+                            LoadEvent::Start {
+                                addr: &s.w.addr,
+                                layers: 0..n_layer,
+                                total: lay.weight_bytes(),
+                            },
+                        );
+                        let src: &dyn WeightSource = s.src.as_ref();
+                        let stats = s.w.load(lay, src, 0..n_layer, opts.hash_threshold, &|b| {
+                            on_load(i, LoadEvent::Progress(b))
+                        })?;
+                        on_load(i, LoadEvent::Done(stats));
+                        Ok(())
+                    })
+                })
+                .collect();
+            handles
+                .into_iter()
+                .map(|h| h.join().unwrap_or_else(|_| Err(anyhow!("upload thread panicked"))))
+                .collect()
+        });
+        for r in results {
+            r?;
+        }
+        Ok(TensorParallel { hp, src, cfg, shards, n_past: 0, phases: 0 })
+    }
+
+    /// `(address, shard)` of each worker.
+    pub fn shards(&self) -> Vec<(String, ShardSpec)> {
+        self.shards.iter().map(|s| (s.w.addr.clone(), s.spec.clone())).collect()
+    }
+
+    fn decode_ubatch(&mut self, tokens: &[u32]) -> Result<Vec<f32>> {
+        let hp = &self.hp;
+        let p = ubatch_params(hp, &self.cfg, self.n_past, tokens.len() as u64, 1);
+        let n_past = self.n_past;
+        for s in &mut self.shards {
+            prepare(s, &p)?;
+            write_attention_inputs(s, n_past, tokens)?;
+        }
+        let (e, t, o) = (hp.n_embd as usize, p.n_tokens as usize, p.n_outputs as usize);
+        let mut x: Vec<f32> = super::pipeline::embed(self.src.as_ref(), tokens)?
+            .chunks_exact(4)
+            .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+            .collect();
+        let mut x_out: Vec<f32> = Vec::new();
+        let n_seg = 2 * hp.n_layer as usize + 1;
+        let mut bytes = Vec::new();
+        let mut logits = Vec::new();
+        for k in 0..n_seg {
+            let head = k + 1 == n_seg;
+            let last_ffn = k + 2 == n_seg;
+            let cur: &mut Vec<f32> = if head || last_ffn { &mut x_out } else { &mut x };
+            bytes.clear();
+            bytes.extend(cur.iter().flat_map(|v| v.to_le_bytes()));
+            // Send the phase to every worker, then collect: the workers compute concurrently.
+            for s in &mut self.shards {
+                send_phase(s, k, &bytes)?;
+            }
+            self.phases += 1;
+            for s in &mut self.shards {
+                let part = recv_phase(s, k)?;
+                if head {
+                    logits.push(part);
+                    continue;
+                }
+                if part.len() != cur.len() * 4 {
+                    bail!("worker {}: partial of {} bytes, expected {}", s.w.addr, part.len(), cur.len() * 4);
+                }
+                for (v, b) in cur.iter_mut().zip(part.chunks_exact(4)) {
+                    *v += f32::from_le_bytes([b[0], b[1], b[2], b[3]]);
+                }
+            }
+            if k + 3 == n_seg {
+                // After the last layer's attention only the output rows go on (llama.cpp's out_ids).
+                x_out = x[(t - o) * e..].to_vec();
+            }
+        }
+        // Logits of the last output row: each worker's vocabulary slice, in shard order.
+        let mut out = Vec::with_capacity(hp.n_vocab as usize);
+        for (s, part) in self.shards.iter().zip(&logits) {
+            let nv = (s.spec.vocab.end - s.spec.vocab.start) as usize;
+            if part.len() != nv * o * 4 {
+                bail!("worker {}: {} bytes of logits, expected {}", s.w.addr, part.len(), nv * o * 4);
+            }
+            let row = &part[(o - 1) * nv * 4..];
+            out.extend(row.chunks_exact(4).map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]])));
+        }
+        self.n_past += tokens.len() as u64;
+        Ok(out)
+    }
+}
+
+/// The buffers of a shard (no network traffic).
+fn layout(s: &Shard, max_params: &BuildParams) -> Result<WorkerLayout> {
+    let align = s.w.probe.alignment.max(1);
+    let sg = build_shard(&s.hp, s.src.as_ref(), max_params).context("building the shard graph")?;
+    let mut out = WorkerLayout::default();
+    let mut cur: WeightBuffer = (0, Vec::new());
+    for t in sg.built.graph.tensors() {
+        let Storage::Weight(name) = &t.storage else { continue };
+        let bytes = t.layout.nbytes().unwrap_or(0);
+        let padded = bytes.div_ceil(align) * align;
+        if padded > s.w.probe.max_size && out.oversize.is_none() {
+            out.oversize = Some((name.clone(), bytes));
+        }
+        if !cur.1.is_empty() && cur.0 + padded > s.w.probe.max_size {
+            out.weight_bufs.push(std::mem::take(&mut cur));
+        }
+        cur.1.push((name.clone(), cur.0, bytes));
+        cur.0 += padded;
+    }
+    if !cur.1.is_empty() {
+        out.weight_bufs.push(cur);
+    }
+    for il in 0..s.hp.n_layer {
+        for (kind, rows) in [(KvKind::K, s.hp.n_embd_k_gqa()), (KvKind::V, s.hp.n_embd_v_gqa())] {
+            let bytes = Layout::contiguous(max_params.kv_type, [rows, max_params.kv_size, 1, 1])
+                .ok()
+                .and_then(|l| l.nbytes())
+                .ok_or_else(|| anyhow!("KV cache of layer {il} is too large"))?;
+            out.kv_offsets.insert((il, kind), out.kv_size);
+            out.kv_size += bytes.div_ceil(align) * align;
+        }
+    }
+    out.compute_size = plan(&sg.built.graph, &[])?.size;
+    Ok(out)
+}
+
+/// Builds, places and encodes the shard graph of `p` (kept while the shape stays the same).
+fn prepare(s: &mut Shard, p: &BuildParams) -> Result<()> {
+    if s.prepared.as_ref().is_some_and(|pr| pr.sg.built.params == *p) {
+        return Ok(());
+    }
+    s.prepared = None;
+    let sg = build_shard(&s.hp, s.src.as_ref(), p)?;
+    let pl = plan(&sg.built.graph, &[])?;
+    let have = s.w.compute.map_or(0, |c| c.size);
+    if pl.size > have {
+        tracing::info!(addr = %s.w.addr, old = have, new = pl.size, "growing the compute buffer");
+        if let Some(c) = s.w.compute.take() {
+            s.w.client.free_buffer(c.handle)?;
+            s.w.all_regions.retain(|&h| h != c.handle);
+        }
+        s.w.compute = Some(s.w.alloc(pl.size, "compute buffer")?);
+    }
+    let g = &sg.built.graph;
+    let w = &s.w;
+    let place = |id: TensorId, t: &compute::model::TensorDef| w.place_of(&pl, id, &t.storage);
+    let rpc = |id: TensorId| -> Result<RpcTensor> {
+        let def = g.get(id);
+        let owner = g.owner(id);
+        let (b, d) = w
+            .place_of(&pl, owner, &g.get(owner).storage)
+            .ok_or_else(|| anyhow!("internal: tensor {} has no place", def.name))?;
+        Ok(RpcTensor::new(wire_id(id), &def.layout, b, d + def.view_offs))
+    };
+    let mut frames = Vec::new();
+    let mut gets = Vec::new();
+    let mut inputs = Vec::new();
+    for seg in &sg.segments {
+        let blob = export_nodes(g, &g.nodes()[seg.nodes.clone()], &HashSet::new(), w.device, &place);
+        for t in &blob.tensors {
+            let def = g.get(TensorId((t.id - 1) as u32));
+            if t.data == 0 && def.layout.nbytes().unwrap_or(0) > 0 {
+                bail!("internal: tensor {} has no place on worker {}", def.name, w.addr);
+            }
+        }
+        frames.push(Command::GraphCompute(blob).encode_frame());
+        let size = g.layout(seg.output).nbytes().unwrap_or(0);
+        let req = GetTensorReq { tensor: rpc(seg.output)?, offset: 0, size };
+        gets.push((Command::GetTensor(req).encode_frame(), size));
+        inputs.push(rpc(seg.input)?);
+    }
+    s.prepared = Some(Prepared { sg, plan: pl, frames, gets, inputs });
+    Ok(())
+}
+
+/// Writes the ubatch's positions, mask and KV indices (every input but the residual stream).
+fn write_attention_inputs(s: &mut Shard, n_past: u64, tokens: &[u32]) -> Result<()> {
+    let pr = s.prepared.as_ref().ok_or_else(|| anyhow!("internal: not prepared"))?;
+    let g = &pr.sg.built.graph;
+    let mut staged: HashMap<TensorId, Vec<u8>> = g
+        .inputs()
+        .filter(|(id, _)| *id != pr.sg.x && *id != pr.sg.x_out)
+        .map(|(id, t)| (id, vec![0u8; t.layout.nbytes().unwrap_or(0) as usize]))
+        .collect();
+    let mut sink = Sink(&mut staged);
+    fill_inputs(&s.hp, &pr.sg.built, n_past, tokens, &mut sink)?;
+    for (id, bytes) in &staged {
+        let def = g.get(*id);
+        let (b, d) =
+            s.w.place_of(&pr.plan, *id, &def.storage)
+                .ok_or_else(|| anyhow!("internal: input {} has no place", def.name))?;
+        let t = RpcTensor::new(wire_id(*id), &def.layout, b, d);
+        s.w.client.set_tensor(&t, 0, bytes, false).with_context(|| format!("worker {}", s.w.addr))?;
+    }
+    Ok(())
+}
+
+/// SET_TENSOR of the phase input, GRAPH_COMPUTE of segment `k`, GET_TENSOR of its output, in one write.
+fn send_phase(s: &mut Shard, k: usize, input: &[u8]) -> Result<()> {
+    let pr = s.prepared.as_ref().ok_or_else(|| anyhow!("internal: not prepared"))?;
+    let h = SetTensorHeader { tensor: pr.inputs[k], cache_flag: 0, offset: 0 };
+    let mut msg = Command::SetTensor(h, input).encode_frame();
+    msg.extend_from_slice(&pr.frames[k]);
+    msg.extend_from_slice(&pr.gets[k].0);
+    s.w.client.stream().write_all(&msg).with_context(|| format!("worker {}: sending phase {k}", s.w.addr))
+}
+
+/// The GET_TENSOR answer of segment `k`.
+fn recv_phase(s: &mut Shard, k: usize) -> Result<Vec<u8>> {
+    let t0 = Instant::now();
+    let pr = s.prepared.as_ref().ok_or_else(|| anyhow!("internal: not prepared"))?;
+    let size = pr.gets[k].1;
+    let r = read_response(s.w.client.stream(), Cmd::GetTensor, size).with_context(|| {
+        format!("worker {} failed in phase {k}; if it closed the connection, its log says why", s.w.addr)
+    });
+    s.wait += t0.elapsed();
+    r
+}
+
+struct Sink<'a>(&'a mut HashMap<TensorId, Vec<u8>>);
+
+impl compute::model::arch::InputSink for Sink<'_> {
+    fn bytes(&mut self, id: TensorId) -> compute::Result<&mut [u8]> {
+        self.0
+            .get_mut(&id)
+            .map(Vec::as_mut_slice)
+            .ok_or_else(|| compute::Error::Model(format!("tensor {} is not an input", id.0)))
+    }
+}
+
+impl Forward for TensorParallel {
+    fn decode(&mut self, tokens: &[u32]) -> Result<Vec<f32>> {
+        if tokens.is_empty() {
+            bail!("decode of zero tokens");
+        }
+        if let Some(&bad) = tokens.iter().find(|&&t| u64::from(t) >= self.hp.n_vocab) {
+            bail!("token {bad} out of range (vocabulary of {})", self.hp.n_vocab);
+        }
+        if self.n_past + tokens.len() as u64 > self.cfg.n_ctx {
+            bail!("context full: {} + {} tokens exceed n_ctx {}", self.n_past, tokens.len(), self.cfg.n_ctx);
+        }
+        let mut logits = Vec::new();
+        for chunk in tokens.chunks(self.cfg.n_ubatch as usize) {
+            logits = self.decode_ubatch(chunk).context("forward pass (split mode row)")?;
+        }
+        Ok(logits)
+    }
+
+    fn n_past(&self) -> u64 {
+        self.n_past
+    }
+
+    fn summary(&self) -> Vec<String> {
+        let mut v = vec![format!("split mode row: {} phases on {} workers", self.phases, self.shards.len())];
+        v.extend(self.shards.iter().map(|s| {
+            format!(
+                "{} kv heads {:?}, ffn {:?}, vocab {:?}: {:.2} ms waiting",
+                s.w.addr,
+                s.spec.kv_heads,
+                s.spec.ff,
+                s.spec.vocab,
+                s.wait.as_secs_f64() * 1000.0
+            )
+        }));
+        v
+    }
+}
