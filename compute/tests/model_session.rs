@@ -4,7 +4,9 @@
 //!
 //! Bound: max |Δlogit| ≤ 5e-3 on logits of magnitude ~1–3 (measured with the ops branch: 2e-4 to
 //! 2.6e-3; the remaining differences are f32 intermediates, f16 rounding of Q / softmax output
-//! against the F16 cache and GELU's f16 table).
+//! against the F16 cache and GELU's f16 table). With flash attention the running `Σ softmax·v` row is
+//! held in f16 as in ggml (bit-exact with llama.cpp, see `ops/f16acc.rs`), which adds up to ~7e-3 on
+//! these random models; that case is bounded by 2e-2.
 
 mod model_support;
 
@@ -15,9 +17,12 @@ use compute::sample::{Sampler, SamplerParams};
 use model_support::{max_abs_diff, reference, tiny, Spec};
 
 const BOUND: f64 = 5e-3;
+/// With flash attention: f16 accumulation of the attention output (ggml's arithmetic).
+const BOUND_FA: f64 = 2e-2;
 
 fn check(spec: Spec, flash_attn: bool) {
     let name = spec.arch;
+    let bound = if flash_attn { BOUND_FA } else { BOUND };
     let m = tiny(spec, 7);
     let prompt = [3u32, 17, 42, 99, 0, 56];
     let steps = [11u32, 72, 5];
@@ -28,11 +33,11 @@ fn check(spec: Spec, flash_attn: bool) {
     let mut s = Session::new(model, cfg).unwrap();
     let got = s.decode(&prompt).unwrap().to_vec();
     let d = max_abs_diff(&got, &want[prompt.len() - 1]);
-    assert!(d <= BOUND, "{name} fa={flash_attn}: prompt logits differ by {d}");
+    assert!(d <= bound, "{name} fa={flash_attn}: prompt logits differ by {d}");
     for (i, &t) in steps.iter().enumerate() {
         let got = s.decode(&[t]).unwrap().to_vec();
         let d = max_abs_diff(&got, &want[prompt.len() + i]);
-        assert!(d <= BOUND, "{name} fa={flash_attn}: step {i} logits differ by {d}");
+        assert!(d <= bound, "{name} fa={flash_attn}: step {i} logits differ by {d}");
     }
     // One graph for the prompt, one for all single-token steps (same T, O and Nkv).
     assert_eq!(s.backend().graphs_built(), 2);

@@ -47,7 +47,7 @@ fn compare(
     let opts = SplitOptions { tensor_split: weights.to_vec(), ..SplitOptions::default() };
     let mut tp = TensorParallel::new(model, cfg, addrs, &opts, &|_, _| {}).unwrap();
     let mut want = local.decode(prompt).unwrap().to_vec();
-    let mut got = tp.decode(prompt).unwrap();
+    let mut got = tp.decode(prompt).unwrap().to_vec();
     for step in 0..=steps {
         assert_eq!(got.len(), want.len());
         // Softmax ignores a common shift of all logits, so the shift is taken out first.
@@ -58,7 +58,7 @@ fn compare(
         assert_eq!(argmax(&got), t, "step {step}: greedy token differs");
         if step < steps {
             want = local.decode(&[t as u32]).unwrap().to_vec();
-            got = tp.decode(&[t as u32]).unwrap();
+            got = tp.decode(&[t as u32]).unwrap().to_vec();
         }
     }
     assert_eq!(tp.n_past(), local.n_past());

@@ -66,6 +66,8 @@ pub struct TensorParallel {
     shards: Vec<Shard>,
     n_past: u64,
     phases: u64,
+    /// The last token's logits of the latest decode (lent out by [`Forward::decode`]).
+    logits: Vec<f32>,
 }
 
 impl TensorParallel {
@@ -164,7 +166,7 @@ impl TensorParallel {
         for r in results {
             r?;
         }
-        Ok(TensorParallel { hp, src, cfg, shards, n_past: 0, phases: 0 })
+        Ok(TensorParallel { hp, src, cfg, shards, n_past: 0, phases: 0, logits: Vec::new() })
     }
 
     /// `(address, shard)` of each worker.
@@ -374,7 +376,7 @@ impl compute::model::arch::InputSink for Sink<'_> {
 }
 
 impl Forward for TensorParallel {
-    fn decode(&mut self, tokens: &[u32]) -> Result<Vec<f32>> {
+    fn decode(&mut self, tokens: &[u32]) -> Result<&[f32]> {
         if tokens.is_empty() {
             bail!("decode of zero tokens");
         }
@@ -384,15 +386,22 @@ impl Forward for TensorParallel {
         if self.n_past + tokens.len() as u64 > self.cfg.n_ctx {
             bail!("context full: {} + {} tokens exceed n_ctx {}", self.n_past, tokens.len(), self.cfg.n_ctx);
         }
-        let mut logits = Vec::new();
         for chunk in tokens.chunks(self.cfg.n_ubatch as usize) {
-            logits = self.decode_ubatch(chunk).context("forward pass (split mode row)")?;
+            self.logits = self.decode_ubatch(chunk).context("forward pass (split mode row)")?;
         }
-        Ok(logits)
+        Ok(&self.logits)
     }
 
     fn n_past(&self) -> u64 {
         self.n_past
+    }
+
+    fn clear(&mut self) -> Result<()> {
+        for s in &mut self.shards {
+            s.w.clear_kv().with_context(|| format!("worker {}: clearing the KV cache", s.w.addr))?;
+        }
+        self.n_past = 0;
+        Ok(())
     }
 
     fn summary(&self) -> Vec<String> {
