@@ -61,6 +61,39 @@ pub struct Pipeline {
     logits: Vec<f32>,
 }
 
+/// One worker's upload: its index, the worker, its layout, the layers it holds, the weights' source.
+pub(super) type UploadJob<'w> = (usize, &'w mut Worker, &'w WorkerLayout, Range<u32>, &'w dyn WeightSource);
+
+/// Uploads each worker's weights on its own thread, reporting Start/Progress/Done through `on_load`;
+/// the first error wins.
+pub(super) fn upload_all<'w>(
+    jobs: impl Iterator<Item = UploadJob<'w>>,
+    hash_threshold: u64,
+    on_load: &(dyn Fn(usize, LoadEvent<'_>) + Sync),
+) -> Result<()> {
+    let results: Vec<Result<()>> = std::thread::scope(|s| {
+        let handles: Vec<_> = jobs
+            .map(|(i, w, lay, layers, src)| {
+                s.spawn(move || -> Result<()> {
+                    on_load(
+                        i,
+                        LoadEvent::Start { addr: &w.addr, layers: layers.clone(), total: lay.weight_bytes() },
+                    );
+                    let stats =
+                        w.load(lay, src, layers, hash_threshold, &|b| on_load(i, LoadEvent::Progress(b)))?;
+                    on_load(i, LoadEvent::Done(stats));
+                    Ok(())
+                })
+            })
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| h.join().unwrap_or_else(|_| Err(anyhow!("upload thread panicked"))))
+            .collect()
+    });
+    results.into_iter().collect()
+}
+
 impl Pipeline {
     /// Connects to the workers, splits the layers, allocates and uploads.
     pub fn new(
@@ -148,39 +181,10 @@ impl Pipeline {
             );
         }
         // Upload to all workers in parallel, one thread per worker.
-        let src_ref = src.as_ref();
-        let results: Vec<Result<()>> = std::thread::scope(|s| {
-            let handles: Vec<_> = workers
-                .iter_mut()
-                .zip(&layouts)
-                .enumerate()
-                .filter_map(|(i, (w, lay))| lay.as_ref().map(|l| (i, w, l)))
-                .map(|(i, w, (range, lay))| {
-                    s.spawn(move || -> Result<()> {
-                        on_load(
-                            i,
-                            LoadEvent::Start {
-                                addr: &w.addr,
-                                layers: range.clone(),
-                                total: lay.weight_bytes(),
-                            },
-                        );
-                        let stats = w.load(lay, src_ref, range.clone(), opts.hash_threshold, &|b| {
-                            on_load(i, LoadEvent::Progress(b))
-                        })?;
-                        on_load(i, LoadEvent::Done(stats));
-                        Ok(())
-                    })
-                })
-                .collect();
-            handles
-                .into_iter()
-                .map(|h| h.join().unwrap_or_else(|_| Err(anyhow!("upload thread panicked"))))
-                .collect()
+        let jobs = workers.iter_mut().zip(&layouts).enumerate().filter_map(|(i, (w, lay))| {
+            lay.as_ref().map(|(range, lay)| (i, w, lay, range.clone(), src.as_ref()))
         });
-        for r in results {
-            r?;
-        }
+        upload_all(jobs, opts.hash_threshold, on_load)?;
         // Keep only the workers with layers, in layer order.
         let mut order: Vec<(u32, Worker)> = Vec::new();
         for (w, lay) in workers.into_iter().zip(layouts) {

@@ -134,38 +134,11 @@ impl TensorParallel {
             layouts.push(lay);
         }
         let n_layer = hp.n_layer;
-        let results: Vec<Result<()>> = std::thread::scope(|sc| {
-            let handles: Vec<_> = shards
-                .iter_mut()
-                .zip(&layouts)
-                .enumerate()
-                .map(|(i, (s, lay))| {
-                    sc.spawn(move || -> Result<()> {
-                        on_load(
-                            i,
-                            LoadEvent::Start {
-                                addr: &s.w.addr,
-                                layers: 0..n_layer,
-                                total: lay.weight_bytes(),
-                            },
-                        );
-                        let src: &dyn WeightSource = s.src.as_ref();
-                        let stats = s.w.load(lay, src, 0..n_layer, opts.hash_threshold, &|b| {
-                            on_load(i, LoadEvent::Progress(b))
-                        })?;
-                        on_load(i, LoadEvent::Done(stats));
-                        Ok(())
-                    })
-                })
-                .collect();
-            handles
-                .into_iter()
-                .map(|h| h.join().unwrap_or_else(|_| Err(anyhow!("upload thread panicked"))))
-                .collect()
+        let jobs = shards.iter_mut().zip(&layouts).enumerate().map(|(i, (s, lay))| {
+            let src: &dyn WeightSource = s.src.as_ref();
+            (i, &mut s.w, lay, 0..n_layer, src)
         });
-        for r in results {
-            r?;
-        }
+        super::pipeline::upload_all(jobs, opts.hash_threshold, on_load)?;
         Ok(TensorParallel { hp, src, cfg, shards, n_past: 0, phases: 0, logits: Vec::new() })
     }
 
