@@ -4,10 +4,11 @@
 //! * [`cli_admin`] — the admin nouns (`status`, `workers`, `cache`, `jobs`), talking to llamad's
 //!   admin API through [`client`] and printing through [`output`].
 //! * [`cmd`] — one module per noun; [`cmd::run`] loads a GGUF, tokenizes, samples and streams text.
-//! * [`master`] — the engine behind `run`: a [`master::Forward`] trait with two implementations, the
-//!   in-process [`compute::model::Session`] and the RPC master [`master::pipeline::Pipeline`], which
-//!   keeps the token embedding (and the first `L + 1 - ngl` layers) on this machine and puts the
-//!   other layer ranges on llamad / `ggml-rpc-server` workers (ref: ggml-rpc-protocol.md §11).
+//! * [`master`] — the engine behind `run` (the `llamad-master` crate, shared with llamad's job
+//!   runner): a [`master::Forward`] trait with the in-process [`compute::model::Session`] and the RPC
+//!   masters [`master::pipeline::Pipeline`] (layer split: the token embedding and the first
+//!   `L + 1 - ngl` layers here, the other layer ranges on llamad / `ggml-rpc-server` workers, ref:
+//!   ggml-rpc-protocol.md §11) and [`master::tensor_parallel::TensorParallel`] (row split).
 #![deny(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 #![cfg_attr(test, allow(clippy::unwrap_used, clippy::expect_used, clippy::panic))]
 
@@ -15,5 +16,6 @@ pub mod cli;
 pub mod cli_admin;
 pub mod client;
 pub mod cmd;
-pub mod master;
 pub mod output;
+
+pub use llamad_master as master;

@@ -1,5 +1,7 @@
-//! The engine behind `llamactl run`: a forward pass that turns tokens into next-token logits,
-//! either in-process ([`compute::model::Session`]) or split across RPC workers ([`pipeline`]).
+//! The RPC master engine (`llamad-master`), shared by `llamactl run`/`bench` and llamad's job runner:
+//! a forward pass that turns tokens into next-token logits, either in-process
+//! ([`compute::model::Session`]) or split across RPC workers ([`pipeline`], [`tensor_parallel`]).
+//! It does blocking socket I/O on the caller's thread and knows nothing of HTTP or async runtimes.
 //!
 //! * [`split`] — llama.cpp's layer assignment (ref: ggml-rpc-protocol.md §11.3).
 //! * [`export`] — abstract graph → GRAPH_COMPUTE blob (ref §4.3, §8.2).
@@ -8,18 +10,23 @@
 //!   hidden states handed from one to the next through this process.
 //! * [`tensor_parallel`] — split mode `row`: every layer split across the workers, the residual
 //!   stream kept here.
+//! * [`generate`] — the sampling loop over any [`Forward`].
+//! * [`error`] — [`Error`], with the context chain of what failed.
 
+pub mod error;
 pub mod export;
+pub mod generate;
 pub mod pipeline;
 pub mod remote;
 pub mod split;
 pub mod tensor_parallel;
 
-use anyhow::Result;
 use compute::model::{Model, Session, SessionConfig};
+pub use error::{Error, Result};
 
 /// How the model is spread over the workers (llama.cpp's `--split-mode`).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[cfg_attr(feature = "clap", derive(clap::ValueEnum))]
 pub enum SplitMode {
     /// Whole layers per worker, run in turn (llama.cpp's default; token-identical to llama.cpp).
     #[default]

@@ -20,7 +20,7 @@ use std::io::Write;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use anyhow::{anyhow, bail, Context, Result};
+use crate::error::{bail, err, Context, Result};
 use compute::model::local::{plan, Plan};
 use compute::model::session::{fill_inputs, ubatch_params};
 use compute::model::shard::{build_shard, plan_shards, shard_hparams, ShardGraph, ShardSource, ShardSpec};
@@ -235,7 +235,7 @@ fn layout(s: &Shard, max_params: &BuildParams) -> Result<WorkerLayout> {
             let bytes = Layout::contiguous(max_params.kv_type, [rows, max_params.kv_size, 1, 1])
                 .ok()
                 .and_then(|l| l.nbytes())
-                .ok_or_else(|| anyhow!("KV cache of layer {il} is too large"))?;
+                .ok_or_else(|| err!("KV cache of layer {il} is too large"))?;
             out.kv_offsets.insert((il, kind), out.kv_size);
             out.kv_size += bytes.div_ceil(align) * align;
         }
@@ -269,7 +269,7 @@ fn prepare(s: &mut Shard, p: &BuildParams) -> Result<()> {
         let owner = g.owner(id);
         let (b, d) = w
             .place_of(&pl, owner, &g.get(owner).storage)
-            .ok_or_else(|| anyhow!("internal: tensor {} has no place", def.name))?;
+            .ok_or_else(|| err!("internal: tensor {} has no place", def.name))?;
         Ok(RpcTensor::new(wire_id(id), &def.layout, b, d + def.view_offs))
     };
     let mut frames = Vec::new();
@@ -295,7 +295,7 @@ fn prepare(s: &mut Shard, p: &BuildParams) -> Result<()> {
 
 /// Writes the ubatch's positions, mask and KV indices (every input but the residual stream).
 fn write_attention_inputs(s: &mut Shard, n_past: u64, tokens: &[u32]) -> Result<()> {
-    let pr = s.prepared.as_ref().ok_or_else(|| anyhow!("internal: not prepared"))?;
+    let pr = s.prepared.as_ref().ok_or_else(|| err!("internal: not prepared"))?;
     let g = &pr.sg.built.graph;
     let mut staged: HashMap<TensorId, Vec<u8>> = g
         .inputs()
@@ -308,7 +308,7 @@ fn write_attention_inputs(s: &mut Shard, n_past: u64, tokens: &[u32]) -> Result<
         let def = g.get(*id);
         let (b, d) =
             s.w.place_of(&pr.plan, *id, &def.storage)
-                .ok_or_else(|| anyhow!("internal: input {} has no place", def.name))?;
+                .ok_or_else(|| err!("internal: input {} has no place", def.name))?;
         let t = RpcTensor::new(wire_id(*id), &def.layout, b, d);
         s.w.client.set_tensor(&t, 0, bytes, false).with_context(|| format!("worker {}", s.w.addr))?;
     }
@@ -317,7 +317,7 @@ fn write_attention_inputs(s: &mut Shard, n_past: u64, tokens: &[u32]) -> Result<
 
 /// SET_TENSOR of the phase input, GRAPH_COMPUTE of segment `k`, GET_TENSOR of its output, in one write.
 fn send_phase(s: &mut Shard, k: usize, input: &[u8]) -> Result<()> {
-    let pr = s.prepared.as_ref().ok_or_else(|| anyhow!("internal: not prepared"))?;
+    let pr = s.prepared.as_ref().ok_or_else(|| err!("internal: not prepared"))?;
     let h = SetTensorHeader { tensor: pr.inputs[k], cache_flag: 0, offset: 0 };
     let mut msg = Command::SetTensor(h, input).encode_frame();
     msg.extend_from_slice(&pr.frames[k]);
@@ -328,7 +328,7 @@ fn send_phase(s: &mut Shard, k: usize, input: &[u8]) -> Result<()> {
 /// The GET_TENSOR answer of segment `k`.
 fn recv_phase(s: &mut Shard, k: usize) -> Result<Vec<u8>> {
     let t0 = Instant::now();
-    let pr = s.prepared.as_ref().ok_or_else(|| anyhow!("internal: not prepared"))?;
+    let pr = s.prepared.as_ref().ok_or_else(|| err!("internal: not prepared"))?;
     let size = pr.gets[k].1;
     let r = read_response(s.w.client.stream(), Cmd::GetTensor, size).with_context(|| {
         format!("worker {} failed in phase {k}; if it closed the connection, its log says why", s.w.addr)

@@ -7,7 +7,7 @@
 use std::ops::Range;
 use std::sync::Arc;
 
-use anyhow::{anyhow, bail, Context, Result};
+use crate::error::{bail, err, Context, Result};
 use compute::model::local::LocalBackend;
 use compute::model::session::{fill_inputs, ubatch_params};
 use compute::model::{BuildParams, HParams, Model, SessionConfig, WeightSource};
@@ -88,7 +88,7 @@ pub(super) fn upload_all<'w>(
             .collect();
         handles
             .into_iter()
-            .map(|h| h.join().unwrap_or_else(|_| Err(anyhow!("upload thread panicked"))))
+            .map(|h| h.join().unwrap_or_else(|_| Err(err!("upload thread panicked"))))
             .collect()
     });
     results.into_iter().collect()
@@ -306,22 +306,22 @@ impl Forward for Pipeline {
 /// The token embeddings of `tokens` as F32 `[E, T]` bytes (the input layer runs on the master).
 pub(super) fn embed(src: &dyn WeightSource, tokens: &[u32]) -> Result<Vec<u8>> {
     // ref: ggml-compute-semantics.md §3.3 GET_ROWS: each row converted to f32.
-    let w = src.tensor("token_embd.weight").ok_or_else(|| anyhow!("missing tensor token_embd.weight"))?;
+    let w = src.tensor("token_embd.weight").ok_or_else(|| err!("missing tensor token_embd.weight"))?;
     let e = w.ne[0];
-    let row = w.dtype.row_size(e).ok_or_else(|| anyhow!("token_embd.weight: bad row"))? as usize;
+    let row = w.dtype.row_size(e).ok_or_else(|| err!("token_embd.weight: bad row"))? as usize;
     let mut out = Vec::with_capacity(tokens.len() * e as usize * 4);
     let mut f = vec![0f32; e as usize];
     for &t in tokens {
         let start = t as usize * row;
         let bytes =
-            w.data.get(start..start + row).ok_or_else(|| anyhow!("token {t} outside token_embd.weight"))?;
+            w.data.get(start..start + row).ok_or_else(|| err!("token {t} outside token_embd.weight"))?;
         if w.dtype == GgmlType::F32 {
             out.extend_from_slice(bytes);
             continue;
         }
         let to_f32 = kernels(w.dtype)
             .to_f32
-            .ok_or_else(|| anyhow!("token_embd.weight of type {} cannot be dequantized", w.dtype))?;
+            .ok_or_else(|| err!("token_embd.weight of type {} cannot be dequantized", w.dtype))?;
         to_f32(bytes, &mut f);
         out.extend(f.iter().flat_map(|x| x.to_le_bytes()));
     }

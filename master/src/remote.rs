@@ -14,7 +14,7 @@ use std::net::{TcpStream, ToSocketAddrs};
 use std::ops::Range;
 use std::time::Duration;
 
-use anyhow::{anyhow, bail, Context, Result};
+use crate::error::{bail, err, Context, Result};
 use compute::model::arch::InputSink;
 use compute::model::local::{plan, Plan};
 use compute::model::session::fill_inputs;
@@ -161,7 +161,7 @@ impl Worker {
             (Some(s), _) => s,
             (None, e) => {
                 let e = e.unwrap_or_else(|| std::io::Error::other("no address"));
-                return Err(anyhow!(e).context(format!(
+                return Err(crate::Error::from(e).context(format!(
                     "worker {addr} is unreachable (is `llamad -H HOST -p PORT` running there?)"
                 )));
             }
@@ -170,23 +170,24 @@ impl Worker {
         // HELLO must be answered quickly; compute may take long, so the timeout is lifted after.
         stream.set_read_timeout(Some(CONNECT_TIMEOUT)).ok();
         let mut client = RpcClient::hello_auth(stream, key).map_err(|e| match e {
-            llamad_proto::Error::Auth(why) => anyhow!(
+            llamad_proto::Error::Auth(why) => err!(
                 "worker {addr}: {why} (llamactl run --secret-file FILE, the worker's server.secret_file)"
             ),
-            llamad_proto::Error::Version { major, minor, patch } => anyhow!(
+            llamad_proto::Error::Version { major, minor, patch } => err!(
                 "worker {addr} speaks RPC protocol version {major}.{minor}.{patch}, but llamactl needs \
                  7.0.x (upgrade the worker or llamactl so both speak the same version)"
             ),
             llamad_proto::Error::Io(io)
                 if matches!(io.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut) =>
             {
-                anyhow!(
+                err!(
                     "worker {addr} accepted the connection but did not answer HELLO within {} s (is it \
                      serving another master? llama.cpp's ggml-rpc-server serves one connection at a time)",
                     CONNECT_TIMEOUT.as_secs()
                 )
             }
-            other => anyhow!(other).context(format!("worker {addr}: HELLO failed (is it an RPC server?)")),
+            other => crate::Error::from(other)
+                .context(format!("worker {addr}: HELLO failed (is it an RPC server?)")),
         })?;
         client.socket().set_read_timeout(None).ok();
         let probe = (|| -> llamad_proto::Result<Probe> {
@@ -283,7 +284,7 @@ impl Worker {
                 let bytes = Layout::contiguous(p.kv_type, [rows, p.kv_size, 1, 1])
                     .ok()
                     .and_then(|l| l.nbytes())
-                    .ok_or_else(|| anyhow!("KV cache of layer {il} is too large"))?;
+                    .ok_or_else(|| err!("KV cache of layer {il} is too large"))?;
                 out.kv_offsets.insert((il, kind), out.kv_size);
                 out.kv_size += bytes.div_ceil(align) * align;
             }
@@ -344,7 +345,7 @@ impl Worker {
         for (size, items) in &lay.weight_bufs {
             let region = self.alloc(*size, "weights")?;
             for (name, off, bytes) in items {
-                let w = src.tensor(name).ok_or_else(|| anyhow!("missing tensor {name}"))?;
+                let w = src.tensor(name).ok_or_else(|| err!("missing tensor {name}"))?;
                 let layout = Layout::contiguous(w.dtype, w.ne)?;
                 if w.data.len() as u64 != *bytes {
                     bail!("tensor {name}: {} bytes, expected {bytes}", w.data.len());
@@ -475,7 +476,7 @@ impl Worker {
         let mut sink = StagingSink::new(&pr.built);
         fill_inputs(hp, &pr.built, n_past, tokens, &mut sink)?;
         let hidden_id =
-            pr.embd.or(pr.built.inputs.hidden).ok_or_else(|| anyhow!("graph has no hidden-state input"))?;
+            pr.embd.or(pr.built.inputs.hidden).ok_or_else(|| err!("graph has no hidden-state input"))?;
         let want = pr.built.graph.layout(hidden_id).nbytes().unwrap_or(0);
         if hidden.len() as u64 != want {
             bail!("hidden state of {} bytes for an input of {want}", hidden.len());
@@ -490,7 +491,7 @@ impl Worker {
             let def = pr.built.graph.get(*id);
             let (buffer, data) = self
                 .place_of(&pr.plan, *id, &def.storage)
-                .ok_or_else(|| anyhow!("internal: input {} has no place", def.name))?;
+                .ok_or_else(|| err!("internal: input {} has no place", def.name))?;
             writes.push((RpcTensor::new(wire_id(*id), &def.layout, buffer, data), bytes));
         }
         let out = pr.built.output;
@@ -498,7 +499,7 @@ impl Worker {
         let owner = pr.built.graph.owner(out);
         let (ob, od) = self
             .place_of(&pr.plan, owner, &pr.built.graph.get(owner).storage)
-            .ok_or_else(|| anyhow!("internal: output has no place"))?;
+            .ok_or_else(|| err!("internal: output has no place"))?;
         let out_t = RpcTensor::new(wire_id(out), &out_def.layout, ob, od + out_def.view_offs);
         let out_bytes = out_def.layout.nbytes().unwrap_or(0);
         let recompute = self.graph_on_server;
