@@ -27,6 +27,14 @@ pub enum Command {
     /// Admin nouns: status, workers, cache, jobs (through a llamad's admin API).
     #[command(flatten)]
     Admin(crate::cli_admin::AdminCommand),
+    /// Print the shell completion script for SHELL (generated from this command line).
+    Completions {
+        /// The shell.
+        #[arg(value_enum)]
+        shell: clap_complete::Shell,
+    },
+    /// Print the man page (roff, generated from this command line; every subcommand is listed).
+    Man,
 }
 
 /// Flash attention mode.
@@ -57,9 +65,22 @@ pub struct RunArgs {
     /// Tokens to generate (-1 = until end of generation or a full context).
     #[arg(short = 'n', long = "n-predict", default_value_t = -1, allow_negative_numbers = true)]
     pub n_predict: i64,
-    /// RPC workers, `HOST:PORT,...`: the model's layers are split across them.
+    /// RPC workers, `HOST:PORT,...`: the model's layers are split across them. With `--server`,
+    /// addresses or labels of the daemon's worker registry.
     #[arg(long, value_delimiter = ',', value_name = "HOST:PORT,...")]
     pub workers: Vec<String>,
+    /// Submit the run as a job to the llamad admin API at this URL (`http://HOST:PORT`) and stream its
+    /// tokens back: that daemon loads the model (a path on its machine) and runs it in-process or,
+    /// with `--workers`/`--worker-label`, as the master of those workers.
+    #[arg(long, value_name = "URL")]
+    pub server: Option<String>,
+    /// With `--server`: the workers carrying this label in the daemon's registry (repeatable).
+    #[arg(long = "worker-label", value_name = "LABEL", requires = "server")]
+    pub worker_labels: Vec<String>,
+    /// With `--server`: the admin API's bearer token file [default: /etc/llamad/admin.token, else
+    /// /var/lib/llamad/admin.token].
+    #[arg(long = "token-file", env = "LLAMACTL_TOKEN_FILE", value_name = "FILE")]
+    pub token_file: Option<PathBuf>,
     /// Threads for the local computation [default: available cores].
     #[arg(short = 't', long)]
     pub threads: Option<usize>,
@@ -88,14 +109,14 @@ pub struct RunArgs {
     #[arg(long)]
     pub seed: Option<u32>,
     /// Share of the offloaded layers per worker, e.g. `3,1` [default: by reported free memory].
-    #[arg(long = "tensor-split", value_delimiter = ',', value_name = "W0,W1,...")]
+    #[arg(long = "tensor-split", value_delimiter = ',', value_name = "W0,W1,...", conflicts_with = "server")]
     pub tensor_split: Vec<f64>,
     /// How many trailing layers (counting the output layer) go to the workers; the rest run here
     /// (llama.cpp's `-ngl`; default all). Also accepted as `-ngl N`.
-    #[arg(long = "n-gpu-layers", visible_alias = "ngl", value_name = "N")]
+    #[arg(long = "n-gpu-layers", visible_alias = "ngl", value_name = "N", conflicts_with = "server")]
     pub n_gpu_layers: Option<u32>,
     /// Apply the model's chat template to the prompt (one user message).
-    #[arg(long)]
+    #[arg(long, conflicts_with = "server")]
     pub chat: bool,
     /// Flash attention.
     #[arg(long = "flash-attn", value_enum, default_value_t = FlashAttn::Auto)]
@@ -181,6 +202,19 @@ pub struct BenchArgs {
     #[arg(long = "mem-bandwidth", value_name = "MIB", num_args = 0..=1, default_missing_value = "512")]
     pub mem_bandwidth: Option<u64>,
 }
+
+/// A command line that parses but asks for something meaningless (`bench -r 0`): exit code 2, as
+/// clap's own usage errors, where other errors exit 1.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct UsageError(pub String);
+
+impl std::fmt::Display for UsageError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for UsageError {}
 
 /// Rewrites llama.cpp's single-dash long options (`-ngl 99`, `-ts 3,1`) to their `--` forms, which
 /// clap cannot express as short options.

@@ -225,7 +225,7 @@ pub enum JobsVerb {
         /// RNG seed.
         #[arg(long)]
         seed: Option<u32>,
-        /// Workers by address or label (not implemented by the daemon yet).
+        /// Workers by address or by label of the daemon's registry (none: the daemon runs it itself).
         #[arg(long, value_delimiter = ',')]
         workers: Vec<String>,
     },

@@ -1,7 +1,7 @@
 //! The `llamactl` binary: parse the command line, init tracing, dispatch to a `cmd::` module.
 //!
-//! Exit codes (house style): 0 success, 1 a negative answer (`cache verify` found corruption) or an
-//! error reported by the admin API, 2 usage and local errors. A closed stdout
+//! Exit codes: 0 success; 1 an error or a negative answer (`cache verify` found corruption, a job
+//! failed, a worker is unhealthy); 2 a usage error (clap's own). A closed stdout
 //! (`llamactl run … | head`) counts as success.
 #![deny(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
@@ -14,16 +14,24 @@ fn main() -> ExitCode {
     let cli = Cli::parse_from(llamactl::cli::normalize_args(std::env::args_os()));
     init_tracing(cli.verbose);
     let res = match cli.command {
-        Command::Run(args) => llamactl::cmd::run::run(&args),
+        Command::Run(args) => match &args.server {
+            Some(server) => llamactl::cmd::run_job::run(&args, server),
+            None => llamactl::cmd::run::run(&args),
+        },
         Command::Bench(args) => llamactl::cmd::bench::run(&args),
         Command::Admin(cmd) => return llamactl::cli_admin::main(&cmd),
+        Command::Completions { shell } => {
+            llamactl::cmd::docs::completions(shell, &mut std::io::stdout().lock())
+        }
+        Command::Man => llamactl::cmd::docs::man(&mut std::io::stdout().lock()),
     };
     match res {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) if is_broken_pipe(&e) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("llamactl: error: {e:#}");
-            ExitCode::from(2)
+            let usage = e.chain().any(|c| c.is::<llamactl::cli::UsageError>());
+            ExitCode::from(if usage { 2 } else { 1 })
         }
     }
 }

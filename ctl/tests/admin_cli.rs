@@ -193,8 +193,9 @@ fn jobs_and_auth() {
     assert!(ls.lines().nth(1).unwrap().starts_with(id) && ls.contains("done"), "{ls}");
     let (r, _) = d.run(&["jobs", "cancel", id]);
     assert!(format!("{:#}", r.unwrap_err()).contains("job-finished"));
-    let (r, _) = d.run(&["jobs", "submit", "-m", "x.gguf", "-p", "a", "--workers", "10.0.0.1:50052"]);
-    assert!(format!("{:#}", r.unwrap_err()).contains("not-implemented"));
+    let (r, _) = d.run(&["jobs", "submit", "-m", "x.gguf", "-p", "a", "--workers", "no-such-label"]);
+    let e = format!("{:#}", r.unwrap_err());
+    assert!(e.contains("bad-request") && e.contains("no-such-label"), "{e}");
 
     // A wrong token is refused with a hint; a missing token file is an error before any request.
     let wrong = dir.path().join("wrong.token");

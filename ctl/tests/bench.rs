@@ -98,10 +98,12 @@ fn usage_errors_exit_2() {
         vec!["bench", "-m", m, "-p", "0", "-n", "0"],
         vec!["bench", "-m", m, "-r", "0"],
         vec!["bench", "-m", m, "-t", "0"],
-        vec!["bench", "-m", "/nonexistent.gguf"],
         vec!["bench", "-m", m, "-o", "xml"],
     ] {
         let out = llamactl(&args);
         assert_eq!(out.status.code(), Some(2), "{args:?}: {}", String::from_utf8_lossy(&out.stderr));
     }
+    // A missing model is an error, not a usage error.
+    let out = llamactl(&["bench", "-m", "/nonexistent.gguf"]);
+    assert_eq!(out.status.code(), Some(1), "{}", String::from_utf8_lossy(&out.stderr));
 }

@@ -165,7 +165,7 @@ fn run_err(args: &[&str]) -> String {
     let mut full = vec!["run"];
     full.extend_from_slice(args);
     let out = llamactl(&full);
-    assert_eq!(out.status.code(), Some(2), "expected exit code 2 for {full:?}");
+    assert_eq!(out.status.code(), Some(1), "expected exit code 1 for {full:?}");
     assert!(out.stdout.is_empty() || out.stdout == b"\n");
     String::from_utf8_lossy(&out.stderr).into_owned()
 }

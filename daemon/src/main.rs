@@ -5,7 +5,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use anyhow::Context;
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory, Parser, Subcommand};
 use llamad::config::{Config, Overrides};
 
 #[derive(Parser, Debug)]
@@ -62,6 +62,14 @@ enum Sub {
     Serve,
     /// Validate the configuration and exit.
     CheckConfig,
+    /// Print the shell completion script for SHELL (generated from this command line).
+    Completions {
+        /// The shell.
+        #[arg(value_enum)]
+        shell: clap_complete::Shell,
+    },
+    /// Print the man page (roff, section 8, generated from this command line).
+    Man,
 }
 
 fn main() -> ExitCode {
@@ -72,6 +80,16 @@ fn main() -> ExitCode {
             eprintln!("llamad: {e:#}");
             ExitCode::from(2)
         }
+    }
+}
+
+/// Writes `bytes` to stdout; a closed pipe (`llamad man | head`) is not an error.
+fn write_stdout(bytes: &[u8]) -> anyhow::Result<()> {
+    use std::io::Write;
+    let mut out = std::io::stdout().lock();
+    match out.write_all(bytes).and_then(|()| out.flush()) {
+        Err(e) if e.kind() != std::io::ErrorKind::BrokenPipe => Err(e).context("writing to stdout"),
+        _ => Ok(()),
     }
 }
 
@@ -90,6 +108,23 @@ fn real_main(cli: Cli) -> anyhow::Result<()> {
         allow: cli.allow,
         secret_file: cli.secret_file,
     };
+    match cli.command {
+        Some(Sub::Completions { shell }) => {
+            // Into memory first: `generate` panics on a write error (a closed pipe).
+            let mut buf = Vec::new();
+            clap_complete::generate(shell, &mut Cli::command(), "llamad", &mut buf);
+            return write_stdout(&buf);
+        }
+        Some(Sub::Man) => {
+            let mut buf = Vec::new();
+            clap_mangen::Man::new(Cli::command())
+                .section("8")
+                .render(&mut buf)
+                .context("rendering the man page")?;
+            return write_stdout(&buf);
+        }
+        _ => {}
+    }
     let config_path = cli.config.clone();
     let cfg =
         Config::load(cli.config.as_deref(), std::env::vars(), &flags).context("loading the configuration")?;

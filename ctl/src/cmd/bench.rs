@@ -309,7 +309,23 @@ pub fn run(args: &BenchArgs) -> Result<()> {
     if let Some(mib) = args.mem_bandwidth {
         return run_mem_bandwidth(args, mib);
     }
-    let Some(path) = &args.model else { bail!("give a model with -m (or --mem-bandwidth)") };
+    let usage = |msg: &str| anyhow::Error::new(crate::cli::UsageError(msg.to_string()));
+    let Some(path) = &args.model else { return Err(usage("give a model with -m (or --mem-bandwidth)")) };
+    let tests = tests_of(&args.n_prompt, &args.n_gen);
+    if tests.is_empty() {
+        return Err(usage("nothing to measure: every -p and -n value is 0"));
+    }
+    if args.repetitions == 0 {
+        return Err(usage("-r must be at least 1"));
+    }
+    let threads = if args.threads.is_empty() {
+        vec![std::thread::available_parallelism().map_or(1, |n| n.get())]
+    } else {
+        args.threads.clone()
+    };
+    if threads.contains(&0) {
+        return Err(usage("-t values must be at least 1"));
+    }
     if !path.is_file() {
         bail!("model file {} does not exist", path.display());
     }
@@ -329,21 +345,6 @@ pub fn run(args: &BenchArgs) -> Result<()> {
         );
     }
     let info = ModelInfo::of(path, &gguf, &model);
-    let tests = tests_of(&args.n_prompt, &args.n_gen);
-    if tests.is_empty() {
-        bail!("nothing to measure: every -p and -n value is 0");
-    }
-    if args.repetitions == 0 {
-        bail!("-r must be at least 1");
-    }
-    let threads = if args.threads.is_empty() {
-        vec![std::thread::available_parallelism().map_or(1, |n| n.get())]
-    } else {
-        args.threads.clone()
-    };
-    if threads.contains(&0) {
-        bail!("-t values must be at least 1");
-    }
     let workers: Vec<String> =
         args.workers.iter().map(|a| a.trim().to_string()).filter(|a| !a.is_empty()).collect();
     let n_ctx = ctx_for(&tests);

@@ -28,14 +28,64 @@ fn show(j: &Job, out: &mut dyn Write) -> Result<()> {
             format!("{:.0}% ({} of {} tokens)", j.progress * 100.0, j.generated_tokens, j.request.n_predict),
         ])
         .row(vec!["prompt tokens".into(), j.prompt_tokens.to_string()])
+        .row(vec!["generated tokens".into(), j.generated_tokens.to_string()])
         .row(vec![
             "tokens/s".into(),
             j.tokens_per_sec.map(|v| format!("{v:.2}")).unwrap_or_else(|| "-".into()),
         ]);
+    for w in &j.workers {
+        t.row(vec![
+            format!("worker {}", w.address),
+            format!(
+                "{}, {} sent, {} from its cache",
+                if w.holds.is_empty() { "-" } else { w.holds.as_str() },
+                output::size(w.bytes_sent),
+                output::size(w.bytes_cached)
+            ),
+        ]);
+    }
     if let Some(e) = &j.error {
         t.row(vec!["error".into(), e.to_string()]);
     }
     t.write(out)
+}
+
+/// Streams job `id`'s events: token texts to `out` as they come (or every event as a JSON line with
+/// `json`), then the rest of the output and a newline. Returns the final job, or `None` when the
+/// stream ended without one (the server stopped).
+pub fn follow(c: &Client, id: &str, json: bool, out: &mut dyn Write) -> Result<Option<Job>> {
+    let mut printed = String::new();
+    let mut end: Option<Job> = None;
+    c.events(&format!("/v1/jobs/{}/events", segment(id)), |_, data| {
+        let ev: JobEvent = serde_json::from_str(data).context("event")?;
+        if json {
+            serde_json::to_writer(&mut *out, &ev)?;
+            writeln!(out)?;
+        }
+        match ev {
+            JobEvent::Token { text, .. } => {
+                if !json {
+                    write!(out, "{text}")?;
+                    out.flush()?;
+                }
+                printed.push_str(&text);
+            }
+            JobEvent::State { .. } => {}
+            JobEvent::End { job } => {
+                // The output may go on past the streamed tokens: a trailing incomplete UTF-8
+                // sequence (rendered at the end), or all of it for a job from before a restart.
+                if !json {
+                    write!(out, "{}", job.output.strip_prefix(printed.as_str()).unwrap_or(""))?;
+                    writeln!(out)?;
+                    out.flush()?;
+                }
+                end = Some(*job);
+                return Ok(false);
+            }
+        }
+        Ok(true)
+    })?;
+    Ok(end)
 }
 
 /// Runs a `jobs` verb.
@@ -83,8 +133,8 @@ pub fn run(c: &Client, verb: &JobsVerb, mode: OutputMode, out: &mut dyn Write) -
             }
             Ok(Outcome::Success)
         }
-        JobsVerb::Logs { id, follow } => {
-            if !follow {
+        JobsVerb::Logs { id, follow: live } => {
+            if !live {
                 let j: Job = c.get(&format!("/v1/jobs/{}", segment(id)))?;
                 if json {
                     output::json(out, &j.output)?;
@@ -96,39 +146,8 @@ pub fn run(c: &Client, verb: &JobsVerb, mode: OutputMode, out: &mut dyn Write) -
                 }
                 return Ok(outcome(j.state));
             }
-            let mut printed = String::new();
-            let mut last: Option<JobState> = None;
-            c.events(&format!("/v1/jobs/{}/events", segment(id)), |_, data| {
-                let ev: JobEvent = serde_json::from_str(data).context("event")?;
-                if json {
-                    serde_json::to_writer(&mut *out, &ev)?;
-                    writeln!(out)?;
-                }
-                match ev {
-                    JobEvent::Token { text, .. } => {
-                        if !json {
-                            write!(out, "{text}")?;
-                            out.flush()?;
-                        }
-                        printed.push_str(&text);
-                    }
-                    JobEvent::State { state } => last = Some(state),
-                    JobEvent::End { job } => {
-                        // The output may go on past the streamed tokens: a trailing incomplete UTF-8
-                        // sequence (rendered at the end), or all of it for a job from before a restart.
-                        if !json {
-                            write!(out, "{}", job.output.strip_prefix(printed.as_str()).unwrap_or(""))?;
-                        }
-                        if !json {
-                            writeln!(out)?;
-                        }
-                        last = Some(job.state);
-                        return Ok(false);
-                    }
-                }
-                Ok(true)
-            })?;
-            Ok(last.map(outcome).unwrap_or(Outcome::Negative))
+            let end = follow(c, id, json, out)?;
+            Ok(end.map(|j| outcome(j.state)).unwrap_or(Outcome::Negative))
         }
         JobsVerb::Submit { model, prompt, n_predict, temp, seed, workers } => {
             let req = JobSubmit {
@@ -138,6 +157,8 @@ pub fn run(c: &Client, verb: &JobsVerb, mode: OutputMode, out: &mut dyn Write) -
                 n_ctx: None,
                 sampling: Sampling { temp: *temp, seed: *seed, ..Sampling::default() },
                 workers: workers.clone(),
+                split_mode: Default::default(),
+                hash_threshold: None,
             };
             let r: JobCreated = c.post("/v1/jobs", &req)?;
             if json {

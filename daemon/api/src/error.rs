@@ -53,6 +53,8 @@ pub mod code {
     pub const JOB_NOT_FOUND: &str = "job-not-found";
     /// The job is already finished and cannot be cancelled.
     pub const JOB_FINISHED: &str = "job-finished";
-    /// The request names a feature this build does not have yet (jobs on remote workers).
+    /// The request names a feature this build does not have.
     pub const NOT_IMPLEMENTED: &str = "not-implemented";
+    /// A job's worker was unreachable, refused the model or failed while it ran (the message names it).
+    pub const WORKER_FAILED: &str = "worker-failed";
 }

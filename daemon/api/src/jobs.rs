@@ -38,9 +38,43 @@ pub struct JobSubmit {
     /// Sampling options.
     #[serde(default)]
     pub sampling: Sampling,
-    /// Workers to put layers on, by address or label; empty runs on this machine.
+    /// Workers to put layers on, each a registered worker's address, a label of registered workers
+    /// (all of them, by address), or any other `host:port`; empty runs on this machine.
     #[serde(default)]
     pub workers: Vec<String>,
+    /// How the model is split across the workers.
+    #[serde(default)]
+    pub split_mode: SplitMode,
+    /// Weights larger than this many bytes are offered to the workers' tensor caches first
+    /// (SET_TENSOR_HASH) and uploaded with the cache flag on a miss [default: 1 MiB, as llamactl's].
+    #[serde(default)]
+    pub hash_threshold: Option<u64>,
+}
+
+/// How a job's model is split across its workers (llama.cpp's `--split-mode`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(rename_all = "kebab-case")]
+pub enum SplitMode {
+    /// Whole layers per worker, run in turn (token-identical to llama.cpp).
+    #[default]
+    Layer,
+    /// Every layer split across the workers, which compute each phase together.
+    Row,
+}
+
+/// Where a job's weights went: one entry per worker.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct JobWorker {
+    /// `host:port`.
+    pub address: String,
+    /// What it holds (`layers 0..30`, or its row-split share).
+    pub holds: String,
+    /// Weight bytes uploaded with SET_TENSOR.
+    pub bytes_sent: u64,
+    /// Weight bytes the worker's cache already had (SET_TENSOR_HASH hits).
+    pub bytes_cached: u64,
 }
 
 /// A job's state.
@@ -125,6 +159,10 @@ pub struct Job {
     pub output: String,
     /// Why it failed.
     pub error: Option<crate::ErrorBody>,
+    /// The workers it ran on (resolved from the request's addresses and labels) and their uploads;
+    /// empty for a job run on the daemon's machine.
+    #[serde(default)]
+    pub workers: Vec<JobWorker>,
 }
 
 /// A job in a list (no output text).

@@ -352,13 +352,13 @@ pub async fn jobs_list(State(st): State<AdminState>) -> Json<JobList> {
 }
 
 /// `POST /v1/jobs`.
-#[utoipa::path(post, path = "/v1/jobs", tag = "jobs", request_body = JobSubmit, responses((status = 202, body = JobCreated), (status = 501, body = ErrorBody)))]
+#[utoipa::path(post, path = "/v1/jobs", tag = "jobs", request_body = JobSubmit, responses((status = 202, body = JobCreated), (status = 400, body = ErrorBody)))]
 pub async fn jobs_submit(
     State(st): State<AdminState>,
     body: Result<Json<JobSubmit>, JsonRejection>,
 ) -> ApiResult<(StatusCode, Json<JobCreated>)> {
     let Json(req) = body?;
-    Ok((StatusCode::ACCEPTED, Json(st.jobs().submit(req)?)))
+    Ok((StatusCode::ACCEPTED, Json(st.jobs().submit(req, st.workers())?)))
 }
 
 /// `GET /v1/jobs/{id}`.

@@ -1,9 +1,13 @@
-//! Jobs: text generation requests run in-process with `compute::model::Session`, one at a time, in
-//! submission order. Each job is persisted as `jobs/<id>.json` at every state change (and every
-//! [`PERSIST_EVERY`] tokens); at start-up a job found `running` becomes `interrupted` and a `queued` one
-//! is queued again. Live output goes to subscribers through a broadcast channel (the SSE route).
+//! Jobs: text generation requests run one at a time, in submission order, either in-process
+//! (`compute::model::Session`) or, when the job names workers, as an RPC master over them through
+//! `llamad-master` (layer or row split, the same engine as `llamactl run --workers`). Workers are
+//! named by address or by label of the worker registry and resolved when the job is submitted.
+//! Each job is persisted as `jobs/<id>.json` at every state change (and every [`PERSIST_EVERY`]
+//! tokens); at start-up a job found `running` becomes `interrupted` and a `queued` one is queued
+//! again. Live output goes to subscribers through a broadcast channel (the SSE route).
 //!
-//! Remote workers come with the master engine: a job naming workers is refused with `not-implemented`.
+//! A worker that is unreachable, refuses the model or dies while the job runs fails the job with
+//! `worker-failed` and a message naming it (a closed connection is an error, never a wait).
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
@@ -16,7 +20,11 @@ use compute::gguf::Gguf;
 use compute::model::{Model, Session, SessionConfig};
 use compute::sample::{Sampler, SamplerParams, UserSampling};
 use compute::tokenizer::Tokenizer;
-use llamad_api::{code, ErrorBody, Job, JobCreated, JobEvent, JobState, JobSubmit, JobSummary};
+use llamad_api::{
+    code, ErrorBody, Job, JobCreated, JobEvent, JobState, JobSubmit, JobSummary, JobWorker, SplitMode,
+};
+use llamad_master::pipeline::{LoadEvent, SplitOptions};
+use llamad_master::Forward;
 use rand::RngCore;
 use tokio::sync::{broadcast, mpsc};
 use tracing::{info, warn};
@@ -24,13 +32,15 @@ use tracing::{info, warn};
 use crate::admin::error::{ApiError, ApiResult};
 use crate::admin::metrics::Metrics;
 use crate::admin::now_ms;
-use crate::admin::workers::write_json_atomic;
+use crate::admin::workers::{write_json_atomic, Registry};
 use crate::error::{Error, Result};
 
 /// A running job is written to disk after this many new tokens.
 pub const PERSIST_EVERY: u64 = 64;
 /// Events buffered per subscriber before it lags.
 const EVENT_CAPACITY: usize = 4096;
+/// Default of [`JobSubmit::hash_threshold`] (llamactl's `--hash-threshold`).
+pub const DEFAULT_HASH_THRESHOLD: u64 = 1 << 20;
 
 struct Entry {
     job: Job,
@@ -172,15 +182,9 @@ impl Jobs {
         m
     }
 
-    /// Queues a job.
-    pub fn submit(&self, req: JobSubmit) -> ApiResult<JobCreated> {
-        if !req.workers.is_empty() {
-            return Err(ApiError::new(
-                StatusCode::NOT_IMPLEMENTED,
-                code::NOT_IMPLEMENTED,
-                "jobs on remote workers are not implemented yet; leave `workers` empty to run on this machine",
-            ));
-        }
+    /// Queues a job, resolving its workers against `registry` (labels and registered addresses).
+    pub fn submit(&self, req: JobSubmit, registry: &Registry) -> ApiResult<JobCreated> {
+        let workers = resolve_workers(&req.workers, registry)?;
         if req.model.is_empty() {
             return Err(ApiError::bad_request("`model` is empty"));
         }
@@ -202,6 +206,10 @@ impl Jobs {
             tokens_per_sec: None,
             output: String::new(),
             error: None,
+            workers: workers
+                .into_iter()
+                .map(|address| JobWorker { address, holds: String::new(), bytes_sent: 0, bytes_cached: 0 })
+                .collect(),
         };
         self.inner.persist(&job);
         let mut g = self.inner.table.lock().map_err(|_| ApiError::internal("job table lock poisoned"))?;
@@ -294,6 +302,36 @@ impl Jobs {
     }
 }
 
+/// The addresses a job runs on: each entry is a registered address, else a label (every registered
+/// worker carrying it, by address), else any `host:port`. Duplicates are dropped, first place kept.
+pub fn resolve_workers(wanted: &[String], registry: &Registry) -> ApiResult<Vec<String>> {
+    let known = registry.list();
+    let mut out: Vec<String> = Vec::new();
+    for w in wanted.iter().map(|w| w.trim()).filter(|w| !w.is_empty()) {
+        let found: Vec<String> = if known.iter().any(|k| k.address == w) {
+            vec![w.to_string()]
+        } else {
+            let labelled: Vec<String> =
+                known.iter().filter(|k| k.labels.iter().any(|l| l == w)).map(|k| k.address.clone()).collect();
+            if !labelled.is_empty() {
+                labelled
+            } else if w.rsplit_once(':').is_some_and(|(h, p)| !h.is_empty() && p.parse::<u16>().is_ok()) {
+                vec![w.to_string()]
+            } else {
+                return Err(ApiError::bad_request(format!(
+                    "worker `{w}` is neither a registered worker's address or label nor host:port"
+                )));
+            }
+        };
+        for a in found {
+            if !out.contains(&a) {
+                out.push(a);
+            }
+        }
+    }
+    Ok(out)
+}
+
 fn not_found(id: &str) -> ApiError {
     ApiError::not_found(code::JOB_NOT_FOUND, format!("no job {id}"))
 }
@@ -309,12 +347,13 @@ async fn runner(inner: Arc<Inner>, mut rx: mpsc::UnboundedReceiver<String>) {
             }
             e.job.started_ms = Some(now_ms());
             e.set_state(JobState::Running);
-            (Some((e.job.request.clone(), e.cancel.clone())), true)
+            let addrs: Vec<String> = e.job.workers.iter().map(|w| w.address.clone()).collect();
+            (Some((e.job.request.clone(), addrs, e.cancel.clone())), true)
         });
-        let Some(Some((req, cancel))) = start else { continue };
-        info!(%id, model = %req.model, "job running");
+        let Some(Some((req, addrs, cancel))) = start else { continue };
+        info!(%id, model = %req.model, workers = ?addrs, "job running");
         let (inner2, id2) = (inner.clone(), id.clone());
-        let res = tokio::task::spawn_blocking(move || run_job(&inner2, &id2, &req, &cancel)).await;
+        let res = tokio::task::spawn_blocking(move || run_job(&inner2, &id2, &req, &addrs, &cancel)).await;
         let outcome = match res {
             Ok(r) => r,
             Err(e) => Err(ErrorBody::new(code::INTERNAL, format!("job thread: {e}"))),
@@ -374,11 +413,13 @@ fn fail(code: &str, msg: impl std::fmt::Display) -> ErrorBody {
     ErrorBody::new(code, msg.to_string())
 }
 
-/// Loads the model and generates; every token updates the job and goes to subscribers.
+/// Loads the model (here, or onto the workers `addrs`) and generates; every token updates the job
+/// and goes to subscribers.
 fn run_job(
     inner: &Inner,
     id: &str,
     req: &JobSubmit,
+    addrs: &[String],
     cancel: &AtomicBool,
 ) -> std::result::Result<(), ErrorBody> {
     // Read into memory rather than mapped, so a model file replaced on disk cannot change under the job.
@@ -399,7 +440,11 @@ fn run_job(
     }
     let max_new = (n_ctx - prompt.len() as u64).min(u64::from(req.n_predict)) as usize;
     let cfg = SessionConfig { n_ctx, n_threads: inner.threads, ..SessionConfig::default() };
-    let mut session = Session::new(model, cfg).map_err(|e| fail(code::INTERNAL, format!("session: {e}")))?;
+    let mut fwd: Box<dyn Forward> = if addrs.is_empty() {
+        Box::new(Session::new(model, cfg).map_err(|e| fail(code::INTERNAL, format!("session: {e}")))?)
+    } else {
+        open_on_workers(inner, id, req, &model, cfg, addrs)?
+    };
     let s = &req.sampling;
     let user = UserSampling {
         seed: s.seed,
@@ -445,7 +490,14 @@ fn run_job(
         });
         !cancel.load(Ordering::Relaxed)
     };
-    let r = session.generate(&prompt, &mut sampler, max_new, |t| tok.is_eog(t), on_token);
+    let r = llamad_master::generate::generate(
+        fwd.as_mut(),
+        &prompt,
+        &mut sampler,
+        max_new,
+        |t| tok.is_eog(t),
+        on_token,
+    );
     let rest = text.flush();
     if !rest.is_empty() {
         inner.update(id, |e| {
@@ -453,7 +505,57 @@ fn run_job(
             ((), false)
         });
     }
-    r.map(|_| ()).map_err(|e| fail(code::INTERNAL, format!("generate: {e}")))
+    let failed = if addrs.is_empty() { code::INTERNAL } else { code::WORKER_FAILED };
+    r.map(|_| ()).map_err(|e| fail(failed, format!("generate: {}", e.chain())))
+}
+
+/// Connects to the workers, splits the model over them and uploads its weights, recording each
+/// worker's share and upload figures in the job.
+fn open_on_workers(
+    inner: &Inner,
+    id: &str,
+    req: &JobSubmit,
+    model: &Model,
+    cfg: SessionConfig,
+    addrs: &[String],
+) -> std::result::Result<Box<dyn Forward>, ErrorBody> {
+    let opts = SplitOptions {
+        hash_threshold: req.hash_threshold.unwrap_or(DEFAULT_HASH_THRESHOLD),
+        ..SplitOptions::default()
+    };
+    let mode = match req.split_mode {
+        SplitMode::Layer => llamad_master::SplitMode::Layer,
+        SplitMode::Row => llamad_master::SplitMode::Row,
+    };
+    // Upload threads report here; `i` is the worker's index in `addrs`.
+    let on_load = |i: usize, ev: LoadEvent<'_>| {
+        inner.update(id, |e| {
+            let Some(w) = e.job.workers.get_mut(i) else { return ((), false) };
+            match ev {
+                LoadEvent::Start { layers, .. } => {
+                    w.holds = format!("layers {}..{}", layers.start, layers.end)
+                }
+                LoadEvent::Progress(_) => {}
+                LoadEvent::Done(stats) => {
+                    w.bytes_sent = stats.bytes_sent;
+                    w.bytes_cached = stats.bytes_cached;
+                    info!(%id, address = %w.address, holds = %w.holds, sent = stats.bytes_sent,
+                        cached = stats.bytes_cached, "job: weights loaded on worker");
+                }
+            }
+            ((), false)
+        });
+    };
+    let fwd = llamad_master::open_workers(model, cfg, addrs, &opts, mode, &on_load)
+        .map_err(|e| fail(code::WORKER_FAILED, format!("loading the model on the workers: {}", e.chain())))?;
+    inner.update(id, |e| {
+        // Workers that got no layers keep an empty share.
+        for w in e.job.workers.iter_mut().filter(|w| w.holds.is_empty()) {
+            w.holds = "nothing".into();
+        }
+        ((), true)
+    });
+    Ok(fwd)
 }
 
 #[cfg(test)]

@@ -125,12 +125,19 @@ pub const TINY_VOCAB: usize = 3 + 256 + 8;
 /// Writes a one-layer llama model (embedding 32, 2 heads of 16, one KV head, FFN 64, tied output)
 /// with a SentencePiece tokenizer to `path`, as `compute/tests/model_gguf.rs` and `tokenizer.rs` build theirs.
 pub fn write_tiny_model(path: &Path) {
-    let (e, h, hkv, d, f, nv) = (32u64, 2u64, 1u64, 16u64, 64u64, TINY_VOCAB as u64);
+    write_tiny_model_with(path, 1, 1);
+}
+
+/// [`write_tiny_model`] with `n_layer` layers and `hkv` KV heads (of 2 query heads): three layers
+/// (llama.cpp's split gives two workers 2 + 1 with the output) and two KV heads let two workers share
+/// it by layers or by rows.
+pub fn write_tiny_model_with(path: &Path, n_layer: u64, hkv: u64) {
+    let (e, h, d, f, nv) = (32u64, 2u64, 16u64, 64u64, TINY_VOCAB as u64);
     let mut w = GgufWriter::new();
     w.add("general.architecture", "llama");
     let u = |x: u64| compute::gguf::Value::U32(x as u32);
     w.add("llama.embedding_length", u(e));
-    w.add("llama.block_count", u(1));
+    w.add("llama.block_count", u(n_layer));
     w.add("llama.feed_forward_length", u(f));
     w.add("llama.attention.head_count", u(h));
     w.add("llama.attention.head_count_kv", u(hkv));
@@ -164,15 +171,18 @@ pub fn write_tiny_model(path: &Path) {
     };
     add(&mut w, "token_embd.weight", &[e, nv], 1.0, 0.0);
     add(&mut w, "output_norm.weight", &[e], 0.2, 1.0);
-    add(&mut w, "blk.0.attn_norm.weight", &[e], 0.2, 1.0);
-    add(&mut w, "blk.0.attn_q.weight", &[e, h * d], 0.25, 0.0);
-    add(&mut w, "blk.0.attn_k.weight", &[e, hkv * d], 0.25, 0.0);
-    add(&mut w, "blk.0.attn_v.weight", &[e, hkv * d], 0.25, 0.0);
-    add(&mut w, "blk.0.attn_output.weight", &[h * d, e], 0.25, 0.0);
-    add(&mut w, "blk.0.ffn_norm.weight", &[e], 0.2, 1.0);
-    add(&mut w, "blk.0.ffn_gate.weight", &[e, f], 0.25, 0.0);
-    add(&mut w, "blk.0.ffn_up.weight", &[e, f], 0.25, 0.0);
-    add(&mut w, "blk.0.ffn_down.weight", &[f, e], 0.2, 0.0);
+    for il in 0..n_layer {
+        let n = |x: &str| format!("blk.{il}.{x}");
+        add(&mut w, &n("attn_norm.weight"), &[e], 0.2, 1.0);
+        add(&mut w, &n("attn_q.weight"), &[e, h * d], 0.25, 0.0);
+        add(&mut w, &n("attn_k.weight"), &[e, hkv * d], 0.25, 0.0);
+        add(&mut w, &n("attn_v.weight"), &[e, hkv * d], 0.25, 0.0);
+        add(&mut w, &n("attn_output.weight"), &[h * d, e], 0.25, 0.0);
+        add(&mut w, &n("ffn_norm.weight"), &[e], 0.2, 1.0);
+        add(&mut w, &n("ffn_gate.weight"), &[e, f], 0.25, 0.0);
+        add(&mut w, &n("ffn_up.weight"), &[e, f], 0.25, 0.0);
+        add(&mut w, &n("ffn_down.weight"), &[f, e], 0.2, 0.0);
+    }
     w.write_file(path).unwrap();
 }
 

@@ -1,6 +1,7 @@
 //! Jobs on a tiny GGUF model: submit → done with the same tokens and text as running
-//! `compute::model::Session` directly, streamed over SSE; cancel; workers refused with
-//! `not-implemented`; restart turns `running` into `interrupted` and requeues `queued`; `/metrics` moves.
+//! `compute::model::Session` directly, streamed over SSE; the same job on two RPC workers named by a
+//! registry label (layer and row split), and a dead worker failing a job with `worker-failed`; cancel;
+//! restart turns `running` into `interrupted` and requeues `queued`; `/metrics` moves.
 
 use std::path::Path;
 use std::sync::Arc;
@@ -96,15 +97,16 @@ async fn submit_stream_done_and_metrics() {
     assert_eq!(metric(&m, "llamad_jobs{state=\"done\"}"), Some(1.0));
     assert_eq!(metric(&m, "llamad_graph_compute_seconds_count{source=\"job\"}"), Some(want_ids.len() as f64));
 
-    // Workers are not implemented yet; bad requests are refused up front.
+    // Bad requests are refused up front: a worker that is neither registered, a label nor host:port.
     let (s, v) = api
         .call(
             "POST",
             "/v1/jobs",
-            Some(json!({ "model": model, "prompt": "a", "n_predict": 1, "workers": ["10.0.0.1:50052"] })),
+            Some(json!({ "model": model, "prompt": "a", "n_predict": 1, "workers": ["no-such-label"] })),
         )
         .await;
-    assert_eq!((s, v["code"].as_str()), (StatusCode::NOT_IMPLEMENTED, Some("not-implemented")));
+    assert_eq!((s, v["code"].as_str()), (StatusCode::BAD_REQUEST, Some("bad-request")), "{v}");
+    assert!(v["message"].as_str().unwrap().contains("no-such-label"), "{v}");
     let (s, _) =
         api.call("POST", "/v1/jobs", Some(json!({ "model": model, "prompt": "a", "n_predict": 0 }))).await;
     assert_eq!(s, StatusCode::BAD_REQUEST);
@@ -234,7 +236,7 @@ async fn shutdown_interrupts_the_running_job_and_closes_streams() {
         "sampling": { "temp": 1.0, "seed": 3, "top_k": 0, "top_p": 1.0, "min_p": 0.0 }
     }))
     .unwrap();
-    let id = state.jobs().submit(req).unwrap().id;
+    let id = state.jobs().submit(req, state.workers()).unwrap().id;
     // An SSE client over a real socket, reading until the server closes the stream.
     let reader = tokio::task::spawn_blocking(move || {
         let mut s = std::net::TcpStream::connect(addr).unwrap();
@@ -265,4 +267,77 @@ async fn shutdown_interrupts_the_running_job_and_closes_streams() {
     let job = state.jobs().get(&id).unwrap();
     assert_eq!(job.state, llamad_api::JobState::Interrupted);
     assert!(job.generated_tokens > 0 && job.generated_tokens < 100000);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn jobs_on_workers_by_label_match_in_process() {
+    let dir = tempfile::tempdir().unwrap();
+    let model = dir.path().join("tiny.gguf");
+    crate::common::write_tiny_model_with(&model, 3, 2);
+    let (want_ids, want_text) = direct(&model, "abc", 10);
+
+    let (w1, w2) = (crate::common::rpc_shared(), crate::common::rpc_shared());
+    let (a1, stop1) = crate::common::rpc_server(w1.clone()).await;
+    let (a2, _stop2) = crate::common::rpc_server(w2.clone()).await;
+    let api = Api::new(&dir.path().join("state"));
+    for a in [a1, a2] {
+        let (s, v) = api
+            .call("POST", "/v1/workers", Some(json!({ "address": a.to_string(), "labels": ["pool"] })))
+            .await;
+        assert_eq!(s, StatusCode::CREATED, "{v}");
+    }
+
+    for mode in ["layer", "row"] {
+        let req = json!({ "model": model, "prompt": "abc", "n_predict": 10, "sampling": { "temp": 0.0 },
+            "workers": ["pool"], "split_mode": mode, "hash_threshold": 0 });
+        let (s, v) = api.call("POST", "/v1/jobs", Some(req)).await;
+        assert_eq!(s, StatusCode::ACCEPTED, "{v}");
+        let id = v["id"].as_str().unwrap().to_string();
+        let (_, body) = api.raw("GET", &format!("/v1/jobs/{id}/events"), Some(&api.token), None).await;
+        let events = parse_sse(std::str::from_utf8(&body).unwrap());
+        let ids: Vec<u32> = events
+            .iter()
+            .filter(|(e, _)| e == "token")
+            .map(|(_, d)| d["id"].as_u64().unwrap() as u32)
+            .collect();
+        let job = wait_final(&api, &id).await;
+        assert_eq!(job["state"], "done", "{mode}: {job}");
+        if mode == "layer" {
+            // Layer split is the in-process computation, moved: the same tokens.
+            assert_eq!(ids, want_ids, "{mode}");
+            assert_eq!(job["output"], want_text.as_str(), "{mode}");
+        } else {
+            // Row split adds the partial sums in another order: as many tokens, maybe others.
+            assert_eq!(ids.len(), job["generated_tokens"].as_u64().unwrap() as usize, "{mode}");
+            assert!(!ids.is_empty(), "{mode}");
+        }
+        // The label resolved to both workers, in address order, and both got weights.
+        let mut want_addrs = vec![a1.to_string(), a2.to_string()];
+        want_addrs.sort();
+        let got: Vec<&str> =
+            job["workers"].as_array().unwrap().iter().map(|w| w["address"].as_str().unwrap()).collect();
+        assert_eq!(got, want_addrs, "{mode}");
+        for w in job["workers"].as_array().unwrap() {
+            assert!(w["holds"].as_str().unwrap().starts_with("layers "), "{mode}: {w}");
+            assert!(w["bytes_sent"].as_u64().unwrap() > 0, "{mode}: {w}");
+        }
+    }
+    // Both workers computed graphs for the jobs.
+    for w in [&w1, &w2] {
+        assert!(w.stats.graphs_computed.load(std::sync::atomic::Ordering::Relaxed) > 0);
+    }
+
+    // A worker that is gone fails the job, naming it, rather than hanging.
+    stop1.send(()).unwrap();
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let req = json!({ "model": model, "prompt": "abc", "n_predict": 4, "workers": [a2.to_string(), a1.to_string()] });
+    let (_, v) = api.call("POST", "/v1/jobs", Some(req)).await;
+    let job = wait_final(&api, v["id"].as_str().unwrap()).await;
+    assert_eq!(job["state"], "failed", "{job}");
+    assert_eq!(job["error"]["code"], "worker-failed", "{job}");
+    let msg = job["error"]["message"].as_str().unwrap();
+    assert!(msg.contains(&a1.to_string()) && msg.contains("unreachable"), "{msg}");
+    let m = api.metrics().await;
+    assert_eq!(metric(&m, "llamad_jobs{state=\"done\"}"), Some(2.0));
+    assert_eq!(metric(&m, "llamad_jobs{state=\"failed\"}"), Some(1.0));
 }

@@ -1,0 +1,101 @@
+//! `llamactl run --server URL`: the run submitted as a job to a llamad's admin API (`POST /v1/jobs`),
+//! its tokens streamed back over the job's event stream (SSE) to stdout as `llamactl run` prints them
+//! in-process, and a summary on stderr. The daemon reads the model from its own disk and runs it
+//! in-process or as the master of `--workers` (addresses or registry labels) and `--worker-label`s.
+
+use std::io::Write;
+use std::path::Path;
+
+use anyhow::{bail, Context, Result};
+use llamad_api::{JobCreated, JobState, JobSubmit, Sampling};
+
+use crate::cli::RunArgs;
+use crate::client::{self, Client};
+use crate::cmd::jobs::follow;
+use crate::master::SplitMode;
+
+/// The job request `args` describe (the prompt read from `-f` here, the model path as the daemon
+/// will see it: absolute when the file exists on this machine, else as given).
+pub fn request(args: &RunArgs) -> Result<JobSubmit> {
+    let prompt = match (&args.prompt, &args.file) {
+        (Some(p), _) => p.clone(),
+        (None, Some(f)) => {
+            std::fs::read_to_string(f).with_context(|| format!("reading the prompt from {}", f.display()))?
+        }
+        (None, None) => bail!("give a prompt with -p or -f"),
+    };
+    let model = match std::fs::canonicalize(&args.model) {
+        Ok(p) => p,
+        Err(_) => args.model.clone(),
+    };
+    let model = model
+        .to_str()
+        .map(str::to_string)
+        .with_context(|| format!("model path {} is not UTF-8", Path::new(&args.model).display()))?;
+    // -1 (until the end of generation) is bounded by the context, as in-process.
+    let n_predict = if args.n_predict < 0 { args.ctx_size } else { args.n_predict as u64 };
+    let n_predict = u32::try_from(n_predict).unwrap_or(u32::MAX).max(1);
+    let n_ctx = u32::try_from(args.ctx_size).context("--ctx-size is too large for a job")?;
+    let mut workers: Vec<String> =
+        args.workers.iter().map(|w| w.trim().to_string()).filter(|w| !w.is_empty()).collect();
+    workers.extend(args.worker_labels.iter().cloned());
+    Ok(JobSubmit {
+        model,
+        prompt,
+        n_predict,
+        n_ctx: Some(n_ctx),
+        sampling: Sampling {
+            seed: args.seed,
+            temp: args.temp,
+            top_k: args.top_k,
+            top_p: args.top_p,
+            min_p: args.min_p,
+            repeat_penalty: args.repeat_penalty,
+            repeat_last_n: None,
+        },
+        workers,
+        split_mode: match args.split_mode {
+            SplitMode::Layer => llamad_api::SplitMode::Layer,
+            SplitMode::Row => llamad_api::SplitMode::Row,
+        },
+        hash_threshold: Some(args.hash_threshold),
+    })
+}
+
+/// Submits the job to `server` and streams its text to stdout; an error when the job does not end
+/// `done` (its message names the failing worker).
+pub fn run(args: &RunArgs, server: &str) -> Result<()> {
+    let req = request(args)?;
+    let token = client::read_token(args.token_file.as_deref())?;
+    let c = Client::new(server, token);
+    let created: JobCreated = c.post("/v1/jobs", &req)?;
+    eprintln!("llamactl: job {} submitted to {server}", created.id);
+    let stdout = std::io::stdout();
+    let mut out = stdout.lock();
+    let Some(job) = follow(&c, &created.id, false, &mut out)? else {
+        bail!("the event stream of job {} ended before the job did (did the daemon stop?)", created.id);
+    };
+    out.flush()?;
+    eprintln!();
+    for w in &job.workers {
+        eprintln!(
+            "llamactl: worker {}: {}, {} sent, {} from its cache",
+            w.address,
+            w.holds,
+            crate::output::size(w.bytes_sent),
+            crate::output::size(w.bytes_cached)
+        );
+    }
+    let tps = job.tokens_per_sec.map(|v| format!("{v:.2}")).unwrap_or_else(|| "-".into());
+    eprintln!(
+        "llamactl: job {} {}: {} prompt tokens, {} generated, {tps} tokens per second",
+        job.id, job.state, job.prompt_tokens, job.generated_tokens
+    );
+    match job.state {
+        JobState::Done => Ok(()),
+        state => match job.error {
+            Some(e) => bail!("job {} {state} ({}): {}", job.id, e.code, e.message),
+            None => bail!("job {} {state}", job.id),
+        },
+    }
+}
