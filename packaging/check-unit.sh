@@ -8,7 +8,7 @@
 #                  (default: a two-line shell script, enough for verify, which only checks
 #                  that the file is executable)
 #   MAN_PAGE       llamad.8 to install in the temporary root so Documentation=man:llamad(8)
-#                  is checked too (default: packaging/man/llamad.8)
+#                  is checked too (default: `LLAMAD_BINARY man`, else a minimal page)
 # Environment: MAX_EXPOSURE (default 2.0): fail when the exposure is above it.
 # Exit status: 0 when verify is clean and the exposure is at most MAX_EXPOSURE.
 set -euo pipefail
@@ -16,7 +16,7 @@ set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 UNIT="$ROOT/systemd/llamad.service"
 BIN=${1:-}
-MAN=${2:-$ROOT/packaging/man/llamad.8}
+MAN=${2:-}
 MAX_EXPOSURE=${MAX_EXPOSURE:-2.0}
 
 if ! command -v systemd-analyze >/dev/null || ! command -v man >/dev/null; then
@@ -44,7 +44,13 @@ fi
 # ExecReload=/bin/kill: /bin is a symlink to /usr/bin on merged-/usr systems (Ubuntu 24.04).
 install -m 0755 "$(type -P kill)" "$tmp/usr/bin/kill"
 ln -s usr/bin "$tmp/bin"
-cp "$MAN" "$tmp/usr/share/man/man8/llamad.8"
+if [[ -n $MAN ]]; then
+    cp "$MAN" "$tmp/usr/share/man/man8/llamad.8"
+elif [[ -n $BIN ]]; then
+    "$BIN" man >"$tmp/usr/share/man/man8/llamad.8"
+else
+    printf '.TH llamad 8\n.SH NAME\nllamad \\- worker daemon\n' >"$tmp/usr/share/man/man8/llamad.8"
+fi
 
 echo "== systemd-analyze verify ($(systemd-analyze --version | head -1))"
 verify_out=$(MANPATH="$tmp/usr/share/man" systemd-analyze verify --man=yes --root="$tmp" llamad.service 2>&1) &&
