@@ -78,6 +78,8 @@ impl Entry {
 struct Inner {
     dir: PathBuf,
     threads: usize,
+    /// Shared secret for workers that ask for authentication (the daemon's `server.secret_file`).
+    auth: Option<llamad_proto::auth::AuthKey>,
     metrics: Arc<Metrics>,
     table: Mutex<BTreeMap<String, Entry>>,
     stopping: AtomicBool,
@@ -110,8 +112,14 @@ pub struct Jobs {
 }
 
 impl Jobs {
-    /// Loads the jobs in `dir` and starts the runner (needs a tokio runtime).
-    pub fn open(dir: &Path, threads: usize, metrics: Arc<Metrics>) -> Result<Jobs> {
+    /// Loads the jobs in `dir` and starts the runner (needs a tokio runtime). Jobs on workers that
+    /// require authentication use `auth`.
+    pub fn open(
+        dir: &Path,
+        threads: usize,
+        auth: Option<llamad_proto::auth::AuthKey>,
+        metrics: Arc<Metrics>,
+    ) -> Result<Jobs> {
         std::fs::create_dir_all(dir).map_err(|e| Error::Config(format!("{}: {e}", dir.display())))?;
         let mut table = BTreeMap::new();
         let rd = std::fs::read_dir(dir).map_err(|e| Error::Config(format!("{}: {e}", dir.display())))?;
@@ -133,6 +141,7 @@ impl Jobs {
         let inner = Arc::new(Inner {
             dir: dir.to_path_buf(),
             threads: threads.max(1),
+            auth,
             metrics,
             table: Mutex::new(table),
             stopping: AtomicBool::new(false),
@@ -521,6 +530,7 @@ fn open_on_workers(
 ) -> std::result::Result<Box<dyn Forward>, ErrorBody> {
     let opts = SplitOptions {
         hash_threshold: req.hash_threshold.unwrap_or(DEFAULT_HASH_THRESHOLD),
+        auth: inner.auth.clone(),
         ..SplitOptions::default()
     };
     let mode = match req.split_mode {

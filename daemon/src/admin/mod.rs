@@ -183,7 +183,13 @@ impl AdminState {
         let token = Token::load_or_create(&cfg.token_file)?;
         let metrics = Arc::new(metrics::Metrics::default());
         let workers = workers::Registry::open(&cfg.state_dir.join("workers.json"), cfg.probe_timeout)?;
-        let jobs = jobs::Jobs::open(&cfg.state_dir.join("jobs"), cfg.job_threads, metrics.clone())?;
+        // Jobs on workers authenticate with this daemon's own shared secret, if it has one.
+        let jobs = jobs::Jobs::open(
+            &cfg.state_dir.join("jobs"),
+            cfg.job_threads,
+            rpc.cfg.auth.clone(),
+            metrics.clone(),
+        )?;
         info!(
             state_dir = %cfg.state_dir.display(),
             token_file = %cfg.token_file.display(),

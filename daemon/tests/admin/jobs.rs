@@ -341,3 +341,44 @@ async fn jobs_on_workers_by_label_match_in_process() {
     assert_eq!(metric(&m, "llamad_jobs{state=\"done\"}"), Some(2.0));
     assert_eq!(metric(&m, "llamad_jobs{state=\"failed\"}"), Some(1.0));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn jobs_authenticate_to_workers_with_the_daemons_secret() {
+    let dir = tempfile::tempdir().unwrap();
+    let model = dir.path().join("tiny.gguf");
+    write_tiny_model(&model);
+    let (want_ids, _) = direct(&model, "abc", 4);
+    let key = llamad_proto::auth::AuthKey::from_secret(b"a shared secret of the cluster").unwrap();
+    let with_key = |auth| {
+        llamad::Shared::new(llamad::Config {
+            threads: 1,
+            mem: Some(16 << 20),
+            auth,
+            ..llamad::Config::default()
+        })
+    };
+    let (worker, _stop) = crate::common::rpc_server(with_key(Some(key.clone()))).await;
+    let req = json!({ "model": model, "prompt": "abc", "n_predict": 4, "sampling": { "temp": 0.0 },
+        "workers": [worker.to_string()] });
+
+    // A daemon with the same secret: the job runs and gives the in-process tokens.
+    let api = Api::open(&dir.path().join("a"), None, with_key(Some(key)));
+    let (_, v) = api.call("POST", "/v1/jobs", Some(req.clone())).await;
+    let id = v["id"].as_str().unwrap().to_string();
+    let (_, body) = api.raw("GET", &format!("/v1/jobs/{id}/events"), Some(&api.token), None).await;
+    let ids: Vec<u32> = parse_sse(std::str::from_utf8(&body).unwrap())
+        .iter()
+        .filter(|(e, _)| e == "token")
+        .map(|(_, d)| d["id"].as_u64().unwrap() as u32)
+        .collect();
+    assert_eq!(wait_final(&api, &id).await["state"], "done");
+    assert_eq!(ids, want_ids);
+
+    // A daemon without it: refused by the worker, and the job says so.
+    let api = Api::open(&dir.path().join("b"), None, with_key(None));
+    let (_, v) = api.call("POST", "/v1/jobs", Some(req)).await;
+    let job = wait_final(&api, v["id"].as_str().unwrap()).await;
+    assert_eq!(job["state"], "failed", "{job}");
+    assert_eq!(job["error"]["code"], "worker-failed", "{job}");
+    assert!(job["error"]["message"].as_str().unwrap().contains(&worker.to_string()), "{job}");
+}
