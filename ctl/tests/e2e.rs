@@ -200,6 +200,14 @@ fn workers_jobs_cache_and_metrics_end_to_end() {
     let w2 = Daemon::start("worker2", dir.path(), true);
     let master = Daemon::start("master", dir.path(), false);
 
+    // The counters start at zero.
+    assert_eq!(master.metric("llamad_tokens_generated_total"), 0.0);
+    assert_eq!(master.metric("llamad_jobs{state=\"done\"}"), 0.0);
+    for w in [&w1, &w2] {
+        assert_eq!(w.metric("llamad_cache_hits_total"), 0.0);
+        assert_eq!(w.metric("llamad_rpc_graphs_computed_total"), 0.0);
+    }
+
     // Register the workers, with labels.
     master.ctl_ok(&["workers", "add", &w1.rpc, "-l", "pool", "-l", "one"]);
     master.ctl_ok(&["workers", "add", &w2.rpc, "--label", "pool"]);
@@ -278,6 +286,8 @@ fn workers_jobs_cache_and_metrics_end_to_end() {
         );
         assert!(w.metric("llamad_cache_hits_total") >= 1.0, "{}", w.name);
         assert!(w.metric("llamad_cache_bytes_saved_total") > 1e6, "{}", w.name);
+        // One graph per token decoded: the prompt and every generated token but the last, per job.
+        assert!(w.metric("llamad_rpc_graphs_computed_total") >= generated as f64, "{}", w.name);
     }
 
     // `cache ls` on a worker: the cached tensors, their sizes and hits.
