@@ -3,8 +3,9 @@
 //! `llamactl workers add` and labels; a job submitted with `llamactl run --server … --worker-label`
 //! whose streamed text equals an independent in-process `llamactl run`; a second job by address
 //! served from the workers' caches; `cache ls|rm|verify` on a worker (verify finds an object
-//! corrupted on disk); `jobs ls` with its figures; `/metrics` of master and workers; a worker killed
-//! in the middle of a job failing it with an error that names it; tokens never in any log.
+//! corrupted on disk); `jobs ls` with its figures; `/metrics` of master and workers; Ctrl-C on
+//! `run --server` cancelling its job; a worker killed in the middle of a job failing it with an error
+//! that names it; tokens never in any log.
 //!
 //! Needs SmolLM2 (`scripts/fetch-model.sh`, or `LLAMAD_MODEL`) and the `llamad` binary next to
 //! `llamactl` (`cargo build -p llamad`; `cargo test --workspace` builds it) or at `$LLAMAD_BIN`.
@@ -337,21 +338,33 @@ fn workers_jobs_cache_and_metrics_end_to_end() {
     assert_eq!(w1.ctl(&["cache", "stat", &gone]).status.code(), Some(1));
     assert_eq!(w1.ctl(&["cache", "frobnicate"]).status.code(), Some(2), "usage errors exit 2");
 
+    // Ctrl-C on `run --server` cancels the job: it stops after its current token, and llamactl exits 1.
+    let counting = "1, 2, 3, 4, 5, 6, 7, 8,";
+    let mut child = Command::new(env!("CARGO_BIN_EXE_llamactl"))
+        .args(["run", "--server", &master.admin, "--token-file", master.token_file.to_str().unwrap()])
+        .args(["-m", model, "-p", counting, "-n", "200", "--temp", "0", "-c", "256", "--workers", &addrs])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut first = [0u8; 1];
+    std::io::Read::read_exact(child.stdout.as_mut().unwrap(), &mut first).unwrap();
+    let sigint = Command::new("kill").args(["-INT", &child.id().to_string()]).status().unwrap();
+    assert!(sigint.success());
+    let out = child.wait_with_output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(err.contains("cancelling job") && err.contains(" cancelled"), "{err}");
+    let newest = master.ctl_json(&["jobs", "ls"])["jobs"][0].clone();
+    assert_eq!(newest["state"], "cancelled", "{newest}");
+    let n = newest["generated_tokens"].as_u64().unwrap();
+    assert!((1..200).contains(&n), "{newest}");
+    assert_eq!(master.metric("llamad_jobs{state=\"cancelled\"}"), 1.0);
+
     // A worker killed while a job runs fails the job with an error naming it (no hang).
-    let out = master.ctl_ok(&[
-        "jobs",
-        "submit",
-        "-m",
-        model,
-        "-p",
-        "1, 2, 3, 4, 5, 6, 7, 8,",
-        "-n",
-        "200",
-        "--temp",
-        "0",
-        "--workers",
-        &addrs,
-    ]);
+    let submit =
+        ["jobs", "submit", "-m", model, "-p", counting, "-n", "200", "--temp", "0", "--workers", &addrs];
+    let out = master.ctl_ok(&submit);
     let id = out.trim().to_string();
     let t0 = Instant::now();
     while job(&master, &id)["generated_tokens"].as_u64().unwrap() < 2 {

@@ -2,15 +2,18 @@
 //! its tokens streamed back over the job's event stream (SSE) to stdout as `llamactl run` prints them
 //! in-process, and a summary on stderr. The daemon reads the model from its own disk and runs it
 //! in-process or as the master of `--workers` (addresses or registry labels) and `--worker-label`s.
+//! Ctrl-C cancels the job (it stops after its current token, the stream ends and llamactl exits 1);
+//! a second Ctrl-C exits at once (130), leaving the job to its cancellation.
 
 use std::io::Write;
 use std::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use anyhow::{bail, Context, Result};
-use llamad_api::{JobCreated, JobState, JobSubmit, Sampling};
+use llamad_api::{Job, JobCreated, JobState, JobSubmit, Sampling};
 
 use crate::cli::RunArgs;
-use crate::client::{self, Client};
+use crate::client::{self, segment, Client};
 use crate::cmd::jobs::follow;
 use crate::master::SplitMode;
 
@@ -67,9 +70,10 @@ pub fn request(args: &RunArgs) -> Result<JobSubmit> {
 pub fn run(args: &RunArgs, server: &str) -> Result<()> {
     let req = request(args)?;
     let token = client::read_token(args.token_file.as_deref())?;
-    let c = Client::new(server, token);
+    let c = Client::new(server, token.clone());
     let created: JobCreated = c.post("/v1/jobs", &req)?;
     eprintln!("llamactl: job {} submitted to {server}", created.id);
+    cancel_on_interrupt(server, token, &created.id);
     let stdout = std::io::stdout();
     let mut out = stdout.lock();
     let Some(job) = follow(&c, &created.id, false, &mut out)? else {
@@ -97,5 +101,25 @@ pub fn run(args: &RunArgs, server: &str) -> Result<()> {
             Some(e) => bail!("job {} {state} ({}): {}", job.id, e.code, e.message),
             None => bail!("job {} {state}", job.id),
         },
+    }
+}
+
+/// Installs the Ctrl-C handler of a followed job: the first press asks the server to cancel it, the
+/// second exits at once.
+fn cancel_on_interrupt(server: &str, token: Option<String>, id: &str) {
+    let (server, id) = (server.to_string(), id.to_string());
+    let pressed = AtomicBool::new(false);
+    let r = ctrlc::set_handler(move || {
+        if pressed.swap(true, Ordering::SeqCst) {
+            std::process::exit(130);
+        }
+        eprintln!("\nllamactl: cancelling job {id} (Ctrl-C again to quit at once)");
+        let c = Client::new(&server, token.clone());
+        if let Err(e) = c.post_empty::<Job>(&format!("/v1/jobs/{}/cancel", segment(&id))) {
+            eprintln!("llamactl: cancelling job {id}: {e:#}");
+        }
+    });
+    if let Err(e) = r {
+        tracing::warn!(error = %e, "cannot install the Ctrl-C handler; Ctrl-C will not cancel the job");
     }
 }
