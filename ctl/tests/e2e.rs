@@ -4,8 +4,8 @@
 //! whose streamed text equals an independent in-process `llamactl run`; a second job by address
 //! served from the workers' caches; `cache ls|rm|verify` on a worker (verify finds an object
 //! corrupted on disk); `jobs ls` with its figures; `/metrics` of master and workers; Ctrl-C on
-//! `run --server` cancelling its job; a worker killed in the middle of a job failing it with an error
-//! that names it; tokens never in any log.
+//! `run --server` cancelling its job; a worker that stops answering (SIGSTOP) and one killed in the
+//! middle of a job each failing it with an error that names it; tokens never in any log.
 //!
 //! Needs SmolLM2 (`scripts/fetch-model.sh`, or `LLAMAD_MODEL`) and the `llamad` binary next to
 //! `llamactl` (`cargo build -p llamad`; `cargo test --workspace` builds it) or at `$LLAMAD_BIN`.
@@ -25,6 +25,8 @@ const PROMPT: &str = "The capital of France is";
 const N_PREDICT: &str = "12";
 /// Weights above this many bytes go through the workers' caches (SmolLM2's norms, 2304 bytes, do not).
 const HASH_THRESHOLD: &str = "4096";
+/// The master's `admin.job_io_timeout_secs`.
+const JOB_IO_TIMEOUT_SECS: &str = "5";
 /// Bound on waiting for a daemon to come up or a job to end (a hang guard, not a timing assertion).
 const DEADLINE: Duration = Duration::from_secs(120);
 
@@ -74,6 +76,8 @@ impl Daemon {
             .env("STATE_DIRECTORY", root.join("state"))
             // Every request and connection logged, to check that the token never shows.
             .env("RUST_LOG", "llamad=debug")
+            // A job's worker silent this long fails the job (the stopped-worker step below).
+            .env("LLAMAD__ADMIN__JOB_IO_TIMEOUT_SECS", JOB_IO_TIMEOUT_SECS)
             .env_remove("JOURNAL_STREAM")
             .stdout(Stdio::null())
             .stderr(std::fs::File::create(&log).unwrap());
@@ -361,36 +365,56 @@ fn workers_jobs_cache_and_metrics_end_to_end() {
     assert!((1..200).contains(&n), "{newest}");
     assert_eq!(master.metric("llamad_jobs{state=\"cancelled\"}"), 1.0);
 
-    // A worker killed while a job runs fails the job with an error naming it (no hang).
+    // A worker that stops answering but keeps its connection open (its process stopped, as a host
+    // that vanished) fails the job after the master's job I/O timeout, naming it.
+    let wait_tokens = |id: &str| {
+        let t0 = Instant::now();
+        while job(&master, id)["generated_tokens"].as_u64().unwrap() < 2 {
+            assert!(t0.elapsed() < DEADLINE, "job {id} made no progress: {}", job(&master, id));
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    };
+    let wait_end = |id: &str| {
+        let t0 = Instant::now();
+        loop {
+            let j = job(&master, id);
+            if !["queued", "running"].contains(&j["state"].as_str().unwrap()) {
+                break j;
+            }
+            assert!(t0.elapsed() < DEADLINE, "job {id} hangs on a dead worker: {j}");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    };
     let submit =
         ["jobs", "submit", "-m", model, "-p", counting, "-n", "200", "--temp", "0", "--workers", &addrs];
-    let out = master.ctl_ok(&submit);
-    let id = out.trim().to_string();
-    let t0 = Instant::now();
-    while job(&master, &id)["generated_tokens"].as_u64().unwrap() < 2 {
-        assert!(t0.elapsed() < DEADLINE, "job {id} made no progress: {}", job(&master, &id));
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    let id = master.ctl_ok(&submit).trim().to_string();
+    wait_tokens(&id);
+    let pid = w1.child.id().to_string();
+    assert!(Command::new("kill").args(["-STOP", &pid]).status().unwrap().success());
+    let end = wait_end(&id);
+    assert!(Command::new("kill").args(["-CONT", &pid]).status().unwrap().success());
+    assert_eq!(end["state"], "failed", "{end}");
+    assert_eq!(end["error"]["code"], "worker-failed", "{end}");
+    let msg = end["error"]["message"].as_str().unwrap();
+    assert!(msg.contains(&format!("worker {}", w1.rpc)), "{msg}");
+    assert!(msg.contains(&format!("did not answer within {JOB_IO_TIMEOUT_SECS} s")), "{msg}");
+
+    // A worker killed while a job runs fails the job with an error naming it (no hang).
+    let id = master.ctl_ok(&submit).trim().to_string();
+    wait_tokens(&id);
     let mut w2 = w2;
     w2.child.kill().unwrap();
     w2.child.wait().unwrap();
-    let end = loop {
-        let j = job(&master, &id);
-        if !["queued", "running"].contains(&j["state"].as_str().unwrap()) {
-            break j;
-        }
-        assert!(t0.elapsed() < DEADLINE, "job {id} hangs on a dead worker: {j}");
-        std::thread::sleep(Duration::from_millis(50));
-    };
+    let end = wait_end(&id);
     assert_eq!(end["state"], "failed", "{end}");
     assert_eq!(end["error"]["code"], "worker-failed", "{end}");
     let msg = end["error"]["message"].as_str().unwrap();
     assert!(msg.contains(&format!("worker {}", w2.rpc)), "{msg}");
     let shown = master.ctl(&["jobs", "show", &id]);
     assert_eq!(shown.status.code(), Some(1), "a failed job is a negative answer");
-    assert_eq!(master.metric("llamad_jobs{state=\"failed\"}"), 1.0);
+    assert_eq!(master.metric("llamad_jobs{state=\"failed\"}"), 2.0);
 
-    // No daemon logged any admin token, though each logged requests at TRACE level.
+    // No daemon logged any admin token, though each logged its requests (debug level).
     let tokens = [w1.token(), w2.token(), master.token()];
     for d in [&w1, &w2, &master] {
         let log = d.log_text();

@@ -57,11 +57,23 @@ impl Error {
         s
     }
 
+    /// Whether a worker's I/O timeout (`SplitOptions::io_timeout`) ended the call.
+    pub fn is_timeout(&self) -> bool {
+        self.is_io(std::io::ErrorKind::WouldBlock) || self.is_io(std::io::ErrorKind::TimedOut)
+    }
+
     /// Whether any error in the chain is an I/O error of `kind`.
     pub fn is_io(&self, kind: std::io::ErrorKind) -> bool {
         let mut cur: Option<&(dyn std::error::Error + 'static)> = Some(self);
         while let Some(e) = cur {
-            if e.downcast_ref::<std::io::Error>().is_some_and(|io| io.kind() == kind) {
+            // A transparent `Io` variant hands out its io::Error's source, not the io::Error itself.
+            // (`Context` hands out its boxed source as a `Box<Error>`.)
+            let ours = e.downcast_ref::<Error>().or(e.downcast_ref::<Box<Error>>().map(|b| b.as_ref()));
+            let io = e.downcast_ref::<std::io::Error>().or(match ours {
+                Some(Error::Io(io)) => Some(io),
+                _ => None,
+            });
+            if io.is_some_and(|io| io.kind() == kind) {
                 return true;
             }
             cur = e.source();
@@ -120,5 +132,8 @@ mod tests {
         assert_eq!(chain.matches("connection closed").count(), 1, "{chain}");
         assert!(e.is_io(std::io::ErrorKind::UnexpectedEof));
         assert!(!e.is_io(std::io::ErrorKind::BrokenPipe));
+        assert!(!e.is_timeout());
+        let t = Error::from(std::io::Error::from(std::io::ErrorKind::WouldBlock)).context("GET_TENSOR");
+        assert!(t.is_timeout());
     }
 }

@@ -51,6 +51,21 @@ pub fn open_workers(
     })
 }
 
+/// Applies `timeout` (see [`pipeline::SplitOptions::io_timeout`]) to the sockets of `workers`: a read
+/// or write that waits longer fails with `WouldBlock`/`TimedOut` (see [`Error::is_timeout`]).
+pub(crate) fn set_io_timeout<'w>(
+    workers: impl Iterator<Item = &'w mut remote::Worker>,
+    timeout: Option<std::time::Duration>,
+) -> Result<()> {
+    for w in workers {
+        let sock = w.client.socket();
+        sock.set_read_timeout(timeout)
+            .and_then(|()| sock.set_write_timeout(timeout))
+            .map_err(|e| Error::from(e).context(format!("worker {}: setting the I/O timeout", w.addr)))?;
+    }
+    Ok(())
+}
+
 /// Tokens in, logits of the last token out; positions continue from the previous call.
 pub trait Forward {
     /// Feeds `tokens` and returns the last token's logits (borrowed: no copy per token).

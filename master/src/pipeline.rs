@@ -21,6 +21,10 @@ use super::Forward;
 /// How the model is split.
 #[derive(Clone, Debug, Default)]
 pub struct SplitOptions {
+    /// Longest silence allowed from a worker while an answer is awaited, after HELLO (None: wait as
+    /// long as it takes; a graph may legitimately compute for minutes). With it, a worker whose host
+    /// vanished without closing the connection fails the call instead of blocking it forever.
+    pub io_timeout: Option<std::time::Duration>,
     /// `--tensor-split` weights (empty or all zero = by free memory).
     pub tensor_split: Vec<f64>,
     /// `-ngl` (None = all layers and the output on the workers).
@@ -122,6 +126,7 @@ impl Pipeline {
         let slots = assign_slots(hp.n_layer, opts.n_gpu_layers, &weights);
         let plan = LayerPlan::from_slots(&slots);
         tracing::info!(?plan, "layer split");
+        crate::set_io_timeout(workers.iter_mut(), opts.io_timeout)?;
         if let Some((theirs, ours)) = plan.head_moved() {
             // Same numbers either way (every device computes like the CPU backend); only the memory
             // placement of output_norm/output differs from llama.cpp's.

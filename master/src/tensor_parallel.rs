@@ -108,6 +108,7 @@ impl TensorParallel {
         }
         let n_tok = cfg.n_ubatch.min(cfg.n_ctx);
         let max_params = BuildParams { n_kv: cfg.n_ctx, ..ubatch_params(&hp, &cfg, 0, n_tok, 1) };
+        crate::set_io_timeout(shards.iter_mut().map(|s| &mut s.w), opts.io_timeout)?;
         let mut layouts = Vec::new();
         for s in &shards {
             let lay = layout(s, &max_params)?;

@@ -99,6 +99,8 @@ pub fn run(args: &RunArgs) -> Result<()> {
         Box::new(Session::new(model, cfg)?)
     } else {
         let opts = SplitOptions {
+            // Interactive: a worker that hangs is the user's Ctrl-C to end.
+            io_timeout: None,
             tensor_split: args.tensor_split.clone(),
             n_gpu_layers: args.n_gpu_layers,
             hash_threshold: args.hash_threshold,

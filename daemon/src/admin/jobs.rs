@@ -23,7 +23,8 @@ use compute::tokenizer::Tokenizer;
 use llamad_api::{
     code, ErrorBody, Job, JobCreated, JobEvent, JobState, JobSubmit, JobSummary, JobWorker, SplitMode,
 };
-use llamad_master::pipeline::{LoadEvent, SplitOptions};
+use llamad_master::pipeline::{LoadEvent, Pipeline, SplitOptions};
+use llamad_master::tensor_parallel::TensorParallel;
 use llamad_master::Forward;
 use rand::RngCore;
 use tokio::sync::{broadcast, mpsc};
@@ -80,6 +81,8 @@ struct Inner {
     threads: usize,
     /// Shared secret for workers that ask for authentication (the daemon's `server.secret_file`).
     auth: Option<llamad_proto::auth::AuthKey>,
+    /// Longest silence of a job's worker (`admin.job_io_timeout_secs`).
+    io_timeout: Option<Duration>,
     metrics: Arc<Metrics>,
     table: Mutex<BTreeMap<String, Entry>>,
     stopping: AtomicBool,
@@ -118,6 +121,7 @@ impl Jobs {
         dir: &Path,
         threads: usize,
         auth: Option<llamad_proto::auth::AuthKey>,
+        io_timeout: Option<Duration>,
         metrics: Arc<Metrics>,
     ) -> Result<Jobs> {
         std::fs::create_dir_all(dir).map_err(|e| Error::Config(format!("{}: {e}", dir.display())))?;
@@ -142,6 +146,7 @@ impl Jobs {
             dir: dir.to_path_buf(),
             threads: threads.max(1),
             auth,
+            io_timeout,
             metrics,
             table: Mutex::new(table),
             stopping: AtomicBool::new(false),
@@ -449,7 +454,7 @@ fn run_job(
     }
     let max_new = (n_ctx - prompt.len() as u64).min(u64::from(req.n_predict)) as usize;
     let cfg = SessionConfig { n_ctx, n_threads: inner.threads, ..SessionConfig::default() };
-    let mut fwd: Box<dyn Forward> = if addrs.is_empty() {
+    let mut fwd: Box<dyn Forward + Send> = if addrs.is_empty() {
         Box::new(Session::new(model, cfg).map_err(|e| fail(code::INTERNAL, format!("session: {e}")))?)
     } else {
         open_on_workers(inner, id, req, &model, cfg, addrs)?
@@ -515,7 +520,26 @@ fn run_job(
         });
     }
     let failed = if addrs.is_empty() { code::INTERNAL } else { code::WORKER_FAILED };
-    r.map(|_| ()).map_err(|e| fail(failed, format!("generate: {}", e.chain())))
+    let r = r.map(|_| ()).map_err(|e| fail(failed, format!("generate: {}", worker_error(inner, &e))));
+    if r.is_err() && !addrs.is_empty() {
+        // Freeing a failed worker's buffers may wait for it (up to the I/O timeout per request):
+        // the job ends now and the connections are released in the background.
+        let spawned = std::thread::Builder::new().name("job-release".into()).spawn(move || drop(fwd));
+        if let Err(e) = spawned {
+            warn!(error = %e, "releasing the job's workers in the background");
+        }
+    }
+    r
+}
+
+/// An engine error as one line; a worker that went silent says so.
+fn worker_error(inner: &Inner, e: &llamad_master::Error) -> String {
+    match inner.io_timeout {
+        Some(t) if e.is_timeout() => {
+            format!("{} (the worker did not answer within {} s)", e.chain(), t.as_secs_f64())
+        }
+        _ => e.chain(),
+    }
 }
 
 /// Connects to the workers, splits the model over them and uploads its weights, recording each
@@ -527,15 +551,12 @@ fn open_on_workers(
     model: &Model,
     cfg: SessionConfig,
     addrs: &[String],
-) -> std::result::Result<Box<dyn Forward>, ErrorBody> {
+) -> std::result::Result<Box<dyn Forward + Send>, ErrorBody> {
     let opts = SplitOptions {
         hash_threshold: req.hash_threshold.unwrap_or(DEFAULT_HASH_THRESHOLD),
         auth: inner.auth.clone(),
+        io_timeout: inner.io_timeout,
         ..SplitOptions::default()
-    };
-    let mode = match req.split_mode {
-        SplitMode::Layer => llamad_master::SplitMode::Layer,
-        SplitMode::Row => llamad_master::SplitMode::Row,
     };
     // Upload threads report here; `i` is the worker's index in `addrs`.
     let on_load = |i: usize, ev: LoadEvent<'_>| {
@@ -556,8 +577,14 @@ fn open_on_workers(
             ((), false)
         });
     };
-    let fwd = llamad_master::open_workers(model, cfg, addrs, &opts, mode, &on_load)
-        .map_err(|e| fail(code::WORKER_FAILED, format!("loading the model on the workers: {}", e.chain())))?;
+    // Sendable, so that a failed job's workers can be released on another thread.
+    let opened: llamad_master::Result<Box<dyn Forward + Send>> = match req.split_mode {
+        SplitMode::Layer => Pipeline::new(model, cfg, addrs, &opts, &on_load).map(|p| Box::new(p) as _),
+        SplitMode::Row => TensorParallel::new(model, cfg, addrs, &opts, &on_load).map(|p| Box::new(p) as _),
+    };
+    let fwd = opened.map_err(|e| {
+        fail(code::WORKER_FAILED, format!("loading the model on the workers: {}", worker_error(inner, &e)))
+    })?;
     inner.update(id, |e| {
         // Workers that got no layers keep an empty share.
         for w in e.job.workers.iter_mut().filter(|w| w.holds.is_empty()) {

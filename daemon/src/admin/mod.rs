@@ -38,6 +38,9 @@ use crate::rpc::server::Shared;
 pub const DEFAULT_LISTEN: &str = llamad_api::DEFAULT_ADMIN_ADDR;
 /// Default state directory (systemd `StateDirectory=llamad`).
 pub const DEFAULT_STATE_DIR: &str = "/var/lib/llamad";
+/// Default of [`AdminConfig::job_io_timeout`]: longer than any one graph of a sensible model share
+/// takes, short enough that a vanished worker host does not hold a job for long.
+pub const DEFAULT_JOB_IO_TIMEOUT: Duration = Duration::from_secs(600);
 /// Token file name inside the state directory when no path is configured.
 pub const TOKEN_FILE_NAME: &str = "admin.token";
 
@@ -58,6 +61,8 @@ pub struct AdminConfig {
     pub probe_timeout: Duration,
     /// Compute threads of a job.
     pub job_threads: usize,
+    /// Longest silence of a job's worker while an answer is awaited; `None` waits forever.
+    pub job_io_timeout: Option<Duration>,
 }
 
 impl AdminConfig {
@@ -72,6 +77,7 @@ impl AdminConfig {
             request_timeout: Duration::from_secs(60),
             probe_timeout: Duration::from_secs(3),
             job_threads: 1,
+            job_io_timeout: Some(DEFAULT_JOB_IO_TIMEOUT),
         }
     }
 }
@@ -101,6 +107,9 @@ pub struct RawAdmin {
     pub request_timeout_secs: Option<u64>,
     /// Compute threads of a job. Default 1.
     pub job_threads: Option<usize>,
+    /// Seconds a job's worker may stay silent while an answer is awaited (its host vanished, a
+    /// partition) before the job fails; 0 waits forever. Default 600.
+    pub job_io_timeout_secs: Option<u64>,
 }
 
 impl AdminConfig {
@@ -146,6 +155,11 @@ impl AdminConfig {
             Some(t) => c.job_threads = t,
             None => {}
         }
+        match raw.job_io_timeout_secs {
+            Some(0) => c.job_io_timeout = None,
+            Some(s) => c.job_io_timeout = Some(Duration::from_secs(s)),
+            None => {}
+        }
         Ok(Some(c))
     }
 }
@@ -188,6 +202,7 @@ impl AdminState {
             &cfg.state_dir.join("jobs"),
             cfg.job_threads,
             rpc.cfg.auth.clone(),
+            cfg.job_io_timeout,
             metrics.clone(),
         )?;
         info!(
