@@ -228,6 +228,15 @@ pub enum JobsVerb {
         /// Workers by address or by label of the daemon's registry (none: the daemon runs it itself).
         #[arg(long, value_delimiter = ',')]
         workers: Vec<String>,
+        /// Context size [default: prompt + n-predict].
+        #[arg(short = 'c', long = "ctx-size")]
+        ctx_size: Option<u32>,
+        /// How the model is split across the workers.
+        #[arg(long = "split-mode", value_enum, default_value_t = crate::master::SplitMode::Layer)]
+        split_mode: crate::master::SplitMode,
+        /// Weights larger than this many bytes go through the workers' tensor caches [default: 1 MiB].
+        #[arg(long = "hash-threshold", value_name = "BYTES")]
+        hash_threshold: Option<u64>,
     },
 }
 

@@ -178,13 +178,33 @@ fn jobs_and_auth() {
     let model = dir.path().join("tiny.gguf");
     support::write_tiny_model(&model, 1);
     let d = Daemon::start(&dir.path().join("state"), None);
-    let id =
-        d.ok(&["jobs", "submit", "-m", model.to_str().unwrap(), "-p", "hello", "-n", "8", "--temp", "0"]);
+    let m = model.to_str().unwrap();
+    let id = d.ok(&[
+        "jobs",
+        "submit",
+        "-m",
+        m,
+        "-p",
+        "hello",
+        "-n",
+        "8",
+        "--temp",
+        "0",
+        "-c",
+        "64",
+        "--hash-threshold",
+        "9",
+    ]);
     let id = id.trim();
     // Follow until the end; the streamed text is the job's output.
     let followed = d.ok(&["jobs", "logs", "-f", id]);
     let job = d.json(&["jobs", "show", id]);
     assert_eq!(job["state"], "done");
+    assert_eq!(
+        (job["request"]["n_ctx"].as_u64(), job["request"]["hash_threshold"].as_u64()),
+        (Some(64), Some(9))
+    );
+    assert_eq!(job["request"]["split_mode"], "layer");
     assert_eq!(followed, format!("{}\n", job["output"].as_str().unwrap()));
     assert!(job["generated_tokens"].as_u64().unwrap() >= 1);
     let logs = d.ok(&["jobs", "logs", id]);

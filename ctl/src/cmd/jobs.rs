@@ -149,16 +149,29 @@ pub fn run(c: &Client, verb: &JobsVerb, mode: OutputMode, out: &mut dyn Write) -
             let end = follow(c, id, json, out)?;
             Ok(end.map(|j| outcome(j.state)).unwrap_or(Outcome::Negative))
         }
-        JobsVerb::Submit { model, prompt, n_predict, temp, seed, workers } => {
+        JobsVerb::Submit {
+            model,
+            prompt,
+            n_predict,
+            temp,
+            seed,
+            workers,
+            ctx_size,
+            split_mode,
+            hash_threshold,
+        } => {
             let req = JobSubmit {
                 model: model.clone(),
                 prompt: prompt.clone(),
                 n_predict: *n_predict,
-                n_ctx: None,
+                n_ctx: *ctx_size,
                 sampling: Sampling { temp: *temp, seed: *seed, ..Sampling::default() },
                 workers: workers.clone(),
-                split_mode: Default::default(),
-                hash_threshold: None,
+                split_mode: match split_mode {
+                    crate::master::SplitMode::Layer => llamad_api::SplitMode::Layer,
+                    crate::master::SplitMode::Row => llamad_api::SplitMode::Row,
+                },
+                hash_threshold: *hash_threshold,
             };
             let r: JobCreated = c.post("/v1/jobs", &req)?;
             if json {
