@@ -82,13 +82,13 @@ pub struct RunArgs {
     #[arg(long = "token-file", env = "LLAMACTL_TOKEN_FILE", value_name = "FILE")]
     pub token_file: Option<PathBuf>,
     /// Threads for the local computation [default: available cores].
-    #[arg(short = 't', long)]
+    #[arg(short = 't', long, conflicts_with = "server")]
     pub threads: Option<usize>,
     /// Context size (KV-cache cells).
     #[arg(short = 'c', long = "ctx-size", default_value_t = 4096)]
     pub ctx_size: u64,
     /// Largest micro-batch of prompt tokens per forward pass.
-    #[arg(long = "ubatch-size", default_value_t = 512)]
+    #[arg(long = "ubatch-size", default_value_t = 512, conflicts_with = "server")]
     pub ubatch_size: u64,
     /// Temperature (≤ 0 = greedy) [default: model's, else 0.8].
     #[arg(long)]
@@ -119,7 +119,7 @@ pub struct RunArgs {
     #[arg(long, conflicts_with = "server")]
     pub chat: bool,
     /// Flash attention.
-    #[arg(long = "flash-attn", value_enum, default_value_t = FlashAttn::Auto)]
+    #[arg(long = "flash-attn", value_enum, default_value_t = FlashAttn::Auto, conflicts_with = "server")]
     pub flash_attn: FlashAttn,
     /// How the model is split across the workers: `layer` (whole layers, run in turn) or `row`
     /// (every layer split across the workers, run together).
@@ -245,6 +245,35 @@ mod tests {
         assert_eq!(a.flash_attn, FlashAttn::Auto);
         let bad = ["llamactl", "run", "-m", "x.gguf"];
         assert!(Cli::try_parse_from(bad).is_err(), "a prompt or a file is required");
+    }
+
+    #[test]
+    fn run_on_a_server_refuses_in_process_only_options() {
+        let base = ["llamactl", "run", "--server", "http://h:1", "-m", "x.gguf", "-p", "hi"];
+        let parse = |extra: &[&str]| Cli::try_parse_from(base.iter().chain(extra).copied());
+        let Command::Run(a) = parse(&["--worker-label", "rack-a", "-c", "64"]).unwrap().command else {
+            panic!("expected run")
+        };
+        assert_eq!(
+            (a.server.as_deref(), a.worker_labels, a.ctx_size),
+            (Some("http://h:1"), vec!["rack-a".into()], 64)
+        );
+        for extra in
+            [&["-t", "2"][..], &["--ubatch-size", "8"], &["--flash-attn", "off"], &["--chat"], &["-ngl", "3"]]
+        {
+            let e = parse(
+                &normalize_args(extra.iter().map(OsString::from))
+                    .iter()
+                    .map(|s| s.to_str().unwrap())
+                    .collect::<Vec<_>>(),
+            )
+            .unwrap_err();
+            assert_eq!(e.kind(), clap::error::ErrorKind::ArgumentConflict, "{extra:?}");
+            assert_eq!(e.exit_code(), 2);
+        }
+        let lone =
+            Cli::try_parse_from(["llamactl", "run", "-m", "x.gguf", "-p", "hi", "--worker-label", "a"]);
+        assert!(lone.is_err(), "--worker-label needs --server");
     }
 
     fn bench(argv: &[&str]) -> Result<BenchArgs, clap::Error> {
