@@ -1,13 +1,15 @@
 #!/usr/bin/env bash
-# Install test of the llamad and llamactl packages in a Debian bookworm minbase chroot
-# (glibc 2.36, the oldest target; Ubuntu 24.04 has 2.39).
+# Install test of the llamad and llamactl packages in a Debian minbase chroot: bookworm
+# (glibc 2.36, systemd 252: older than every target) or trixie (glibc 2.41, systemd 257: newer
+# than Ubuntu 24.04's 2.39 and 255), so the two runs bracket Ubuntu 24.04, whose own archive is
+# not reachable from this build machine.
 #
 # Usage: packaging/install-test.sh [amd64|arm64]       (default: amd64; run as root)
 #
 # Steps: bootstrap (cached as a tarball in ~/.cache/llamad-packaging), record the file list,
 # `apt-get install` both .debs, check the installed files and the admin token,
 # `llamad check-config`, start `llamad serve` in the chroot (it shares the host's network),
-# check that it answers: `llamactl status`, or a raw RPC HELLO when llamactl has no `status`,
+# check that it answers: `llamactl status` through the admin API and a raw RPC HELLO,
 # stop it with SIGTERM, create the directories systemd would create for DynamicUser=yes,
 # `apt-get purge` both packages and compare the file list with the one before installation.
 # For arm64 the qemu-aarch64 binfmt handler is registered for the test and removed afterwards
@@ -16,7 +18,8 @@
 # Environment:
 #   DEB_DIR  where the .debs are (default: ${CARGO_TARGET_DIR:-target}/debian)
 #   MIRROR   Debian mirror (default: http://deb.debian.org/debian)
-#   PORT     RPC port for the test server (default: 50152)
+#   PORT     RPC port for the test server (default: 50152; the admin API gets PORT+1)
+#   SUITE    Debian suite of the chroot: bookworm (default) or trixie
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
@@ -24,8 +27,10 @@ ARCH=${1:-amd64}
 DEB_DIR=${DEB_DIR:-${CARGO_TARGET_DIR:-$ROOT/target}/debian}
 MIRROR=${MIRROR:-http://deb.debian.org/debian}
 PORT=${PORT:-50152}
+ADMIN_PORT=$((PORT + 1))
+SUITE=${SUITE:-bookworm}
 CACHE=${XDG_CACHE_HOME:-$HOME/.cache}/llamad-packaging
-TARBALL=$CACHE/bookworm-minbase-$ARCH.tar.gz
+TARBALL=$CACHE/$SUITE-minbase-$ARCH.tar.gz
 
 case $ARCH in
     amd64 | arm64) ;;
@@ -110,9 +115,9 @@ mkdir -p "$CH" "$CACHE"
 if [[ -s $TARBALL ]]; then
     log "unpacking cached $TARBALL"
 else
-    log "debootstrap --arch=$ARCH --variant=minbase bookworm ($MIRROR)"
+    log "debootstrap --arch=$ARCH --variant=minbase $SUITE ($MIRROR)"
     started=$SECONDS
-    debootstrap --arch="$ARCH" --variant=minbase bookworm "$TMP/boot" "$MIRROR" >"$TMP/debootstrap.log" 2>&1 ||
+    debootstrap --arch="$ARCH" --variant=minbase "$SUITE" "$TMP/boot" "$MIRROR" >"$TMP/debootstrap.log" 2>&1 ||
         { tail -20 "$TMP/debootstrap.log"; fail "debootstrap"; }
     chroot "$TMP/boot" apt-get clean
     tar -C "$TMP/boot" -czf "$TARBALL.part" . && mv "$TARBALL.part" "$TARBALL"
@@ -182,9 +187,9 @@ else
     SOFT_FAILED+=("documented configuration keys rejected by llamad check-config")
 fi
 
-log "llamad serve --port $PORT (foreground process in the chroot)"
+log "llamad serve --port $PORT --admin-listen 127.0.0.1:$ADMIN_PORT (foreground process in the chroot)"
 # chroot and env exec: $! is llamad's own PID (a shell function here would put a subshell between).
-chroot "$CH" "${CHROOT_ENV[@]}" /usr/bin/llamad serve --port "$PORT" >"$TMP/server.log" 2>&1 &
+chroot "$CH" "${CHROOT_ENV[@]}" /usr/bin/llamad serve --port "$PORT" --admin-listen "127.0.0.1:$ADMIN_PORT" >"$TMP/server.log" 2>&1 &
 SERVER_PID=$!
 probe() {
     python3 - "$PORT" <<'EOF'
@@ -220,12 +225,20 @@ for _ in $(seq 1 100); do
     sleep 0.2
 done
 [[ $answered -eq 1 ]] || fail "nothing listens on port $PORT after 20 s"
-if in_chroot /usr/bin/llamactl status --help 2>&1 | grep -qi '^usage:'; then
-    in_chroot /usr/bin/llamactl status || fail "llamactl status exited $?"
-    echo "llamactl status: exit 0"
-else
-    echo "llamactl has no \`status\` command yet: probing the RPC port with a raw HELLO"
-fi
+# llamactl reads the token the package created (/etc/llamad/admin.token, which llamad serve,
+# run as root here, reads too) and asks the admin API for the daemon's status.
+status_ok=0
+for _ in $(seq 1 50); do
+    if in_chroot /usr/bin/llamactl --server "http://127.0.0.1:$ADMIN_PORT" status >"$TMP/status.out" 2>&1; then
+        status_ok=1
+        break
+    fi
+    sleep 0.2
+done
+sed 's/^/  llamactl: /' "$TMP/status.out"
+[[ $status_ok -eq 1 ]] || fail "llamactl status against the admin API on port $ADMIN_PORT"
+grep -qE 'protocol +7\.0\.0' "$TMP/status.out" || fail "llamactl status did not report protocol 7.0.0"
+echo "llamactl status: exit 0"
 probe || fail "HELLO probe"
 kill -TERM "$SERVER_PID"
 # TimeoutStopSec=30s in the unit: the daemon must be gone by then.
@@ -263,7 +276,7 @@ if ! diff -u "$TMP/before" "$TMP/after" >"$TMP/diff"; then
 fi
 echo "file lists before installation and after purge are identical ($(wc -l <"$TMP/before") entries)"
 if [[ ${#SOFT_FAILED[@]} -gt 0 ]]; then
-    printf 'install-test (%s): FAILED: %s\n' "$ARCH" "${SOFT_FAILED[@]}"
+    printf 'install-test (%s, %s): FAILED: %s\n' "$ARCH" "$SUITE" "${SOFT_FAILED[@]}"
     exit 1
 fi
-echo "install-test ($ARCH): PASSED"
+echo "install-test ($ARCH, $SUITE): PASSED"

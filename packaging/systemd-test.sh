@@ -1,21 +1,23 @@
 #!/usr/bin/env bash
-# Runs the llamad package under a real systemd: boots a Debian bookworm container
+# Runs the llamad package under a real systemd: boots a Debian container (bookworm, or trixie with SUITE=trixie)
 # (systemd-nspawn, host network) with the .deb installed and the unit enabled, then checks
 # readiness (Type=notify), the RPC port, DynamicUser, the admin token credential, reload,
-# the watchdog, the online `systemd-analyze security` figure and a clean stop.
+# the watchdog, journald's structured fields, the online `systemd-analyze security` figure and a
+# clean stop.
 #
 # Usage: packaging/systemd-test.sh           (amd64 only; run as root; needs no systemd on the host)
 # Environment: DEB_DIR (default ${CARGO_TARGET_DIR:-target}/debian), PORT (default 50153),
-#   MIRROR (default http://deb.debian.org/debian). The container image is cached in
-#   ~/.cache/llamad-packaging/bookworm-systemd-amd64.tar.gz (made from install-test.sh's one).
+#   MIRROR (default http://deb.debian.org/debian), SUITE (default bookworm). The container image is
+#   cached in ~/.cache/llamad-packaging/$SUITE-systemd-amd64.tar.gz (made from install-test.sh's one).
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 DEB_DIR=${DEB_DIR:-${CARGO_TARGET_DIR:-$ROOT/target}/debian}
 PORT=${PORT:-50153}
+SUITE=${SUITE:-bookworm}
 CACHE=${XDG_CACHE_HOME:-$HOME/.cache}/llamad-packaging
-BASE=$CACHE/bookworm-minbase-amd64.tar.gz
-IMAGE=$CACHE/bookworm-systemd-amd64.tar.gz
+BASE=$CACHE/$SUITE-minbase-amd64.tar.gz
+IMAGE=$CACHE/$SUITE-systemd-amd64.tar.gz
 
 log() { printf '\n== %s\n' "$*"; }
 FAILED=()
@@ -34,7 +36,7 @@ deb=$(ls "$DEB_DIR"/llamad_*_amd64.deb 2>/dev/null | tail -1)
 [[ -n $deb ]] || { echo "no llamad amd64 .deb in $DEB_DIR (run packaging/build.sh amd64)" >&2; exit 1; }
 command -v systemd-nspawn >/dev/null || apt-get install -y --no-install-recommends systemd-container
 if [[ ! -s $IMAGE ]]; then
-    [[ -s $BASE ]] || "$ROOT/packaging/install-test.sh" amd64 || true
+    [[ -s $BASE ]] || SUITE=$SUITE "$ROOT/packaging/install-test.sh" amd64 || true
     [[ -s $BASE ]] || { echo "no $BASE" >&2; exit 1; }
 fi
 
@@ -57,7 +59,7 @@ mkdir -p "$CH"
 if [[ -s $IMAGE ]]; then
     tar -C "$CH" -xzf "$IMAGE"
 else
-    log "building the container image (bookworm minbase + systemd)"
+    log "building the container image ($SUITE minbase + systemd)"
     tar -C "$CH" -xzf "$BASE"
     mount -t proc proc "$CH/proc"
     mount --bind /dev "$CH/dev"
@@ -122,6 +124,21 @@ check "active after READY=1 (Type=notify)" test "$(prop ActiveState)/$(prop SubS
 pid=$(prop MainPID)
 echo "MainPID $pid, uid $(in_ct stat -c %u "/proc/$pid"), status: $(prop StatusText)"
 check "RPC HELLO on port $PORT" hello
+# Under systemd (JOURNAL_STREAM set) llamad logs through tracing-journald: the HELLO connection's
+# "connection closed" entry carries its fields as journal fields (tracing-journald prefixes
+# event fields with F_), not only as text in MESSAGE.
+journal_fields() {
+    local entry
+    for _ in $(seq 1 20); do
+        entry=$(in_ct journalctl -u llamad.service -o json --no-pager | grep '"MESSAGE":"connection closed"' | tail -1)
+        [[ -n $entry ]] && break
+        sleep 0.2
+    done
+    echo "journal entry: ${entry:0:400}"
+    grep -qE '"F_PEER":"127\.0\.0\.1:[0-9]+"' <<<"$entry" && grep -qE '"F_BYTES_IN":"[0-9]+"' <<<"$entry" &&
+        grep -qE '"F_COMMANDS":' <<<"$entry"
+}
+check "journald entry with structured fields (F_PEER, F_BYTES_IN, F_COMMANDS)" journal_fields
 check "dynamic user (not root)" test "$(in_ct stat -c %U "/proc/$pid")" != root
 check "cache directory /var/cache/private/llamad" in_ct test -d /var/cache/private/llamad
 check "state directory /var/lib/private/llamad" in_ct test -d /var/lib/private/llamad

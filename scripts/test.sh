@@ -24,6 +24,11 @@ echo "== cargo test"
 LLAMAD_BIN="${LLAMAD_BIN:-${CARGO_TARGET_DIR:-$root/target}/release/llamad}" \
     cargo test --workspace --release --no-fail-fast
 
+echo "== systemd unit (systemd-analyze verify and security exposure)"
+# Prints the exposure figure of systemd/llamad.service (limit 2.0) and fails on any verify finding;
+# the man page comes from the release llamad (`llamad man`).
+packaging/check-unit.sh "${LLAMAD_BIN:-${CARGO_TARGET_DIR:-$root/target}/release/llamad}"
+
 if [ "${LLAMAD_ARM64:-1}" != 0 ] && [ "$(uname -m)" = x86_64 ]; then
     # The compute kernels (NEON with and without dotprod) cross-built for aarch64 and run under qemu
     # (scripts/test-arm64.sh installs Debian's cross toolchain on first use). LLAMAD_ARM64=0 skips.
