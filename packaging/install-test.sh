@@ -161,7 +161,9 @@ log "installed files"
 for f in /usr/bin/llamad /usr/bin/llamactl /etc/llamad/llamad.toml /etc/default/llamad \
     /usr/lib/systemd/system/llamad.service /usr/share/man/man8/llamad.8.gz \
     /usr/share/man/man1/llamactl.1.gz /usr/share/bash-completion/completions/llamactl \
-    /usr/share/zsh/vendor-completions/_llamactl /usr/share/fish/vendor_completions.d/llamactl.fish; do
+    /usr/share/zsh/vendor-completions/_llamactl /usr/share/fish/vendor_completions.d/llamactl.fish \
+    /usr/share/bash-completion/completions/llamad /usr/share/zsh/vendor-completions/_llamad \
+    /usr/share/fish/vendor_completions.d/llamad.fish; do
     [[ -e $CH$f ]] || fail "$f is not installed"
     echo "ok $f"
 done
