@@ -205,6 +205,8 @@ fn a_run_over_tls_gives_the_plain_runs_tokens() {
     // Without --tls-ca the TLS-only worker refuses the master, and says why.
     let refused = llamactl_run(&tls.addr, "4", &[]).output().unwrap();
     assert!(!refused.status.success());
+    let stderr = String::from_utf8_lossy(&refused.stderr);
+    assert!(stderr.contains(&tls.addr) && stderr.contains("may require TLS"), "{stderr}");
     let log = std::fs::read_to_string(path("tls.log")).unwrap();
     assert!(log.contains("TLS is required"), "{log}");
 }

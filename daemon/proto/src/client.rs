@@ -124,7 +124,25 @@ impl RpcClient {
     /// [`RpcClient::hello_auth`] over any transport.
     pub fn hello_over(mut stream: Transport, key: Option<&AuthKey>) -> Result<RpcClient> {
         stream.write_all(&Command::Hello([0; CONN_CAPS_SIZE]).encode_frame())?;
-        let rsp = read_response(&mut stream, Cmd::Hello, 28)?;
+        let rsp = match read_response(&mut stream, Cmd::Hello, 28) {
+            Err(Error::Io(e))
+                if !stream.is_tls()
+                    && matches!(
+                        e.kind(),
+                        std::io::ErrorKind::UnexpectedEof | std::io::ErrorKind::ConnectionReset
+                    ) =>
+            {
+                // llamad closes a plain peer at once when it requires TLS or does not admit the address.
+                return Err(Error::Io(std::io::Error::new(
+                    e.kind(),
+                    format!(
+                        "the server closed the connection instead of answering HELLO ({e}): it may require \
+                         TLS (connect with a CA: llamactl --tls-ca) or not admit this address (llamad --allow)"
+                    ),
+                )));
+            }
+            r => r?,
+        };
         let server = HelloRsp::decode(&rsp)?;
         if !server.is_compatible() {
             return Err(Error::Version { major: server.major, minor: server.minor, patch: server.patch });

@@ -152,7 +152,8 @@ fn plain_peers_are_refused_when_tls_is_required() {
     assert_closed(&mut raw);
     let reason = next_refusal(&s);
     assert!(reason.contains("TLS is required") && reason.contains("tls.require = false"), "{reason}");
-    assert!(RpcClient::connect(s.addr).is_err());
+    let e = RpcClient::connect(s.addr).err().expect("a plain client was served").to_string();
+    assert!(e.contains("may require TLS"), "{e}");
     assert_memory_back(&s, baseline);
     assert_eq!(good.device_count().unwrap(), 1);
 }
