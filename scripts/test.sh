@@ -29,6 +29,14 @@ echo "== systemd unit (systemd-analyze verify and security exposure)"
 # the man page comes from the release llamad (`llamad man`).
 packaging/check-unit.sh "${LLAMAD_BIN:-${CARGO_TARGET_DIR:-$root/target}/release/llamad}"
 
+# The soak test (daemon/tests/rpc/soak.rs): 32 clients against the llamad binary for
+# LLAMAD_SOAK_SECS seconds (a 3 s smoke run happens in the step above); prints per-command latency
+# percentiles, the memory after disconnect and the daemon's RSS into this log. `--workspace` keeps
+# the feature set of the step above, so nothing is rebuilt (`-p llamad` would rebuild in release).
+echo "== soak (32 clients, ${LLAMAD_SOAK_SECS:-15} s)"
+LLAMAD_SOAK_SECS=${LLAMAD_SOAK_SECS:-15} \
+    cargo test --workspace --release --test rpc -- --exact soak::soak_32_clients --nocapture
+
 if [ "${LLAMAD_ARM64:-1}" != 0 ] && [ "$(uname -m)" = x86_64 ]; then
     # The compute kernels (NEON with and without dotprod) cross-built for aarch64 and run under qemu
     # (scripts/test-arm64.sh installs Debian's cross toolchain on first use). LLAMAD_ARM64=0 skips.

@@ -135,6 +135,10 @@ pub struct RunArgs {
     /// workers that do not ask (llama.cpp's rpc-server, llamad without a secret) are used as they are.
     #[arg(long = "secret-file", env = "LLAMACTL_SECRET_FILE", value_name = "FILE")]
     pub secret_file: Option<PathBuf>,
+    /// Speak TLS to the workers, trusting the CA certificate(s) in this PEM file (workers started
+    /// with `--tls-cert`/`--tls-key`); the certificate must name the address given in `--workers`.
+    #[arg(long = "tls-ca", env = "LLAMACTL_TLS_CA", value_name = "FILE")]
+    pub tls_ca: Option<PathBuf>,
 }
 
 /// Output format of `llamactl bench`.

@@ -119,6 +119,20 @@ pub struct RawCache {
     pub verify_on_read: Option<bool>,
 }
 
+/// `[tls]`: TLS on the RPC port, for llamactl masters (llama.cpp masters speak plain TCP only).
+#[derive(Clone, Debug, Default, Deserialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct RawTls {
+    /// PEM certificate chain (the server's certificate first). Setting it (with `key`) turns TLS on.
+    /// Default: none (no TLS).
+    pub cert: Option<PathBuf>,
+    /// PEM private key of the certificate.
+    pub key: Option<PathBuf>,
+    /// Refuse peers that do not speak TLS; `false` serves plain (llama.cpp) peers on the same port
+    /// too. Default true (when TLS is on).
+    pub require: Option<bool>,
+}
+
 /// The configuration file, every field optional.
 #[derive(Clone, Debug, Default, Deserialize, PartialEq, Eq)]
 #[serde(deny_unknown_fields)]
@@ -135,6 +149,9 @@ pub struct RawConfig {
     /// `[admin]`: the admin REST API.
     #[serde(default)]
     pub admin: crate::admin::RawAdmin,
+    /// `[tls]`.
+    #[serde(default)]
+    pub tls: RawTls,
 }
 
 /// Command-line values; each one set overrides the file and the environment.
@@ -164,6 +181,12 @@ pub struct Overrides {
     pub allow: Option<String>,
     /// `--secret-file`.
     pub secret_file: Option<PathBuf>,
+    /// `--tls-cert`.
+    pub tls_cert: Option<PathBuf>,
+    /// `--tls-key`.
+    pub tls_key: Option<PathBuf>,
+    /// `--tls-optional` (serve plain peers too).
+    pub tls_optional: bool,
 }
 
 /// The validated configuration.
@@ -193,6 +216,8 @@ pub struct Config {
     pub allow: crate::rpc::access::AllowList,
     /// The key peers must prove they know (`server.secret_file`); `None` = no authentication.
     pub auth: Option<llamad_proto::auth::AuthKey>,
+    /// TLS on the RPC port (`[tls]`); `None` = plain TCP only.
+    pub tls: Option<crate::rpc::tls::TlsSettings>,
     /// Silence allowed between commands; `None` = no limit.
     pub idle_timeout: Option<std::time::Duration>,
     /// Silence allowed inside a frame or while a response is unread; `None` = no limit.
@@ -227,6 +252,7 @@ impl Default for Config {
             allow: crate::rpc::access::AllowList::loopback(),
             idle_timeout: None,
             auth: None,
+            tls: None,
             frame_timeout: Some(std::time::Duration::from_secs(60)),
             max_graph_nodes: 1 << 18,
             max_graph_tensors: 1 << 18,
@@ -334,8 +360,27 @@ impl Config {
             Some(p) => Some(load_secret(p)?),
             None => None,
         };
+        let t = raw.tls;
+        let tls =
+            match (flags.tls_cert.as_ref().or(t.cert.as_ref()), flags.tls_key.as_ref().or(t.key.as_ref())) {
+                (Some(cert), Some(key)) => {
+                    let require = !flags.tls_optional && t.require.unwrap_or(true);
+                    Some(crate::rpc::tls::TlsSettings::load(cert, key, require)?)
+                }
+                (None, None) if t.require == Some(true) => {
+                    return Err(Error::Config("tls.require: needs tls.cert and tls.key".into()))
+                }
+                (None, None) => None,
+                (Some(_), None) => {
+                    return Err(Error::Config("tls.cert is set but tls.key is not (--tls-key)".into()))
+                }
+                (None, Some(_)) => {
+                    return Err(Error::Config("tls.key is set but tls.cert is not (--tls-cert)".into()))
+                }
+            };
         Ok(Config {
             auth,
+            tls,
             hello_timeout,
             allow,
             idle_timeout: secs(l.idle_timeout_secs, d.idle_timeout),

@@ -70,6 +70,11 @@ pub async fn serve(
         threads = shared.cfg.threads,
         devices = %shared.cfg.devices.join(","),
         cache = shared.cfg.cache,
+        tls = match &shared.cfg.tls {
+            None => "off",
+            Some(t) if t.require => "required",
+            Some(_) => "optional",
+        },
         max_size = shared.max_size,
         "llamad serving RPC protocol 7.0.0"
     );

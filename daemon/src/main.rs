@@ -45,6 +45,17 @@ struct Cli {
     /// masters cannot, so leave it unset for them) [default: no authentication].
     #[arg(long, global = true, value_name = "FILE")]
     secret_file: Option<PathBuf>,
+    /// TLS certificate chain (PEM) for the RPC port; with --tls-key turns TLS on (llamactl
+    /// `--tls-ca`; llama.cpp masters speak plain TCP only, see --tls-optional) [default: no TLS].
+    #[arg(long, global = true, value_name = "FILE", requires = "tls_key")]
+    tls_cert: Option<PathBuf>,
+    /// TLS private key (PEM) of --tls-cert.
+    #[arg(long, global = true, value_name = "FILE", requires = "tls_cert")]
+    tls_key: Option<PathBuf>,
+    /// With TLS on, also serve peers that speak plain TCP on the same port (llama.cpp masters)
+    /// [default: TLS required].
+    #[arg(long, global = true)]
+    tls_optional: bool,
     /// Cache root [default: $LLAMA_CACHE/rpc, else ~/.cache/llama.cpp/rpc].
     #[arg(long, global = true, value_name = "DIR")]
     cache_dir: Option<PathBuf>,
@@ -107,6 +118,9 @@ fn real_main(cli: Cli) -> anyhow::Result<()> {
         admin_token_file: cli.admin_token_file,
         allow: cli.allow,
         secret_file: cli.secret_file,
+        tls_cert: cli.tls_cert,
+        tls_key: cli.tls_key,
+        tls_optional: cli.tls_optional,
     };
     match cli.command {
         Some(Sub::Completions { shell }) => {
@@ -142,8 +156,8 @@ fn real_main(cli: Cli) -> anyhow::Result<()> {
             .collect();
         let addr = *addrs.first().with_context(|| format!("{} resolves to no address", cfg.host))?;
         let listener = tokio::net::TcpListener::bind(addr).await.with_context(|| format!("binding {addr}"))?;
-        if !addr.ip().is_loopback() {
-            tracing::warn!(%addr, "listening beyond loopback: the RPC protocol has no authentication or encryption");
+        if !addr.ip().is_loopback() && cfg.tls.is_none() {
+            tracing::warn!(%addr, "listening beyond loopback: the RPC protocol has no encryption unless TLS is on (--tls-cert, --tls-key)");
         }
         let cache = if cfg.cache { Some(open_cache(&cfg)?) } else { None };
         let _watcher = match &cache {

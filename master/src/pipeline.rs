@@ -33,6 +33,8 @@ pub struct SplitOptions {
     pub hash_threshold: u64,
     /// Shared secret for workers that ask for authentication (`--secret-file`).
     pub auth: Option<llamad_proto::auth::AuthKey>,
+    /// TLS to the workers, trusting this CA (`--tls-ca`); `None`: plain TCP.
+    pub tls: Option<llamad_proto::TlsClient>,
 }
 
 /// Called while loading: `(worker index, event)`.
@@ -111,7 +113,7 @@ impl Pipeline {
         let src = model.src.clone();
         let mut workers = Vec::new();
         for a in addrs {
-            workers.push(Worker::connect_auth(a, opts.auth.as_ref())?);
+            workers.push(Worker::connect_auth(a, opts.auth.as_ref(), opts.tls.as_ref())?);
         }
         let weights: Vec<f64> = if opts.tensor_split.iter().any(|&w| w > 0.0) {
             if opts.tensor_split.len() > workers.len() {

@@ -133,11 +133,16 @@ pub struct Worker {
 impl Worker {
     /// Connects, checks the protocol version and probes device 0.
     pub fn connect(addr: &str) -> Result<Worker> {
-        Worker::connect_auth(addr, None)
+        Worker::connect_auth(addr, None, None)
     }
 
-    /// As [`Worker::connect`], authenticating with `key` when the worker asks for it.
-    pub fn connect_auth(addr: &str, key: Option<&llamad_proto::auth::AuthKey>) -> Result<Worker> {
+    /// As [`Worker::connect`], over TLS when `tls` is given, authenticating with `key` when the
+    /// worker asks for it.
+    pub fn connect_auth(
+        addr: &str,
+        key: Option<&llamad_proto::auth::AuthKey>,
+        tls: Option<&llamad_proto::TlsClient>,
+    ) -> Result<Worker> {
         let socks: Vec<_> = addr
             .to_socket_addrs()
             .with_context(|| format!("worker {addr}: cannot resolve the address (expected HOST:PORT)"))?
@@ -169,7 +174,8 @@ impl Worker {
         stream.set_nodelay(true).ok();
         // HELLO must be answered quickly; compute may take long, so the timeout is lifted after.
         stream.set_read_timeout(Some(CONNECT_TIMEOUT)).ok();
-        let mut client = RpcClient::hello_auth(stream, key).map_err(|e| match e {
+        let mut client = RpcClient::handshake(stream, addr, tls, key).map_err(|e| match e {
+            llamad_proto::Error::Tls(why) => err!("worker {addr}: TLS: {why}"),
             llamad_proto::Error::Auth(why) => err!(
                 "worker {addr}: {why} (llamactl run --secret-file FILE, the worker's server.secret_file)"
             ),

@@ -100,7 +100,7 @@ impl TensorParallel {
             plan_shards(&hp, src.as_ref(), &weights).context("splitting the layers across the workers")?;
         let mut shards = Vec::new();
         for (a, spec) in addrs.iter().zip(specs) {
-            let w = Worker::connect_auth(a, opts.auth.as_ref())?;
+            let w = Worker::connect_auth(a, opts.auth.as_ref(), opts.tls.as_ref())?;
             let shp = shard_hparams(&hp, &spec);
             let ssrc = Arc::new(ShardSource::new(src.clone(), &hp, &spec)?);
             tracing::info!(addr = %a, ?spec, "row split shard");

@@ -374,6 +374,7 @@ pub fn run(args: &BenchArgs) -> Result<()> {
                 n_gpu_layers: args.n_gpu_layers,
                 hash_threshold: args.hash_threshold,
                 auth: None,
+                tls: None,
             };
             Box::new(Pipeline::new(&model, cfg.clone(), &workers, &opts, &|_, _| {})?)
         };

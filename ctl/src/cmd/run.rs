@@ -118,6 +118,12 @@ pub fn run(args: &RunArgs) -> Result<()> {
                 }
                 None => None,
             },
+            tls: match &args.tls_ca {
+                Some(p) => Some(
+                    llamad_proto::TlsClient::from_ca_file(p).map_err(|e| anyhow::anyhow!("--tls-ca: {e}"))?,
+                ),
+                None => None,
+            },
         };
         let show_bars = !args.no_progress && std::io::stderr().is_terminal();
         let progress = LoadProgress::new(show_bars);

@@ -1,9 +1,13 @@
-//! A blocking RPC client over `std::net::TcpStream`: HELLO with the version check, then every command.
+//! A blocking RPC client over `std::net::TcpStream`, plain or inside TLS ([`crate::tls`]): HELLO with
+//! the version check, the optional shared-secret exchange ([`crate::auth`]), then every command.
 //!
 //! Used by tests and by the Rust master. ref: ggml-rpc-protocol.md §3, §5, §6.
+//! [`RpcClient::connect_to`] is the one call a master needs: connect (every resolved address in
+//! turn), TLS when configured, HELLO, authentication when asked.
 
 use std::io::{Read, Write};
 use std::net::{TcpStream, ToSocketAddrs};
+use std::time::Duration;
 
 use crate::auth::{self, AuthKey};
 use crate::cmd::{Cmd, CONN_CAPS_SIZE, REQUEST_HEADER_SIZE};
@@ -15,11 +19,25 @@ use crate::msg::{
     MemsetTensorReq, SetTensorHashReq, SetTensorHeader,
 };
 use crate::tensor::{RpcTensor, MAX_SRC};
+use crate::tls::{TlsClient, Transport};
 
 /// One connection to an RPC server.
 pub struct RpcClient {
-    stream: TcpStream,
+    stream: Transport,
     server: HelloRsp,
+}
+
+/// How to reach a server: TLS and shared secret, both optional, and a timeout for connecting and
+/// for the handshake.
+#[derive(Clone, Debug, Default)]
+pub struct ConnectOptions {
+    /// Speak TLS, trusting this CA (`None`: plain TCP, as llama.cpp).
+    pub tls: Option<TlsClient>,
+    /// Answer the server's authentication challenge with this key.
+    pub auth: Option<AuthKey>,
+    /// Timeout for each TCP connect and for the handshakes (TLS, HELLO, AUTH); lifted afterwards.
+    /// `None`: the system's defaults.
+    pub timeout: Option<Duration>,
 }
 
 impl RpcClient {
@@ -39,6 +57,59 @@ impl RpcClient {
         Self::hello(stream)
     }
 
+    /// Connects to `addr` (`host:port`; every resolved address is tried in turn) with `opts`: TCP,
+    /// then the TLS handshake when `opts.tls` is set, then HELLO and, when the server asks,
+    /// authentication. Read and write timeouts are lifted once connected (compute may take long).
+    pub fn connect_to(addr: &str, opts: &ConnectOptions) -> Result<RpcClient> {
+        let socks: Vec<_> = addr.to_socket_addrs()?.collect();
+        let mut last = None;
+        let mut stream = None;
+        for sock in &socks {
+            let s = match opts.timeout {
+                Some(t) => TcpStream::connect_timeout(sock, t),
+                None => TcpStream::connect(sock),
+            };
+            match s {
+                Ok(s) => {
+                    stream = Some(s);
+                    break;
+                }
+                Err(e) => last = Some(e),
+            }
+        }
+        let stream = match (stream, last) {
+            (Some(s), _) => s,
+            (None, Some(e)) => return Err(e.into()),
+            (None, None) => {
+                return Err(Error::Io(std::io::Error::new(
+                    std::io::ErrorKind::NotFound,
+                    format!("{addr} resolves to no address"),
+                )))
+            }
+        };
+        stream.set_nodelay(true)?;
+        stream.set_read_timeout(opts.timeout)?;
+        stream.set_write_timeout(opts.timeout)?;
+        let c = RpcClient::handshake(stream, addr, opts.tls.as_ref(), opts.auth.as_ref())?;
+        c.socket().set_read_timeout(None)?;
+        c.socket().set_write_timeout(None)?;
+        Ok(c)
+    }
+
+    /// On a connected stream to `addr`: TLS when `tls` is given, then HELLO and authentication.
+    pub fn handshake(
+        stream: TcpStream,
+        addr: &str,
+        tls: Option<&TlsClient>,
+        key: Option<&AuthKey>,
+    ) -> Result<RpcClient> {
+        let transport = match tls {
+            Some(t) => t.handshake(stream, addr)?,
+            None => Transport::Plain(stream),
+        };
+        Self::hello_over(transport, key)
+    }
+
     /// Performs HELLO on an already connected stream.
     pub fn hello(stream: TcpStream) -> Result<RpcClient> {
         Self::hello_auth(stream, None)
@@ -46,9 +117,32 @@ impl RpcClient {
 
     /// Performs HELLO and, when the server asks for it, shared-secret authentication with `key`
     /// (see [`crate::auth`]). A server that does not ask is used as is, with or without a key.
-    pub fn hello_auth(mut stream: TcpStream, key: Option<&AuthKey>) -> Result<RpcClient> {
+    pub fn hello_auth(stream: TcpStream, key: Option<&AuthKey>) -> Result<RpcClient> {
+        Self::hello_over(Transport::Plain(stream), key)
+    }
+
+    /// [`RpcClient::hello_auth`] over any transport.
+    pub fn hello_over(mut stream: Transport, key: Option<&AuthKey>) -> Result<RpcClient> {
         stream.write_all(&Command::Hello([0; CONN_CAPS_SIZE]).encode_frame())?;
-        let rsp = read_response(&mut stream, Cmd::Hello, 28)?;
+        let rsp = match read_response(&mut stream, Cmd::Hello, 28) {
+            Err(Error::Io(e))
+                if !stream.is_tls()
+                    && matches!(
+                        e.kind(),
+                        std::io::ErrorKind::UnexpectedEof | std::io::ErrorKind::ConnectionReset
+                    ) =>
+            {
+                // llamad closes a plain peer at once when it requires TLS or does not admit the address.
+                return Err(Error::Io(std::io::Error::new(
+                    e.kind(),
+                    format!(
+                        "the server closed the connection instead of answering HELLO ({e}): it may require \
+                         TLS (connect with a CA: llamactl --tls-ca) or not admit this address (llamad --allow)"
+                    ),
+                )));
+            }
+            r => r?,
+        };
         let server = HelloRsp::decode(&rsp)?;
         if !server.is_compatible() {
             return Err(Error::Version { major: server.major, minor: server.minor, patch: server.patch });
@@ -83,14 +177,19 @@ impl RpcClient {
         self.server
     }
 
-    /// The underlying stream, shared (for socket options).
+    /// The underlying TCP socket, shared (for socket options and addresses).
     pub fn socket(&self) -> &TcpStream {
-        &self.stream
+        self.stream.tcp()
     }
 
-    /// The underlying stream (for raw-byte tests).
-    pub fn stream(&mut self) -> &mut TcpStream {
+    /// The byte stream (for raw frames; encrypted underneath when TLS is on).
+    pub fn stream(&mut self) -> &mut Transport {
         &mut self.stream
+    }
+
+    /// Whether the connection is encrypted.
+    pub fn is_tls(&self) -> bool {
+        self.stream.is_tls()
     }
 
     fn send(&mut self, c: &Command<'_>) -> Result<()> {

@@ -42,6 +42,9 @@ pub enum Error {
     /// Shared-secret authentication failed or was required without a secret (see [`crate::auth`]).
     #[error("authentication: {0}")]
     Auth(String),
+    /// TLS setup or handshake failed (see [`crate::tls`]); the text says what to check.
+    #[error("TLS: {0}")]
+    Tls(String),
     /// A socket error.
     #[error("io: {0}")]
     Io(#[from] std::io::Error),

@@ -2,7 +2,7 @@
 //!
 //! This is the only crate that knows the wire format: command ids and frame sizes ([`cmd`]), the
 //! 296-byte tensor descriptor ([`tensor`]), every request and response ([`msg`]), the GRAPH_COMPUTE
-//! blob ([`graph`]), the FNV-1a cache key ([`hash`]) and a blocking client ([`client`]).
+//! blob ([`graph`]), the FNV-1a cache key ([`hash`]), a blocking client ([`client`]) over plain TCP or TLS ([`tls`]).
 //! Decoders never panic: they return [`Error::Incomplete`] or [`Error::Invalid`].
 //!
 //! ```
@@ -22,15 +22,17 @@ pub mod graph;
 pub mod hash;
 pub mod msg;
 pub mod tensor;
+pub mod tls;
 mod wire;
 
 #[cfg(test)]
 mod prop_tests;
 
-pub use client::RpcClient;
+pub use client::{ConnectOptions, RpcClient};
 pub use cmd::Cmd;
 pub use error::{Error, Result};
 pub use graph::GraphBlob;
 pub use hash::WireHash;
 pub use msg::{Command, Limits};
 pub use tensor::RpcTensor;
+pub use tls::{TlsClient, Transport};

@@ -196,7 +196,8 @@ impl AdminState {
             .map_err(|e| crate::Error::Config(format!("state dir {}: {e}", cfg.state_dir.display())))?;
         let token = Token::load_or_create(&cfg.token_file)?;
         let metrics = Arc::new(metrics::Metrics::default());
-        let workers = workers::Registry::open(&cfg.state_dir.join("workers.json"), cfg.probe_timeout)?;
+        let workers = workers::Registry::open(&cfg.state_dir.join("workers.json"), cfg.probe_timeout)?
+            .with_auth(rpc.cfg.auth.clone());
         // Jobs on workers authenticate with this daemon's own shared secret, if it has one.
         let jobs = jobs::Jobs::open(
             &cfg.state_dir.join("jobs"),

@@ -27,6 +27,8 @@ pub struct Registry {
     path: PathBuf,
     probe_timeout: Duration,
     workers: Mutex<BTreeMap<String, Worker>>,
+    /// The daemon's own shared secret, answered to workers that ask (`server.secret_file`).
+    auth: Option<llamad_proto::auth::AuthKey>,
 }
 
 impl Registry {
@@ -41,7 +43,13 @@ impl Registry {
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => BTreeMap::new(),
             Err(e) => return Err(Error::Config(format!("{}: {e}", path.display()))),
         };
-        Ok(Registry { path: path.to_path_buf(), probe_timeout, workers: Mutex::new(workers) })
+        Ok(Registry { path: path.to_path_buf(), probe_timeout, workers: Mutex::new(workers), auth: None })
+    }
+
+    /// Probes authenticate with `key` when a worker asks for it.
+    pub fn with_auth(mut self, key: Option<llamad_proto::auth::AuthKey>) -> Registry {
+        self.auth = key;
+        self
     }
 
     /// Number of workers.
@@ -111,8 +119,8 @@ impl Registry {
         if self.get(address).is_none() {
             return Err(not_found(address));
         }
-        let (addr, timeout) = (address.to_string(), self.probe_timeout);
-        let health = tokio::task::spawn_blocking(move || probe(&addr, timeout)).await?;
+        let (addr, timeout, key) = (address.to_string(), self.probe_timeout, self.auth.clone());
+        let health = tokio::task::spawn_blocking(move || probe(&addr, timeout, key.as_ref())).await?;
         debug!(%address, ok = health.ok, rtt_us = ?health.rtt_us, "worker probed");
         self.set_health(address, health)
     }
@@ -141,8 +149,9 @@ pub(crate) fn write_json_atomic<T: serde::Serialize + ?Sized>(path: &Path, value
 }
 
 /// One probe: HELLO, DEVICE_COUNT (timed), GET_DEVICE_MEMORY per device. Never fails: an unreachable
-/// or incompatible worker gives `ok: false` and the reason.
-pub fn probe(address: &str, timeout: Duration) -> WorkerHealth {
+/// or incompatible worker gives `ok: false` and the reason. `key` answers a worker's
+/// authentication challenge.
+pub fn probe(address: &str, timeout: Duration, key: Option<&llamad_proto::auth::AuthKey>) -> WorkerHealth {
     let mut h = WorkerHealth {
         probed_ms: now_ms(),
         ok: false,
@@ -151,13 +160,18 @@ pub fn probe(address: &str, timeout: Duration) -> WorkerHealth {
         rtt_us: None,
         error: None,
     };
-    if let Err(e) = probe_into(address, timeout, &mut h) {
+    if let Err(e) = probe_into(address, timeout, key, &mut h) {
         h.error = Some(e);
     }
     h
 }
 
-fn probe_into(address: &str, timeout: Duration, h: &mut WorkerHealth) -> std::result::Result<(), String> {
+fn probe_into(
+    address: &str,
+    timeout: Duration,
+    key: Option<&llamad_proto::auth::AuthKey>,
+    h: &mut WorkerHealth,
+) -> std::result::Result<(), String> {
     let addr = address
         .to_socket_addrs()
         .map_err(|e| format!("resolve {address}: {e}"))?
@@ -167,7 +181,7 @@ fn probe_into(address: &str, timeout: Duration, h: &mut WorkerHealth) -> std::re
     stream.set_read_timeout(Some(timeout)).map_err(|e| e.to_string())?;
     stream.set_write_timeout(Some(timeout)).map_err(|e| e.to_string())?;
     let _ = stream.set_nodelay(true);
-    let mut c = RpcClient::hello(stream).map_err(|e| format!("HELLO: {e}"))?;
+    let mut c = RpcClient::hello_auth(stream, key).map_err(|e| format!("HELLO: {e}"))?;
     let v = c.server_version();
     h.protocol_version = Some(format!("{}.{}.{}", v.major, v.minor, v.patch));
     if !v.is_compatible() {

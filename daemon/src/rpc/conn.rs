@@ -3,6 +3,8 @@
 //!
 //! ref: ggml-rpc-protocol.md §3 (framing), §6 (handshake), §3.4 (ordering). A protocol violation
 //! closes only this connection, with a `warn!` naming the peer, the command and the reason.
+//! Before HELLO the first byte picks plain TCP or TLS ([`crate::rpc::tls`]); the protocol that
+//! follows is the same over both.
 
 use std::net::SocketAddr;
 use std::sync::atomic::Ordering;
@@ -11,8 +13,7 @@ use std::time::Instant;
 
 use llamad_proto::cmd::{Cmd, CONN_CAPS_SIZE, REQUEST_HEADER_SIZE, SET_TENSOR_HEADER_SIZE};
 use llamad_proto::msg::{Command, HelloRsp, SetTensorHeader};
-use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt, BufReader, BufWriter};
-use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, BufReader, BufWriter};
 use tokio::net::TcpStream;
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, debug_span, info, warn, Instrument};
@@ -27,14 +28,54 @@ use crate::rpc::{auth, cache, exec};
 /// Fills and copies at least this large run on a blocking thread, not on the runtime.
 const BLOCKING_BYTES: usize = 1 << 20;
 
-struct Conn {
-    reader: BufReader<Timed<OwnedReadHalf>>,
-    writer: BufWriter<Timed<OwnedWriteHalf>>,
+struct Conn<R, W> {
+    reader: BufReader<Timed<R>>,
+    writer: BufWriter<Timed<W>>,
     session: Session,
     shared: Arc<Shared>,
     stats: ConnStats,
     live: Arc<LiveConn>,
     current: Option<Cmd>,
+}
+
+/// What a connection did, for its closing log line.
+struct Ended {
+    end: &'static str,
+    stats: ConnStats,
+    buffers: usize,
+}
+
+impl Ended {
+    /// A connection closed before the protocol started (at the TLS/plain decision).
+    fn early(end: &'static str) -> Ended {
+        Ended { end, stats: ConnStats::default(), buffers: 0 }
+    }
+}
+
+/// How a connection speaks, told by its first byte.
+enum Kind {
+    Plain,
+    Tls,
+    Left,
+}
+
+/// Logs and counts why a connection ends, before its socket is closed (so a peer that sees the
+/// close finds the reason already recorded).
+fn conclude(
+    shared: &Shared,
+    peer: SocketAddr,
+    cmd: Option<Cmd>,
+    outcome: Result<&'static str>,
+) -> &'static str {
+    match outcome {
+        Ok(reason) => reason,
+        Err(e) => {
+            let cmd = cmd.map(Cmd::name).unwrap_or("-");
+            warn!(%peer, cmd, reason = %e, "closing connection");
+            shared.stats.record_refusal(format!("{cmd}: {e}"));
+            "refused"
+        }
+    }
 }
 
 /// Serves one connection until the peer leaves, breaks a rule, or shutdown is requested.
@@ -43,7 +84,98 @@ pub async fn serve(stream: TcpStream, peer: SocketAddr, shared: Arc<Shared>, can
     shared.stats.connections.fetch_add(1, Ordering::Relaxed);
     shared.stats.active.fetch_add(1, Ordering::Relaxed);
     debug!(%peer, "connection accepted");
-    let (r, w) = stream.into_split();
+    let live = shared.stats.live.open(peer);
+    let mut tls = false;
+    let ended = match sniff(&stream, &shared).await {
+        Ok(Kind::Plain) => {
+            let (r, w) = stream.into_split();
+            drive(r, w, peer, &shared, live.clone(), &cancel).await
+        }
+        Ok(Kind::Tls) => match handshake(stream, &shared).await {
+            Ok(s) => {
+                tls = true;
+                debug!(%peer, "TLS established");
+                let (r, w) = tokio::io::split(s);
+                drive(r, w, peer, &shared, live.clone(), &cancel).await
+            }
+            Err(e) => Ended::early(conclude(&shared, peer, None, Err(e))),
+        },
+        Ok(Kind::Left) => Ended::early("peer left before HELLO"),
+        Err(e) => {
+            let end = conclude(&shared, peer, None, Err(e));
+            drop(stream);
+            Ended::early(end)
+        }
+    };
+    shared.stats.live.close(live.id);
+    shared.stats.active.fetch_sub(1, Ordering::Relaxed);
+    info!(
+        %peer,
+        tls,
+        duration_ms = start.elapsed().as_millis() as u64,
+        bytes_in = ended.stats.bytes_in,
+        bytes_out = ended.stats.bytes_out,
+        commands = %ended.stats.by_command(),
+        graphs = ended.stats.graphs,
+        buffers_freed = ended.buffers,
+        end = ended.end,
+        "connection closed"
+    );
+}
+
+/// Tells a TLS ClientHello from a plain HELLO by the first byte (peeked, not consumed), and
+/// refuses the peer when its choice does not match `[tls]`.
+async fn sniff(stream: &TcpStream, shared: &Shared) -> Result<Kind> {
+    let hello_timeout = shared.cfg.hello_timeout;
+    let mut first = [0u8; 1];
+    let n = match tokio::time::timeout(hello_timeout, stream.peek(&mut first)).await {
+        Ok(r) => r?,
+        Err(_) => refuse!("no HELLO within {hello_timeout:?}"),
+    };
+    if n == 0 {
+        return Ok(Kind::Left);
+    }
+    let tls_hello = first[0] == llamad_proto::tls::TLS_HANDSHAKE_BYTE;
+    match &shared.cfg.tls {
+        Some(_) if tls_hello => Ok(Kind::Tls),
+        None if tls_hello => refuse!(
+            "the peer started a TLS handshake but TLS is not configured here (tls.cert and tls.key, \
+             or --tls-cert and --tls-key)"
+        ),
+        Some(t) if t.require => refuse!(
+            "TLS is required (tls.require) but the peer spoke plain TCP (first byte {:#04x}); llama.cpp \
+             masters cannot use TLS: set tls.require = false (--tls-optional) to serve them in plain",
+            first[0]
+        ),
+        _ => Ok(Kind::Plain),
+    }
+}
+
+/// The server side of the TLS handshake, bounded by the HELLO timeout.
+async fn handshake(stream: TcpStream, shared: &Shared) -> Result<tokio_rustls::server::TlsStream<TcpStream>> {
+    let hello_timeout = shared.cfg.hello_timeout;
+    let Some(t) = &shared.cfg.tls else { refuse!("TLS is not configured here") };
+    match tokio::time::timeout(hello_timeout, t.acceptor().accept(stream)).await {
+        Ok(Ok(s)) => Ok(s),
+        Ok(Err(e)) => refuse!("TLS handshake failed: {e}"),
+        Err(_) => refuse!("TLS handshake not finished within {hello_timeout:?}"),
+    }
+}
+
+/// Runs the protocol over a connection's halves; the session (and its buffers) is freed and the
+/// end recorded before the halves (the socket) are dropped.
+async fn drive<R, W>(
+    r: R,
+    w: W,
+    peer: SocketAddr,
+    shared: &Arc<Shared>,
+    live: Arc<LiveConn>,
+    cancel: &CancellationToken,
+) -> Ended
+where
+    R: AsyncRead + Unpin + Send,
+    W: AsyncWrite + Unpin + Send,
+{
     let (idle, frame) = (shared.cfg.idle_timeout, shared.cfg.frame_timeout);
     let mut conn = Conn {
         reader: BufReader::with_capacity(64 * 1024, Timed::new(r, idle, frame)),
@@ -51,37 +183,17 @@ pub async fn serve(stream: TcpStream, peer: SocketAddr, shared: Arc<Shared>, can
         session: Session::new(shared.clone()),
         shared: shared.clone(),
         stats: ConnStats::default(),
-        live: shared.stats.live.open(peer),
+        live,
         current: None,
     };
-    let outcome = conn.run(&cancel).await;
-    let end = match &outcome {
-        Ok(reason) => *reason,
-        Err(e) => {
-            let cmd = conn.current.map(Cmd::name).unwrap_or("-");
-            warn!(%peer, cmd, reason = %e, "closing connection");
-            shared.stats.record_refusal(format!("{cmd}: {e}"));
-            "refused"
-        }
-    };
+    let outcome = conn.run(cancel).await;
     let buffers = conn.session.buffer_count();
     drop(conn.session);
-    shared.stats.live.close(conn.live.id);
-    shared.stats.active.fetch_sub(1, Ordering::Relaxed);
-    info!(
-        %peer,
-        duration_ms = start.elapsed().as_millis() as u64,
-        bytes_in = conn.stats.bytes_in,
-        bytes_out = conn.stats.bytes_out,
-        commands = %conn.stats.by_command(),
-        graphs = conn.stats.graphs,
-        buffers_freed = buffers,
-        end,
-        "connection closed"
-    );
+    let end = conclude(shared, peer, conn.current, outcome);
+    Ended { end, stats: conn.stats, buffers }
 }
 
-impl Conn {
+impl<R: AsyncRead + Unpin + Send, W: AsyncWrite + Unpin + Send> Conn<R, W> {
     /// Reads a request header; `None` on a clean end of stream before its first byte. Waiting for
     /// the first byte is idle time; from then on the frame timeout applies until the next header.
     async fn header(&mut self) -> Result<Option<(u8, u64)>> {

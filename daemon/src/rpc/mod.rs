@@ -1,5 +1,5 @@
 //! The RPC server: accept loop ([`server`]), one task per connection ([`conn`]), per-connection
-//! command semantics ([`session`]), graph build and execution ([`exec`]), buffers ([`buffer`]), the cache hook
+//! command semantics ([`session`]), TLS on the port ([`tls`]), graph build and execution ([`exec`]), buffers ([`buffer`]), the cache hook
 //! ([`cache`]) and counters ([`stats`]). The wire format itself lives in `llamad-proto`.
 
 pub mod access;
@@ -14,3 +14,4 @@ pub mod server;
 pub mod session;
 pub mod stats;
 pub mod store_cache;
+pub mod tls;

@@ -99,3 +99,15 @@ impl TestServer {
         assert_eq!(c.device_count().unwrap(), 1);
     }
 }
+
+#[test]
+fn the_admin_probe_authenticates_with_the_daemons_secret() {
+    let s = server();
+    let addr = s.addr.to_string();
+    let h = llamad::admin::workers::probe(&addr, Duration::from_secs(5), Some(&key(SECRET)));
+    assert!(h.ok, "{:?}", h.error);
+    assert_eq!((h.devices.len(), h.devices[0].total), (1, TEST_MEM));
+    let h = llamad::admin::workers::probe(&addr, Duration::from_secs(5), None);
+    assert!(!h.ok);
+    assert!(h.error.unwrap_or_default().contains("requires a shared secret"));
+}

@@ -1,6 +1,6 @@
 //! Test harness: an in-process server on 127.0.0.1:0, raw-byte helpers, tensor builders, and the
-//! "attack" runner every negative test uses (attacker closed, server still accepting, a concurrently
-//! connected bystander unaffected).
+//! "attack" runner every negative test uses (attacker closed, its memory returned, server still
+//! accepting, a concurrently connected bystander unaffected).
 
 use std::io::{ErrorKind, Read, Write};
 use std::net::{SocketAddr, TcpStream};
@@ -122,9 +122,27 @@ pub fn frame(cmd: u8, payload: &[u8]) -> Vec<u8> {
     v
 }
 
+/// A socket the assertions below can read with a timeout: a raw `TcpStream` or a client's
+/// `Transport` (plain or TLS).
+pub trait Sock: Read {
+    fn read_timeout(&self, t: Option<Duration>);
+}
+
+impl Sock for TcpStream {
+    fn read_timeout(&self, t: Option<Duration>) {
+        self.set_read_timeout(t).unwrap();
+    }
+}
+
+impl Sock for llamad_proto::Transport {
+    fn read_timeout(&self, t: Option<Duration>) {
+        self.set_read_timeout(t).unwrap();
+    }
+}
+
 /// Asserts the server closed `s` without sending anything more.
-pub fn assert_closed(s: &mut TcpStream) {
-    s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+pub fn assert_closed(s: &mut impl Sock) {
+    s.read_timeout(Some(Duration::from_secs(5)));
     let mut b = [0u8; 64];
     loop {
         match s.read(&mut b) {
@@ -138,15 +156,15 @@ pub fn assert_closed(s: &mut TcpStream) {
 }
 
 /// Asserts nothing arrives on `s` within `ms` milliseconds (and the connection is not closed).
-pub fn assert_silent(s: &mut TcpStream, ms: u64) {
-    s.set_read_timeout(Some(Duration::from_millis(ms))).unwrap();
+pub fn assert_silent(s: &mut impl Sock, ms: u64) {
+    s.read_timeout(Some(Duration::from_millis(ms)));
     let mut b = [0u8; 16];
     match s.read(&mut b) {
         Ok(0) => panic!("connection closed"),
         Ok(n) => panic!("unexpected {n} bytes: {:?}", &b[..n]),
         Err(e) => assert!(matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut), "{e}"),
     }
-    s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    s.read_timeout(Some(Duration::from_secs(5)));
 }
 
 /// An f32 vector of `n` elements at `data` in `buffer`.
@@ -224,16 +242,36 @@ pub fn attack_on(server: &TestServer, expect: &str, f: impl FnOnce(&mut Attacker
     let data: Vec<f32> = (0..16).map(|i| i as f32 * 1.5).collect();
     by.set_tensor(&t, 0, &f32_bytes(&data), false).unwrap();
 
+    let baseline = server.shared.memory.allocated();
     let mut c = server.client();
     let (buf, base) = buffer(&mut c, 1024);
+    assert!(server.shared.memory.allocated() > baseline);
     let mut a = Attacker { c, buf, base };
     server.shared.stats.take_last_refusal();
     f(&mut a);
     assert_closed(a.c.stream());
     let reason = server.shared.stats.take_last_refusal().unwrap_or_default();
     assert!(reason.contains(expect), "refused for `{reason}`, expected `{expect}`");
+    assert_memory_back(server, baseline);
 
     server.assert_alive();
     assert_eq!(bytes_f32(&by.get_tensor(&t, 0, 64).unwrap()), data);
     assert_eq!(by.device_count().unwrap(), 1);
+}
+
+/// Asserts the server's buffers come back to `baseline` bytes (the account of every connection's
+/// buffers) within 5 s of a connection closing: whatever the closed peer held was freed.
+pub fn assert_memory_back(server: &TestServer, baseline: u64) {
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    loop {
+        let now = server.shared.memory.allocated();
+        if now == baseline {
+            return;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "memory not back to baseline: {now} bytes allocated, {baseline} before the connection"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
 }

@@ -1,6 +1,7 @@
 //! Integration tests: the daemon in-process on 127.0.0.1:0, spoken to with raw bytes and `RpcClient`.
 //! `conformance` follows ggml-rpc-protocol.md §15, `negative` §14 and §16, `concurrency` the
-//! multi-connection behaviour, `limits` access control, connection limits and timeouts, `cli` the binary.
+//! multi-connection behaviour, `limits` access control, connection limits and timeouts, `cli` the binary,
+//! `tls` TLS on the port.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 mod auth;
@@ -9,5 +10,9 @@ mod cli;
 mod common;
 mod concurrency;
 mod conformance;
+mod faults;
 mod limits;
 mod negative;
+mod process;
+mod soak;
+mod tls;

@@ -1,5 +1,6 @@
 //! Hostile inputs from ggml-rpc-protocol.md §14 (items 1–21) and §16 (items 1–7). Each one must close
-//! the attacker's connection while the server keeps accepting and a concurrently connected bystander
+//! the attacker's connection, return the memory it held to the account (back to the baseline taken
+//! before it connected), while the server keeps accepting and a concurrently connected bystander
 //! keeps its data (see `common::attack`).
 
 use std::io::Write;
@@ -483,10 +484,12 @@ fn n18_protocol_violations() {
         (true, frame(15, &[0])),               // DEVICE_COUNT with a payload
         (true, frame(2, &7u32.to_le_bytes())), // device out of range
     ];
+    let baseline = s.shared.memory.allocated();
     for (after_hello, bytes) in bad.drain(..) {
         let mut raw = if after_hello { s.raw_hello() } else { s.raw() };
         raw.write_all(&bytes).unwrap();
         assert_closed(&mut raw);
+        assert_memory_back(&s, baseline);
         s.assert_alive();
         assert_eq!(by.get_tensor(&f32_tensor(1, bbuf, bbase, 4), 0, 16).unwrap(), vec![9; 16]);
     }
@@ -591,9 +594,12 @@ fn n18_silent_connection_is_closed_after_the_hello_timeout() {
     };
     let s = TestServer::with_config(cfg);
     let mut by = s.client();
+    let (_, _) = buffer(&mut by, 64);
+    let baseline = s.shared.memory.allocated();
     let mut raw = s.raw();
     assert_closed(&mut raw);
     assert!(s.shared.stats.take_last_refusal().unwrap_or_default().contains("no HELLO within"));
+    assert_memory_back(&s, baseline);
     assert_eq!(by.device_count().unwrap(), 1);
     s.assert_alive();
 }
