@@ -6,6 +6,7 @@
 
 use std::arch::aarch64::*;
 
+use super::dot::h2f;
 use super::kquants::{self, KBlock};
 use super::legacy::{self, B32};
 use crate::dtype::QK_K;
@@ -103,37 +104,37 @@ pub(super) fn to_f32_k<B: AffineK>(src: &[u8], dst: &mut [f32]) {
 
 impl Affine32 for legacy::Q40 {
     fn affine(x: &BlockQ4_0) -> (f32, Option<f32>) {
-        (f16le(x.d), None)
+        (h2f(x.d), None)
     }
 }
 
 impl Affine32 for legacy::Q41 {
     fn affine(x: &BlockQ4_1) -> (f32, Option<f32>) {
-        (f16le(x.d), Some(f16le(x.m)))
+        (h2f(x.d), Some(h2f(x.m)))
     }
 }
 
 impl Affine32 for legacy::Q50 {
     fn affine(x: &BlockQ5_0) -> (f32, Option<f32>) {
-        (f16le(x.d), None)
+        (h2f(x.d), None)
     }
 }
 
 impl Affine32 for legacy::Q51 {
     fn affine(x: &BlockQ5_1) -> (f32, Option<f32>) {
-        (f16le(x.d), Some(f16le(x.m)))
+        (h2f(x.d), Some(h2f(x.m)))
     }
 }
 
 impl Affine32 for legacy::Q80 {
     fn affine(x: &BlockQ8_0) -> (f32, Option<f32>) {
-        (f16le(x.d), None)
+        (h2f(x.d), None)
     }
 }
 
 impl Affine32 for legacy::Iq4Nl {
     fn affine(x: &BlockIq4Nl) -> (f32, Option<f32>) {
-        (f16le(x.d), None)
+        (h2f(x.d), None)
     }
 }
 
@@ -145,36 +146,36 @@ impl Affine32 for legacy::Mxfp4 {
 
 impl AffineK for kquants::Q2K {
     fn d_dmin(x: &BlockQ2K) -> (f32, f32) {
-        (f16le(x.d), f16le(x.dmin))
+        (h2f(x.d), h2f(x.dmin))
     }
 }
 
 impl AffineK for kquants::Q3K {
     fn d_dmin(x: &BlockQ3K) -> (f32, f32) {
-        (f16le(x.d), 0.0)
+        (h2f(x.d), 0.0)
     }
 }
 
 impl AffineK for kquants::Q4K {
     fn d_dmin(x: &BlockQ4K) -> (f32, f32) {
-        (f16le(x.d), f16le(x.dmin))
+        (h2f(x.d), h2f(x.dmin))
     }
 }
 
 impl AffineK for kquants::Q5K {
     fn d_dmin(x: &BlockQ5K) -> (f32, f32) {
-        (f16le(x.d), f16le(x.dmin))
+        (h2f(x.d), h2f(x.dmin))
     }
 }
 
 impl AffineK for kquants::Q6K {
     fn d_dmin(x: &BlockQ6K) -> (f32, f32) {
-        (f16le(x.d), 0.0)
+        (h2f(x.d), 0.0)
     }
 }
 
 impl AffineK for kquants::Iq4Xs {
     fn d_dmin(x: &BlockIq4Xs) -> (f32, f32) {
-        (f16le(x.d), 0.0)
+        (h2f(x.d), 0.0)
     }
 }

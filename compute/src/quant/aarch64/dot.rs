@@ -188,3 +188,25 @@ pub(super) unsafe fn bit16(bits: u16) -> uint8x16_t {
         vandq_u8(vtstq_u8(v, vld1q_u8(MASK.as_ptr())), vdupq_n_u8(0x10))
     }
 }
+
+/// A little-endian f16 as f32 (exact), with one `fcvt`: the same value as `blocks::f16le`, which
+/// goes through `half`'s run-time feature check on every call. NaN keeps its payload and is
+/// quieted, as `half` does.
+#[inline(always)]
+pub(super) fn h2f(b: [u8; 2]) -> f32 {
+    let h = u16::from_le_bytes(b) as u32;
+    let out: f32;
+    // SAFETY: `fmov` and the half-to-single `fcvt` are base ARMv8 floating point and touch only the
+    // named registers.
+    unsafe {
+        asm!(
+            "fmov {t:s}, {h:w}",
+            "fcvt {o:s}, {t:h}",
+            h = in(reg) h,
+            t = out(vreg) _,
+            o = lateout(vreg) out,
+            options(pure, nomem, nostack, preserves_flags)
+        );
+    }
+    out
+}

@@ -35,6 +35,9 @@ pub(super) trait KBlock {
     type X: Pod;
     /// Whether the format has mins (the `Σ min·bsum` term).
     const MINS: bool;
+    /// Whether scales (and mins) come per 32 elements (groups 2j and 2j+1 share them), so the
+    /// kernels scale pairs of groups at once.
+    const PER32: bool;
     /// Decodes one block.
     ///
     /// # Safety
@@ -67,13 +70,21 @@ fn mins<B: KBlock>(d: &Decoded, y: &BlockQ8K) -> i32 {
 
 /// The scaled lane sums `Σ_g scale_g · (q_g · y_g)` of one column (exact in every lane).
 #[inline(always)]
-unsafe fn scaled<D: Dot>(d: &Decoded, y: &BlockQ8K) -> int32x4_t {
+unsafe fn scaled<B: KBlock, D: Dot>(d: &Decoded, y: &BlockQ8K) -> int32x4_t {
     // SAFETY: in-bounds loads (checked in `lds`) and register arithmetic under NEON.
     unsafe {
         let mut acc = vdupq_n_s32(0);
-        for g in 0..16 {
-            let p = D::dot(vdupq_n_s32(0), d.q[g], lds(&y.qs, 16 * g));
-            acc = vmlaq_n_s32(acc, p, d.sc[g]);
+        if B::PER32 {
+            for g in (0..16).step_by(2) {
+                let p = D::dot(vdupq_n_s32(0), d.q[g], lds(&y.qs, 16 * g));
+                let p = D::dot(p, d.q[g + 1], lds(&y.qs, 16 * g + 16));
+                acc = vmlaq_n_s32(acc, p, d.sc[g]);
+            }
+        } else {
+            for g in 0..16 {
+                let p = D::dot(vdupq_n_s32(0), d.q[g], lds(&y.qs, 16 * g));
+                acc = vmlaq_n_s32(acc, p, d.sc[g]);
+            }
         }
         acc
     }
@@ -86,7 +97,7 @@ unsafe fn dot1<B: KBlock, D: Dot>(xs: &[B::X], ys: &[BlockQ8K]) -> f32 {
         let mut sum = 0.0f32;
         for (bx, by) in xs.iter().zip(ys) {
             let d = B::decode(bx);
-            let isc = vaddvq_s32(scaled::<D>(&d, by));
+            let isc = vaddvq_s32(scaled::<B, D>(&d, by));
             sum += B::value(isc, mins::<B>(&d, by), bx, by);
         }
         sum
@@ -104,7 +115,7 @@ unsafe fn dot4<B: KBlock, D: Dot>(xs: &[B::X], ys: [&[BlockQ8K]; 4]) -> [f32; 4]
             // A loop, not a closure: closures do not inherit the caller's target features.
             let mut p = [vdupq_n_s32(0); 4];
             for c in 0..4 {
-                p[c] = scaled::<D>(&d, &ys[c][i]);
+                p[c] = scaled::<B, D>(&d, &ys[c][i]);
             }
             let s = lanes(hsum4(p));
             for c in 0..4 {
@@ -127,8 +138,12 @@ unsafe fn dot2x2<B: KBlock>(xs: [&[B::X]; 2], ys: [&[BlockQ8K]; 2]) -> [f32; 4] 
             let (y0, y1) = (&ys[0][i], &ys[1][i]);
             let (d0, d1) = (B::decode(x0), B::decode(x1));
             let mut acc = vdupq_n_s32(0);
-            for g in 0..16 {
-                let t = tile16(vdupq_n_s32(0), d0.q[g], d1.q[g], lds(&y0.qs, 16 * g), lds(&y1.qs, 16 * g));
+            let step = if B::PER32 { 2 } else { 1 };
+            for g in (0..16).step_by(step) {
+                let mut t = vdupq_n_s32(0);
+                for h in g..g + step {
+                    t = tile16(t, d0.q[h], d1.q[h], lds(&y0.qs, 16 * h), lds(&y1.qs, 16 * h));
+                }
                 let sc = [d0.sc[g], d0.sc[g], d1.sc[g], d1.sc[g]];
                 acc = vmlaq_s32(acc, t, vld1q_s32(sc.as_ptr()));
             }
@@ -262,12 +277,13 @@ unsafe fn fifth(v: uint8x16_t, bit: usize) -> uint8x16_t {
 #[inline(always)]
 fn value_with_mins(isc: i32, imn: i32, d: [u8; 2], dmin: [u8; 2], y: &BlockQ8K) -> f32 {
     let dy = dy(y);
-    dy * f16le(d) * isc as f32 - dy * f16le(dmin) * imn as f32
+    dy * h2f(d) * isc as f32 - dy * h2f(dmin) * imn as f32
 }
 
 impl KBlock for Q2K {
     type X = BlockQ2K;
     const MINS: bool = true;
+    const PER32: bool = false;
     #[inline(always)]
     unsafe fn decode(x: &BlockQ2K) -> Decoded {
         // SAFETY: checked loads (`ld`) and register arithmetic under NEON.
@@ -295,6 +311,7 @@ impl KBlock for Q2K {
 impl KBlock for Q3K {
     type X = BlockQ3K;
     const MINS: bool = false;
+    const PER32: bool = false;
     #[inline(always)]
     unsafe fn decode(x: &BlockQ3K) -> Decoded {
         // SAFETY: checked loads (`ld`) and register arithmetic under NEON.
@@ -321,7 +338,7 @@ impl KBlock for Q3K {
     }
     #[inline(always)]
     fn value(isc: i32, _imn: i32, x: &BlockQ3K, y: &BlockQ8K) -> f32 {
-        dy(y) * f16le(x.d) * isc as f32
+        dy(y) * h2f(x.d) * isc as f32
     }
 }
 
@@ -354,6 +371,7 @@ fn k4_sc_mn(s: &[u8; 12]) -> ([i32; 16], [i32; 16]) {
 impl KBlock for Q4K {
     type X = BlockQ4K;
     const MINS: bool = true;
+    const PER32: bool = true;
     #[inline(always)]
     unsafe fn decode(x: &BlockQ4K) -> Decoded {
         let (sc, mn) = k4_sc_mn(&x.scales);
@@ -369,6 +387,7 @@ impl KBlock for Q4K {
 impl KBlock for Q5K {
     type X = BlockQ5K;
     const MINS: bool = true;
+    const PER32: bool = true;
     #[inline(always)]
     unsafe fn decode(x: &BlockQ5K) -> Decoded {
         let (sc, mn) = k4_sc_mn(&x.scales);
@@ -408,6 +427,7 @@ unsafe fn q6(l: uint8x16_t, h: uint8x16_t, high_nibble: bool, hshift: i32) -> in
 impl KBlock for Q6K {
     type X = BlockQ6K;
     const MINS: bool = false;
+    const PER32: bool = false;
     #[inline(always)]
     unsafe fn decode(x: &BlockQ6K) -> Decoded {
         // SAFETY: checked loads (`ld`) and register arithmetic under NEON.
@@ -430,13 +450,14 @@ impl KBlock for Q6K {
     }
     #[inline(always)]
     fn value(isc: i32, _imn: i32, x: &BlockQ6K, y: &BlockQ8K) -> f32 {
-        dy(y) * f16le(x.d) * isc as f32
+        dy(y) * h2f(x.d) * isc as f32
     }
 }
 
 impl KBlock for Iq4Xs {
     type X = BlockIq4Xs;
     const MINS: bool = false;
+    const PER32: bool = true;
     #[inline(always)]
     unsafe fn decode(x: &BlockIq4Xs) -> Decoded {
         // SAFETY: checked loads (`ld`) and register arithmetic under NEON.
@@ -453,6 +474,6 @@ impl KBlock for Iq4Xs {
     }
     #[inline(always)]
     fn value(isc: i32, _imn: i32, x: &BlockIq4Xs, y: &BlockQ8K) -> f32 {
-        dy(y) * f16le(x.d) * isc as f32
+        dy(y) * h2f(x.d) * isc as f32
     }
 }

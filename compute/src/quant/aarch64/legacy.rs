@@ -243,7 +243,7 @@ impl B32 for Q40 {
     }
     #[inline(always)]
     fn value(s: i32, x: &BlockQ4_0, y: &BlockQ8_0) -> f32 {
-        s as f32 * f16le(x.d) * f16le(y.d)
+        s as f32 * h2f(x.d) * h2f(y.d)
     }
 }
 
@@ -262,7 +262,7 @@ impl B32 for Q41 {
     }
     #[inline(always)]
     fn value(s: i32, x: &BlockQ4_1, y: &BlockQ8_1) -> f32 {
-        s as f32 * (f16le(x.d) * f16le(y.d)) + f16le(x.m) * f16le(y.s)
+        s as f32 * (h2f(x.d) * h2f(y.d)) + h2f(x.m) * h2f(y.s)
     }
 }
 
@@ -280,7 +280,7 @@ impl B32 for Q50 {
     }
     #[inline(always)]
     fn value(s: i32, x: &BlockQ5_0, y: &BlockQ8_0) -> f32 {
-        s as f32 * f16le(x.d) * f16le(y.d)
+        s as f32 * h2f(x.d) * h2f(y.d)
     }
 }
 
@@ -298,7 +298,7 @@ impl B32 for Q51 {
     }
     #[inline(always)]
     fn value(s: i32, x: &BlockQ5_1, y: &BlockQ8_1) -> f32 {
-        s as f32 * (f16le(x.d) * f16le(y.d)) + f16le(x.m) * f16le(y.s)
+        s as f32 * (h2f(x.d) * h2f(y.d)) + h2f(x.m) * h2f(y.s)
     }
 }
 
@@ -316,7 +316,7 @@ impl B32 for Q80 {
     }
     #[inline(always)]
     fn value(s: i32, x: &BlockQ8_0, y: &BlockQ8_0) -> f32 {
-        s as f32 * f16le(x.d) * f16le(y.d)
+        s as f32 * h2f(x.d) * h2f(y.d)
     }
 }
 
@@ -335,7 +335,7 @@ impl B32 for Iq4Nl {
     }
     #[inline(always)]
     fn value(s: i32, x: &BlockIq4Nl, y: &BlockQ8_0) -> f32 {
-        s as f32 * f16le(x.d) * f16le(y.d)
+        s as f32 * h2f(x.d) * h2f(y.d)
     }
 }
 
@@ -354,6 +354,6 @@ impl B32 for Mxfp4 {
     }
     #[inline(always)]
     fn value(s: i32, x: &BlockMxfp4, y: &BlockQ8_0) -> f32 {
-        s as f32 * e8m0_half(x.e) * f16le(y.d)
+        s as f32 * e8m0_half(x.e) * h2f(y.d)
     }
 }
