@@ -23,9 +23,10 @@
 //! [`TypeKernels::vec_dot_2x2`] (two weight rows against two activation rows, `smmla`) on the
 //! `neon-i8mm` set for every quantized type. The NEON sets (`neon`, `neon-dotprod`, `neon-i8mm`)
 //! are separate tables, so a CPU with i8mm tests all three; their quantized kernels and
-//! dequantizers equal the scalar reference bit for bit (see `quant::aarch64`). Row arguments are checked with `assert!` before any vector code
-//! runs: a short row panics in the kernel rather than reading out of bounds, so callers validate
-//! shapes first.
+//! dequantizers equal the scalar reference bit for bit (see `quant::aarch64`).
+//!
+//! Row arguments are checked with `assert!` before any vector code runs: a short row panics in the
+//! kernel rather than reading out of bounds, so callers validate shapes first.
 
 // Block layouts are easiest to check against the reference with explicit indices.
 #![allow(clippy::needless_range_loop)]
