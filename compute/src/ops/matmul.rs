@@ -10,7 +10,7 @@ use crate::dtype::GgmlType;
 use crate::error::{Error, Result};
 use crate::graph::Node;
 use crate::op::GgmlOp;
-use crate::quant::{self, FromF32Fn, VecDotFn, VecDotX4Fn};
+use crate::quant::{self, FromF32Fn, VecDot2x2Fn, VecDotFn, VecDotX4Fn};
 
 use super::access::{self, Tv};
 use super::{check_overlap, shape_err, src, tv, types_err, Alias, Ctx, Kind, Plan};
@@ -92,6 +92,9 @@ pub(crate) struct MulMat {
     vec_dot: VecDotFn,
     /// One weight row against four activation rows, when the type has it.
     vec_dot_x4: Option<VecDotX4Fn>,
+    /// Two weight rows against two activation rows (aarch64 i8mm), when the type has it; it equals
+    /// `vec_dot` bit for bit, so which kernel computes an element never shows.
+    vec_dot_2x2: Option<VecDot2x2Fn>,
     act: Activations,
 }
 
@@ -151,6 +154,7 @@ pub(crate) unsafe fn prepare_mul_mat(n: &Node) -> Result<Plan> {
             dst,
             vec_dot,
             vec_dot_x4: quant::kernels(a.dtype()).vec_dot_x4,
+            vec_dot_2x2: quant::kernels(a.dtype()).vec_dot_2x2.filter(|_| gemm.is_none()),
             act,
         }),
     })
@@ -182,7 +186,30 @@ impl MulMat {
             let mut c0 = 0;
             while c0 < n {
                 let c1 = (c0 + COL_BLOCK).min(n);
-                for r in r0..r1 {
+                let mut r = r0;
+                if let Some(k22) = self.vec_dot_2x2.filter(|_| c1 - c0 >= 2) {
+                    // Pairs of rows against pairs of columns; a last odd column or row goes below.
+                    while r + 2 <= r1 {
+                        let x = [a.row_bytes(r, i02, i03), a.row_bytes(r + 1, i02, i03)];
+                        let mut c = c0;
+                        while c + 2 <= c1 {
+                            let y = [0, 1].map(|j| act_row(b, &self.act, ctx, c + j, i12, i13));
+                            let v = k22(k, x, y);
+                            for (j, v) in v.into_iter().enumerate() {
+                                dst.set_f32(r + j / 2, c + j % 2, i12, i13, v);
+                            }
+                            c += 2;
+                        }
+                        if c < c1 {
+                            let y = act_row(b, &self.act, ctx, c, i12, i13);
+                            for (j, x) in x.into_iter().enumerate() {
+                                dst.set_f32(r + j, c, i12, i13, (self.vec_dot)(k, x, y));
+                            }
+                        }
+                        r += 2;
+                    }
+                }
+                for r in r..r1 {
                     let x = a.row_bytes(r, i02, i03);
                     let mut c = c0;
                     // Groups of four start at fixed columns, so results do not depend on threads.

@@ -1,7 +1,8 @@
 //! Run-time choice of kernels: the instruction set is detected once and the table filled.
 //!
-//! `LLAMAD_KERNELS=scalar|avx2|avx512|neon` forces a path (for tests and benchmarks); a forced
-//! path the CPU cannot run falls back to the best available one, with a warning.
+//! `LLAMAD_KERNELS=scalar|avx2|avx512|neon|neon-dotprod|neon-i8mm` forces a path (for tests and
+//! benchmarks); a forced path the CPU cannot run falls back to the best available one, with a warning.
+//! On aarch64 the three NEON levels are separate sets, so one CPU with i8mm tests all three.
 
 use std::sync::OnceLock;
 
@@ -17,9 +18,16 @@ pub enum Isa {
     Avx2,
     /// x86_64 with AVX-512 F/BW/VL/VNNI on top of AVX2.
     Avx512,
-    /// aarch64 NEON (dotprod used inside where the CPU has it).
+    /// aarch64 baseline NEON (widening multiplies, no `sdot`).
     Neon,
+    /// aarch64 NEON with dotprod (`sdot`).
+    NeonDotprod,
+    /// aarch64 NEON with dotprod and i8mm (`smmla` in the two-row kernels).
+    NeonI8mm,
 }
+
+/// Every kernel set, worst first.
+const ALL: [Isa; 6] = [Isa::Scalar, Isa::Avx2, Isa::Avx512, Isa::Neon, Isa::NeonDotprod, Isa::NeonI8mm];
 
 impl Isa {
     /// The name used by `LLAMAD_KERNELS` and [`super::active_isa`].
@@ -29,6 +37,8 @@ impl Isa {
             Isa::Avx2 => "avx2",
             Isa::Avx512 => "avx512",
             Isa::Neon => "neon",
+            Isa::NeonDotprod => "neon-dotprod",
+            Isa::NeonI8mm => "neon-i8mm",
         }
     }
 
@@ -41,7 +51,11 @@ impl Isa {
             #[cfg(target_arch = "x86_64")]
             Isa::Avx512 => super::x86_64::avx512_available(),
             #[cfg(target_arch = "aarch64")]
-            Isa::Neon => std::arch::is_aarch64_feature_detected!("neon"),
+            Isa::Neon => super::aarch64::level_available(super::aarch64::Level::Neon),
+            #[cfg(target_arch = "aarch64")]
+            Isa::NeonDotprod => super::aarch64::level_available(super::aarch64::Level::Dotprod),
+            #[cfg(target_arch = "aarch64")]
+            Isa::NeonI8mm => super::aarch64::level_available(super::aarch64::Level::I8mm),
             #[allow(unreachable_patterns)]
             _ => false,
         }
@@ -49,11 +63,11 @@ impl Isa {
 
     /// Every kernel set this CPU can run, best last.
     pub fn all_available() -> Vec<Isa> {
-        [Isa::Scalar, Isa::Avx2, Isa::Avx512, Isa::Neon].into_iter().filter(|i| i.available()).collect()
+        ALL.into_iter().filter(|i| i.available()).collect()
     }
 
     fn parse(s: &str) -> Option<Isa> {
-        [Isa::Scalar, Isa::Avx2, Isa::Avx512, Isa::Neon].into_iter().find(|i| i.name() == s)
+        ALL.into_iter().find(|i| i.name() == s)
     }
 }
 
@@ -92,7 +106,11 @@ impl Kernels {
                 super::x86_64::install_avx512(&mut k);
             }
             #[cfg(target_arch = "aarch64")]
-            Isa::Neon => super::aarch64::install_neon(&mut k),
+            Isa::Neon => super::aarch64::install_neon(&mut k, super::aarch64::Level::Neon),
+            #[cfg(target_arch = "aarch64")]
+            Isa::NeonDotprod => super::aarch64::install_neon(&mut k, super::aarch64::Level::Dotprod),
+            #[cfg(target_arch = "aarch64")]
+            Isa::NeonI8mm => super::aarch64::install_neon(&mut k, super::aarch64::Level::I8mm),
             #[allow(unreachable_patterns)]
             _ => k.isa = Isa::Scalar,
         }
@@ -109,7 +127,14 @@ impl Kernels {
         self.types[t as usize].vec_dot_x4 = Some(f);
     }
 
+    /// Sets the two-row × two-column dot product of `t`.
+    #[cfg_attr(not(target_arch = "aarch64"), allow(dead_code))]
+    pub(crate) fn set_vec_dot_2x2(&mut self, t: GgmlType, f: super::VecDot2x2Fn) {
+        self.types[t as usize].vec_dot_2x2 = Some(f);
+    }
+
     /// Sets the GEMM-order dot product of `t` (see [`TypeKernels::vec_dot_gemm`]).
+    #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
     pub(crate) fn set_vec_dot_gemm(&mut self, t: GgmlType, f: VecDotFn) {
         self.types[t as usize].vec_dot_gemm = Some(f);
     }
@@ -161,6 +186,7 @@ fn entry(to: ToF32Fn, from: Option<FromF32Fn>, dot: Option<VecDotFn>, vdt: GgmlT
         vec_dot: dot,
         vec_dot_type: vdt,
         vec_dot_x4: None,
+        vec_dot_2x2: None,
         vec_dot_gemm: None,
     }
 }
@@ -174,6 +200,7 @@ fn build_scalar() -> Kernels {
         vec_dot: None,
         vec_dot_type: F32,
         vec_dot_x4: None,
+        vec_dot_2x2: None,
         vec_dot_gemm: None,
     };
     let mut t = [empty; GGML_TYPE_COUNT as usize];
@@ -225,7 +252,7 @@ mod tests {
         assert_eq!(choose_from(Some("")), best);
         assert_eq!(choose_from(Some("scalar")), Isa::Scalar);
         assert_eq!(choose_from(Some("no-such-set")), best);
-        for isa in [Isa::Avx2, Isa::Avx512, Isa::Neon] {
+        for isa in [Isa::Avx2, Isa::Avx512, Isa::Neon, Isa::NeonDotprod, Isa::NeonI8mm] {
             let want = if isa.available() { isa } else { best };
             assert_eq!(choose_from(Some(isa.name())), want);
         }

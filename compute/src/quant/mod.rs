@@ -3,24 +3,30 @@
 //! Every type has a scalar reference kernel in [`scalar`] (the specification) and, where it pays,
 //! SIMD twins chosen once at run time by [`dispatch`]. Callers only ever see the [`TypeKernels`]
 //! table returned by [`kernels`]; [`active_isa`] names the kernel set in use, and
-//! `LLAMAD_KERNELS=scalar|avx2|avx512|neon` forces one (falling back to the best available set).
+//! `LLAMAD_KERNELS=scalar|avx2|avx512|neon|neon-dotprod|neon-i8mm` forces one (falling back to the
+//! best available set).
 //!
 //! What exists (ref: ggml-compute-semantics.md §2.2, §2.3):
 //!
 //! | type | to_f32 | from_f32 | vec_dot (scalar) | SIMD vec_dot |
 //! |---|---|---|---|---|
-//! | F32, F16, BF16 | ✓ | ✓ (RNE) | ✓ | AVX2 (F32, F16, BF16), NEON (F16) |
-//! | Q4_0, Q4_1, Q5_0, Q5_1, Q8_0 | ✓ | ggml reference quantizers | ✓ | AVX2 all; AVX-512 VNNI Q4_0, Q4_1, Q8_0; NEON Q4_0, Q4_1, Q8_0 |
+//! | F32, F16, BF16 | ✓ | ✓ (RNE) | ✓ | AVX2 (F32, F16, BF16), NEON all |
+//! | Q4_0, Q4_1, Q5_0, Q5_1, Q8_0 | ✓ | ggml reference quantizers | ✓ | AVX2 all; AVX-512 VNNI Q4_0, Q4_1, Q8_0; NEON all |
 //! | Q8_1, Q8_K (activations) | ✓ | ggml reference rounding, bitwise in every SIMD set | — | — |
-//! | Q2_K … Q6_K | ✓ | min/max + least-squares fit (ggml's error budgets hold) | ✓ | AVX2 all; NEON Q4_K, Q6_K |
-//! | IQ4_NL, IQ4_XS | ✓ | searched-scale codebook fit | ✓ | AVX2 both; AVX-512 VNNI IQ4_NL |
-//! | MXFP4 | ✓ | best of two shared exponents | ✓ | AVX2 |
+//! | Q2_K … Q6_K | ✓ | min/max + least-squares fit (ggml's error budgets hold) | ✓ | AVX2 all; NEON all |
+//! | IQ4_NL, IQ4_XS | ✓ | searched-scale codebook fit | ✓ | AVX2 both; AVX-512 VNNI IQ4_NL; NEON both |
+//! | MXFP4 | ✓ | best of two shared exponents | ✓ | AVX2; NEON |
 //! | Q1_0, Q2_0, NVFP4, TQ2_0 | ✓ | — (read-only) | ✓ | — |
 //!
 //! [`TypeKernels::vec_dot_x4`] (one weight row against four activation rows) exists on AVX2 for
-//! Q4_0, Q4_1, Q8_0, Q4_K and Q6_K. Row arguments are checked with `assert!` before any vector code
-//! runs: a short row panics in the kernel rather than reading out of bounds, so callers validate
-//! shapes first.
+//! Q4_0, Q4_1, Q8_0, Q4_K and Q6_K and on NEON for every quantized type;
+//! [`TypeKernels::vec_dot_2x2`] (two weight rows against two activation rows, `smmla`) on the
+//! `neon-i8mm` set for every quantized type. The NEON sets (`neon`, `neon-dotprod`, `neon-i8mm`)
+//! are separate tables, so a CPU with i8mm tests all three; their quantized kernels and
+//! dequantizers equal the scalar reference bit for bit (see `quant::aarch64`).
+//!
+//! Row arguments are checked with `assert!` before any vector code runs: a short row panics in the
+//! kernel rather than reading out of bounds, so callers validate shapes first.
 
 // Block layouts are easiest to check against the reference with explicit indices.
 #![allow(clippy::needless_range_loop)]
@@ -52,6 +58,12 @@ pub type VecDotFn = fn(n: usize, x: &[u8], y: &[u8]) -> f32;
 /// weight blocks decoded once. For matrix-matrix products (prompt processing).
 pub type VecDotX4Fn = fn(n: usize, x: &[u8], y: [&[u8]; 4]) -> [f32; 4];
 
+/// Dot products of two weight rows `x[0..2]` with two rows `y[0..2]` of the `vec_dot_type`, each
+/// of `n` elements, row-major: `[x0·y0, x0·y1, x1·y0, x1·y1]`. Each value equals the same set's
+/// [`VecDotFn`] bit for bit. Exists where a 2×2 integer matrix instruction pays (aarch64 i8mm's
+/// `smmla`); for matrix-matrix products.
+pub type VecDot2x2Fn = fn(n: usize, x: [&[u8]; 2], y: [&[u8]; 2]) -> [f32; 4];
+
 /// The kernels of one type.
 #[derive(Clone, Copy, Debug)]
 pub struct TypeKernels {
@@ -66,6 +78,9 @@ pub struct TypeKernels {
     /// Optional faster form of four `vec_dot` calls sharing the weight row (`None`: call
     /// `vec_dot` four times).
     pub vec_dot_x4: Option<VecDotX4Fn>,
+    /// Optional two-row × two-column form (see [`VecDot2x2Fn`]); matrix products prefer it over
+    /// `vec_dot_x4` where both exist.
+    pub vec_dot_2x2: Option<VecDot2x2Fn>,
     /// The dot product as ggml's float GEMM computes it (llamafile's tinyBLAS), which ggml uses instead
     /// of `vec_dot` for F32/F16 matrix products over two or more activation rows; `None` where the two
     /// agree (the quantized types). Matrix products pick it so that results equal a llama.cpp CPU

@@ -1,32 +1,113 @@
-//! aarch64 kernels: NEON, with `sdot` (dotprod) variants installed when the CPU has it.
+//! aarch64 kernels at three levels: baseline NEON, NEON with dotprod (`sdot`), and NEON with
+//! dotprod and i8mm (`smmla` in the two-row × two-column kernels).
 //!
 //! The kernels are private safe functions with the table's signatures, reachable only through
-//! [`install_neon`], which installs them only after the features were detected; that is the
+//! [`install_neon`], which installs a level only after its features were detected; that is the
 //! invariant every `// SAFETY:` comment in the submodules refers to.
+//!
+//! Coverage (ref: ggml-compute-semantics.md §2.2, §2.3):
+//!
+//! | type | vec_dot | vec_dot_x4 | vec_dot_2x2 (i8mm) | to_f32 | from_f32 |
+//! |---|---|---|---|---|---|
+//! | Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, IQ4_NL, MXFP4 | NEON, sdot | NEON, sdot | smmla | NEON | Q8_0 |
+//! | Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_XS | NEON, sdot | NEON, sdot | smmla | NEON | — |
+//! | Q8_1, Q8_K (activations) | — | — | — | — | NEON |
+//! | F32, F16, BF16 | NEON (fma) | — | — | F16, BF16 | F16, BF16 |
+//!
+//! Every quantized kernel reduces each block to its exact integer sum first and then applies the
+//! scalar reference's float steps in its order, so all levels and shapes equal the scalar
+//! `vec_dot` bit for bit; the float dots are within 1e-5 of the reference's f64 sums.
 
-mod neon;
+mod dequant;
+mod dot;
+mod float;
+mod kquants;
+mod legacy;
 mod quantize;
 
 use super::dispatch::Kernels;
 use crate::dtype::GgmlType;
 
-/// Installs the NEON kernels (the `sdot` variants where the CPU has dotprod).
-pub fn install_neon(k: &mut Kernels) {
-    if !std::arch::is_aarch64_feature_detected!("neon") {
+/// A NEON kernel level.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Level {
+    /// Baseline NEON.
+    Neon,
+    /// NEON + dotprod.
+    Dotprod,
+    /// NEON + dotprod + i8mm.
+    I8mm,
+}
+
+/// Whether this CPU has the features of `level`.
+pub fn level_available(level: Level) -> bool {
+    use std::arch::is_aarch64_feature_detected as has;
+    let neon = has!("neon");
+    match level {
+        Level::Neon => neon,
+        Level::Dotprod => neon && has!("dotprod"),
+        Level::I8mm => neon && has!("dotprod") && has!("i8mm"),
+    }
+}
+
+/// Installs the kernels of `level`; does nothing unless the CPU has its features.
+pub fn install_neon(k: &mut Kernels, level: Level) {
+    if !level_available(level) {
         return;
     }
     use GgmlType::*;
-    let dotprod = std::arch::is_aarch64_feature_detected!("dotprod");
-    let dots = if dotprod { neon::SDOT } else { neon::PLAIN };
-    k.set_vec_dot(Q4_0, dots.q4_0);
-    k.set_vec_dot(Q4_1, dots.q4_1);
-    k.set_vec_dot(Q8_0, dots.q8_0);
-    k.set_vec_dot(Q4_K, dots.q4_k);
-    k.set_vec_dot(Q6_K, dots.q6_k);
-    k.set_vec_dot(F16, neon::vec_dot_f16_f16);
-    k.set_to_f32(F16, neon::f16_to_f32);
+    let (dotprod, i8mm) = (level >= Level::Dotprod, level >= Level::I8mm);
+
+    macro_rules! legacy {
+        ($($t:ident => $b:ty),* $(,)?) => {$(
+            let s = legacy::set::<$b>(dotprod, i8mm);
+            k.set_vec_dot($t, s.vec_dot);
+            k.set_vec_dot_x4($t, s.x4);
+            if let Some(f) = s.two {
+                k.set_vec_dot_2x2($t, f);
+            }
+            k.set_to_f32($t, dequant::to_f32_32::<$b>);
+        )*};
+    }
+    legacy! {
+        Q4_0 => legacy::Q40,
+        Q4_1 => legacy::Q41,
+        Q5_0 => legacy::Q50,
+        Q5_1 => legacy::Q51,
+        Q8_0 => legacy::Q80,
+        IQ4_NL => legacy::Iq4Nl,
+        MXFP4 => legacy::Mxfp4,
+    }
+
+    macro_rules! kquants {
+        ($($t:ident => $b:ty),* $(,)?) => {$(
+            let (dot, x4, two) = kquants::set::<$b>(dotprod, i8mm);
+            k.set_vec_dot($t, dot);
+            k.set_vec_dot_x4($t, x4);
+            if let Some(f) = two {
+                k.set_vec_dot_2x2($t, f);
+            }
+            k.set_to_f32($t, dequant::to_f32_k::<$b>);
+        )*};
+    }
+    kquants! {
+        Q2_K => kquants::Q2K,
+        Q3_K => kquants::Q3K,
+        Q4_K => kquants::Q4K,
+        Q5_K => kquants::Q5K,
+        Q6_K => kquants::Q6K,
+        IQ4_XS => kquants::Iq4Xs,
+    }
+
+    k.set_vec_dot(F32, float::vec_dot_f32_f32);
+    k.set_vec_dot(F16, float::vec_dot_f16_f16);
+    k.set_vec_dot(BF16, float::vec_dot_bf16_bf16);
+    k.set_to_f32(F16, float::f16_to_f32);
+    k.set_to_f32(BF16, float::bf16_to_f32);
+    k.set_from_f32(F16, float::f16_from_f32);
+    k.set_from_f32(BF16, float::bf16_from_f32);
     k.set_from_f32(Q8_0, quantize::q8_0_from_f32);
     k.set_from_f32(Q8_1, quantize::q8_1_from_f32);
     k.set_from_f32(Q8_K, quantize::q8_k_from_f32);
-    tracing::debug!(dotprod, "installed NEON kernels");
+    tracing::debug!(?level, "installed NEON kernels");
 }

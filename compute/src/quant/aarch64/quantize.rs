@@ -8,16 +8,16 @@ use crate::dtype::QK_K;
 use crate::quant::blocks::*;
 use crate::quant::scalar::{q8k_block, q8k_bsums, quant_blocks};
 
-/// Largest |x| of 8·k values.
+/// Largest |x| of 8·k values, skipping NaN as the reference's `f32::max` does (`fmaxnm`).
 #[inline(always)]
 unsafe fn amax(x: &[f32]) -> f32 {
     // SAFETY: loads 4 floats at multiples of 4 below x.len(); register arithmetic.
     unsafe {
         let mut m = vdupq_n_f32(0.0);
         for i in (0..x.len() / 4 * 4).step_by(4) {
-            m = vmaxq_f32(m, vabsq_f32(vld1q_f32(x.as_ptr().add(i))));
+            m = vmaxnmq_f32(m, vabsq_f32(vld1q_f32(x.as_ptr().add(i))));
         }
-        vmaxvq_f32(m)
+        vmaxnmvq_f32(m)
     }
 }
 

@@ -4,6 +4,8 @@
 mod bench;
 mod dequant;
 mod dot;
+#[cfg(target_arch = "aarch64")]
+mod neon;
 mod prop;
 mod quantize;
 mod simd;

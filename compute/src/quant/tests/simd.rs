@@ -6,13 +6,17 @@
 //! counts, all-zero and negative scales, large values). Bounds:
 //! * dequantization and the activation quantizers Q8_0 / Q8_1 / Q8_K / F16 / BF16: bitwise equal
 //!   (the SIMD paths use the reference rounding);
-//! * dot products: |simd - scalar| ≤ 1e-5 · Σ|x_i·y_i| + 1e-6 (only the summation order differs).
+//! * dot products: |simd - scalar| ≤ 1e-5 · Σ|x_i·y_i| + 1e-6 (only the summation order differs);
+//!   on the NEON sets the quantized types' dot products (one, four and 2×2 columns) and
+//!   dequantizers are bitwise equal to the scalar reference, whatever the inputs (NaN and Inf
+//!   included; a NaN result only has to be NaN, as Rust leaves NaN payloads unspecified): they sum
+//!   the exact integer block sums in the reference's float order.
 
 use super::*;
 use crate::quant::blocks::to_f16le;
 
 /// Byte offsets of the f16 scale fields in a block of `t` (set to finite values in random blocks).
-fn f16_fields(t: GgmlType) -> &'static [usize] {
+pub(super) fn f16_fields(t: GgmlType) -> &'static [usize] {
     use GgmlType::*;
     match t {
         Q4_0 | Q5_0 | Q8_0 | IQ4_NL | IQ4_XS => &[0],
@@ -25,7 +29,7 @@ fn f16_fields(t: GgmlType) -> &'static [usize] {
 }
 
 /// A random row of `nb` blocks of `t` with finite scales; float types get random finite values.
-fn random_row(r: &mut StdRng, t: GgmlType, nb: usize, scale: f32) -> Vec<u8> {
+pub(super) fn random_row(r: &mut StdRng, t: GgmlType, nb: usize, scale: f32) -> Vec<u8> {
     let n = nb * t.blck_size();
     match t {
         GgmlType::F32 | GgmlType::F16 | GgmlType::BF16 => {
@@ -50,7 +54,7 @@ fn random_row(r: &mut StdRng, t: GgmlType, nb: usize, scale: f32) -> Vec<u8> {
 }
 
 /// Activation rows: random, all zero, negative-heavy, large.
-fn activations(r: &mut StdRng, n: usize) -> Vec<Vec<f32>> {
+pub(super) fn activations(r: &mut StdRng, n: usize) -> Vec<Vec<f32>> {
     vec![
         gaussian(r, n),
         vec![0.0; n],
@@ -60,6 +64,13 @@ fn activations(r: &mut StdRng, n: usize) -> Vec<Vec<f32>> {
     ]
 }
 
+/// Whether `isa`'s dot products of `t` must equal the scalar reference bit for bit: the NEON sets'
+/// quantized kernels (see `quant::aarch64`).
+pub(super) fn bitwise_with_scalar(isa: Isa, t: GgmlType) -> bool {
+    matches!(isa, Isa::Neon | Isa::NeonDotprod | Isa::NeonI8mm)
+        && !matches!(t, GgmlType::F32 | GgmlType::F16 | GgmlType::BF16)
+}
+
 fn check_dot(isa: Isa, t: GgmlType, qx: &[u8], y: &[f32]) {
     let (s, k) = (scalar_table(), Kernels::build(isa));
     let vt = s.get(t).vec_dot_type;
@@ -67,6 +78,10 @@ fn check_dot(isa: Isa, t: GgmlType, qx: &[u8], y: &[f32]) {
     let qy = quantize(&s, vt, y);
     let want = (s.get(t).vec_dot.unwrap())(n, qx, &qy);
     let got = (k.get(t).vec_dot.unwrap())(n, qx, &qy);
+    if bitwise_with_scalar(isa, t) {
+        let same = got.to_bits() == want.to_bits() || (got.is_nan() && want.is_nan());
+        assert!(same, "{} {t} n={n}: simd {got} vs scalar {want}", isa.name());
+    }
     let (dx, dy) = (dequantize(&s, t, qx, n), dequantize(&s, vt, &qy, n));
     let mag: f64 = dx.iter().zip(&dy).map(|(a, b)| (*a as f64 * *b as f64).abs()).sum();
     if !want.is_finite() || !mag.is_finite() {

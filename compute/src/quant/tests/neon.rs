@@ -1,0 +1,239 @@
+//! aarch64 only: which NEON levels this CPU runs (checked against the runner's expectation, so a
+//! qemu CPU that silently lacks dotprod or i8mm fails instead of testing a fallback twice), the
+//! i8mm 2×2 kernels, and bitwise agreement with the scalar reference on non-finite inputs.
+
+use std::arch::is_aarch64_feature_detected as has;
+
+use super::simd::{activations, f16_fields, random_row};
+use super::*;
+
+/// Bit-for-bit equal, where any NaN equals any NaN: Rust (like LLVM) leaves NaN payloads and signs
+/// unspecified, so two compilations of the same float expression may disagree on them.
+pub(super) fn same_bits(a: f32, b: f32) -> bool {
+    a.to_bits() == b.to_bits() || (a.is_nan() && b.is_nan())
+}
+
+/// The quantized weight types (every one has NEON kernels at every level).
+const QUANT_TYPES: [GgmlType; 13] = {
+    use GgmlType::*;
+    [Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_NL, IQ4_XS, MXFP4]
+};
+
+fn neon_sets() -> Vec<Isa> {
+    Isa::all_available()
+        .into_iter()
+        .filter(|i| matches!(i, Isa::Neon | Isa::NeonDotprod | Isa::NeonI8mm))
+        .collect()
+}
+
+/// `scripts/test-arm64.sh` names the features each qemu CPU must have in `LLAMAD_EXPECT_AARCH64`
+/// (`neon`, `neon,dotprod` or `neon,dotprod,i8mm`).
+#[test]
+fn detected_levels_match_the_runner() {
+    let (dotprod, i8mm) = (has!("dotprod"), has!("i8mm"));
+    let sets: Vec<&str> = neon_sets().iter().map(|i| i.name()).collect();
+    eprintln!("aarch64 features: dotprod={dotprod} i8mm={i8mm}; NEON kernel sets {sets:?}");
+    assert!(sets.contains(&"neon"), "{sets:?}");
+    assert_eq!(sets.contains(&"neon-dotprod"), dotprod, "{sets:?}");
+    assert_eq!(sets.contains(&"neon-i8mm"), dotprod && i8mm, "{sets:?}");
+    let Ok(want) = std::env::var("LLAMAD_EXPECT_AARCH64") else { return };
+    let want: Vec<&str> = want.split(',').map(str::trim).collect();
+    assert_eq!(dotprod, want.contains(&"dotprod"), "dotprod detected={dotprod}, runner expects {want:?}");
+    assert_eq!(i8mm, want.contains(&"i8mm"), "i8mm detected={i8mm}, runner expects {want:?}");
+    if std::env::var("LLAMAD_KERNELS").map_or(true, |v| v.is_empty()) {
+        let best = if i8mm {
+            "neon-i8mm"
+        } else if dotprod {
+            "neon-dotprod"
+        } else {
+            "neon"
+        };
+        assert_eq!(crate::quant::active_isa(), best);
+    }
+}
+
+/// Every level has one-column and four-column kernels for every quantized type; exactly the i8mm
+/// level has the 2×2 ones.
+#[test]
+fn levels_install_their_kernels() {
+    for isa in neon_sets() {
+        let k = Kernels::build(isa);
+        for t in QUANT_TYPES {
+            let e = k.get(t);
+            assert!(e.vec_dot_x4.is_some(), "{} {t}: no x4", isa.name());
+            assert_eq!(e.vec_dot_2x2.is_some(), isa == Isa::NeonI8mm, "{} {t}: 2x2", isa.name());
+            let s = scalar_table();
+            assert_ne!(e.vec_dot.unwrap() as usize, s.get(t).vec_dot.unwrap() as usize, "{} {t}", isa.name());
+            assert_ne!(e.to_f32.unwrap() as usize, s.get(t).to_f32.unwrap() as usize, "{} {t}", isa.name());
+        }
+    }
+}
+
+/// Weight rows for `t`: random, random with extreme scales, and every quant byte 0x00 / 0xFF.
+fn weight_rows(r: &mut StdRng, t: GgmlType, nb: usize) -> Vec<Vec<u8>> {
+    let mut rows = vec![random_row(r, t, nb, 1.5), random_row(r, t, nb, -1e3), random_row(r, t, nb, 0.0)];
+    for fill in [0x00u8, 0xFF] {
+        let mut q = random_row(r, t, nb, 1.0);
+        for b in q.chunks_exact_mut(t.type_size()) {
+            let keep: Vec<(usize, [u8; 2])> = f16_fields(t).iter().map(|&o| (o, [b[o], b[o + 1]])).collect();
+            b.fill(fill);
+            for (o, v) in keep {
+                b[o..o + 2].copy_from_slice(&v);
+            }
+        }
+        rows.push(q);
+    }
+    rows
+}
+
+/// A copy of `q` with the scale fields of the blocks set to quiet and signalling NaNs (with
+/// payloads), ±Inf, −0, the smallest subnormal and the largest f16 (MXFP4: exponents 0 and 254).
+fn nonfinite_scales(t: GgmlType, q: &[u8]) -> Vec<u8> {
+    let specials: [u16; 8] = [0x7E00, 0x7C01, 0xFD55, 0x7C00, 0xFC00, 0x8000, 0x0001, 0x7BFF];
+    let mut q = q.to_vec();
+    for (i, b) in q.chunks_exact_mut(t.type_size()).enumerate() {
+        if t == GgmlType::MXFP4 {
+            b[0] = if i % 2 == 0 { 254 } else { 0 };
+        }
+        for (j, &off) in f16_fields(t).iter().enumerate() {
+            b[off..off + 2].copy_from_slice(&specials[(i + j) % specials.len()].to_le_bytes());
+        }
+    }
+    q
+}
+
+/// Asserts that every kernel shape of `isa` gives the scalar `vec_dot` of `t` bit for bit on `xs`
+/// against the activation rows `ys` (already quantized to the vec_dot type).
+fn assert_all_shapes_bitwise(isa: Isa, t: GgmlType, n: usize, xs: &[Vec<u8>], ys: &[Vec<u8>]) {
+    let (s, k) = (scalar_table(), Kernels::build(isa));
+    let want = |x: &[u8], y: &[u8]| (s.get(t).vec_dot.unwrap())(n, x, y);
+    let e = k.get(t);
+    for (ix, x) in xs.iter().enumerate() {
+        for (iy, y) in ys.iter().enumerate() {
+            let got = (e.vec_dot.unwrap())(n, x, y);
+            let w = want(x, y);
+            assert!(same_bits(got, w), "{} {t} n={n} row {ix} col {iy}: vec_dot {got} vs {w}", isa.name());
+        }
+        for w in ys.windows(4) {
+            let got = (e.vec_dot_x4.unwrap())(n, x, [&w[0], &w[1], &w[2], &w[3]]);
+            for c in 0..4 {
+                let v = want(x, &w[c]);
+                assert!(
+                    same_bits(got[c], v),
+                    "{} {t} n={n} row {ix}: x4 col {c}: {} vs {v}",
+                    isa.name(),
+                    got[c]
+                );
+            }
+        }
+    }
+    if let Some(k22) = e.vec_dot_2x2 {
+        for xp in xs.windows(2) {
+            for yp in ys.windows(2) {
+                let got = k22(n, [&xp[0], &xp[1]], [&yp[0], &yp[1]]);
+                for (j, g) in got.iter().enumerate() {
+                    let (x, y) = (&xp[j / 2], &yp[j % 2]);
+                    let v = want(x, y);
+                    assert!(same_bits(*g, v), "{} {t} n={n}: 2x2 lane {j}: {g} vs {v}", isa.name());
+                }
+            }
+        }
+    }
+}
+
+/// One, four and 2×2 columns against the scalar reference, bit for bit, on random and edge rows
+/// with odd block counts.
+#[test]
+fn every_shape_equals_scalar_bitwise() {
+    let s = scalar_table();
+    let mut r = rng(21);
+    for t in QUANT_TYPES {
+        let vt = s.get(t).vec_dot_type;
+        let per256 = 256 / t.blck_size();
+        for nb in [1, 3 * per256, if t.blck_size() == 32 { 7 } else { 5 }] {
+            let n = nb * t.blck_size();
+            let xs = weight_rows(&mut r, t, nb);
+            let ys: Vec<Vec<u8>> = activations(&mut r, n).iter().map(|y| quantize(&s, vt, y)).collect();
+            for isa in neon_sets() {
+                assert_all_shapes_bitwise(isa, t, n, &xs, &ys);
+            }
+        }
+    }
+}
+
+/// NaN, ±Inf, −0 and subnormal scales in the weights, and NaN/Inf activations: every kernel shape,
+/// the dequantizers and the activation quantizers still equal the scalar reference bit for bit
+/// (NaN results as NaN: see [`same_bits`]).
+#[test]
+fn nonfinite_inputs_equal_scalar_bitwise() {
+    let s = scalar_table();
+    let mut r = rng(22);
+    for t in QUANT_TYPES {
+        let vt = s.get(t).vec_dot_type;
+        let nb = 2 * (256 / t.blck_size()) + 1;
+        let n = nb * t.blck_size();
+        let xs: Vec<Vec<u8>> = weight_rows(&mut r, t, nb).iter().map(|q| nonfinite_scales(t, q)).collect();
+        let mut acts = activations(&mut r, n);
+        for (i, a) in acts.iter_mut().enumerate() {
+            a[(7 * i) % n] = [f32::NAN, f32::INFINITY, f32::NEG_INFINITY, -0.0, 3e38][i % 5];
+        }
+        for isa in neon_sets() {
+            let k = Kernels::build(isa);
+            for a in &acts {
+                assert_eq!(quantize(&k, vt, a), quantize(&s, vt, a), "{} {vt} from_f32", isa.name());
+            }
+            let ys: Vec<Vec<u8>> = acts.iter().map(|a| quantize(&s, vt, a)).collect();
+            assert_all_shapes_bitwise(isa, t, n, &xs, &ys);
+            for x in &xs {
+                let (a, b) = (dequantize(&s, t, x, n), dequantize(&k, t, x, n));
+                for (i, (a, b)) in a.iter().zip(&b).enumerate() {
+                    assert!(same_bits(*a, *b), "{} {t} to_f32 [{i}]: {a} vs {b}", isa.name());
+                }
+            }
+        }
+    }
+}
+
+/// F16 and BF16 narrowing of NaN, ±Inf, ±0, subnormals, overflow and exact ties equals the
+/// reference bit for bit, on every length (the vector body and the scalar tail).
+#[test]
+fn float_conversions_bitwise_on_special_values() {
+    let s = scalar_table();
+    let mut vals = vec![
+        f32::NAN,
+        -f32::NAN,
+        f32::from_bits(0x7f80_0001),
+        f32::from_bits(0xffc1_2345),
+        f32::INFINITY,
+        f32::NEG_INFINITY,
+        0.0,
+        -0.0,
+        1e-40,
+        -6e-8,
+        3e-5,
+        65520.0,
+        -65519.0,
+        1e10,
+        1.0 + 1.0 / 2048.0,
+        1.0 + 3.0 / 2048.0,
+        1.0 + 1.0 / 256.0,
+        1.0 + 3.0 / 256.0,
+    ];
+    vals.extend(gaussian(&mut rng(23), 45));
+    for isa in neon_sets() {
+        let k = Kernels::build(isa);
+        for t in [GgmlType::F16, GgmlType::BF16] {
+            for len in [vals.len(), 7, 16] {
+                let x = &vals[..len];
+                let (a, b) = (quantize(&s, t, x), quantize(&k, t, x));
+                assert_eq!(a, b, "{} {t} from_f32 len {len}", isa.name());
+                let (da, db) = (dequantize(&s, t, &a, len), dequantize(&k, t, &a, len));
+                assert!(
+                    da.iter().zip(&db).all(|(p, q)| p.to_bits() == q.to_bits()),
+                    "{} {t} to_f32",
+                    isa.name()
+                );
+            }
+        }
+    }
+}
