@@ -20,33 +20,30 @@ fn round16(x: f32) -> f32 {
 
 /// `acc[i] = f16(acc[i] · s)`.
 pub(crate) fn scale(acc: &mut [f32], s: f32) {
-    let mut head = 0;
     #[cfg(target_arch = "x86_64")]
-    if let Some(t) = avx2::Token::get() {
-        head = t.scale(acc, s);
-    }
+    let head = avx2::Token::get().map_or(0, |t| t.scale(acc, s));
+    #[cfg(not(target_arch = "x86_64"))]
+    let head = 0;
     scale_scalar(&mut acc[head..], s);
 }
 
 /// `acc[i] = f16(fma(v[i], s, acc[i]))` where `v` holds `acc.len()` little-endian f16 values.
 pub(crate) fn mad(acc: &mut [f32], v: &[u8], s: f32) {
     assert!(v.len() >= 2 * acc.len(), "f16acc::mad: {} bytes for {} values", v.len(), acc.len());
-    let mut head = 0;
     #[cfg(target_arch = "x86_64")]
-    if let Some(t) = avx2::Token::get() {
-        head = t.mad(acc, v, s);
-    }
+    let head = avx2::Token::get().map_or(0, |t| t.mad(acc, v, s));
+    #[cfg(not(target_arch = "x86_64"))]
+    let head = 0;
     mad_scalar(&mut acc[head..], &v[2 * head..], s);
 }
 
 /// `acc[i] = fma(v[i], s, acc[i])`.
 pub(crate) fn mad_f32(acc: &mut [f32], v: &[f32], s: f32) {
     assert!(v.len() >= acc.len(), "f16acc::mad_f32: {} values for {}", v.len(), acc.len());
-    let mut head = 0;
     #[cfg(target_arch = "x86_64")]
-    if let Some(t) = avx2::Token::get() {
-        head = t.mad_f32(acc, v, s);
-    }
+    let head = avx2::Token::get().map_or(0, |t| t.mad_f32(acc, v, s));
+    #[cfg(not(target_arch = "x86_64"))]
+    let head = 0;
     mad_f32_scalar(&mut acc[head..], &v[head..], s);
 }
 

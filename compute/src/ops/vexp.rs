@@ -23,11 +23,10 @@ pub(crate) fn soft_max_exp(x: &[f32], max: f32, y: &mut [f32]) -> f64 {
 /// `x[i] = silu(x[i]) * g[i]`.
 pub(crate) fn swiglu_in_place(x: &mut [f32], g: &[f32]) {
     assert_eq!(x.len(), g.len());
-    let mut head = 0;
     #[cfg(target_arch = "x86_64")]
-    if let Some(t) = avx2::Token::get() {
-        head = t.swiglu(x, g);
-    }
+    let head = avx2::Token::get().map_or(0, |t| t.swiglu(x, g));
+    #[cfg(not(target_arch = "x86_64"))]
+    let head = 0;
     for i in head..x.len() {
         x[i] = silu(x[i]) * g[i];
     }
