@@ -5,9 +5,8 @@
 # Usage: packaging/build.sh [amd64|arm64|all]        (default: amd64)
 #
 # amd64: the machine's rustup toolchain. arm64: Debian's rustc-web (RUSTC=/usr/bin/rustc) with
-# the aarch64 cross linker, in its own target dir, then
-# `cargo test --target aarch64-unknown-linux-gnu -p compute` under qemu-aarch64-static with the
-# default CPU (max: NEON, dotprod, i8mm) and with QEMU_CPU=cortex-a72 (NEON only).
+# the aarch64 cross linker, in its own target dir, then the compute tests under qemu-aarch64-static
+# on three CPUs (scripts/test-arm64.sh: max with i8mm and dotprod, neoverse-n1, cortex-a72).
 # The cross settings come from environment variables, so a .cargo/config.toml with the same
 # settings may or may not exist.
 #
@@ -148,20 +147,13 @@ build_arm64() {
     echo "llamad needs $(glibc_floor "$td/$ARM_TRIPLE/release/llamad" aarch64-linux-gnu-objdump) (bookworm: 2.36, noble: 2.39)"
     package "$td" "$ARM_TRIPLE"
     if [[ ${SKIP_ARM64_TESTS:-0} != 1 ]]; then
-        # compute's GGUF and model tests read the SmolLM2 test model from models/; the tokenizer
-        # tests compare with the llama.cpp reference peer (a host python, run from the emulated
-        # test binary), which tests/peer/build-peer.sh builds once and then only prints.
+        # compute's GGUF and model tests read the SmolLM2 test model from models/.
         "$ROOT/scripts/fetch-model.sh" >/dev/null
-        if [[ -z ${LLAMAD_PEER_PYTHON:-} ]]; then
-            LLAMAD_PEER_PYTHON=$("$ROOT/tests/peer/build-peer.sh" | tail -n 1)
-            export LLAMAD_PEER_PYTHON
-        fi
-        log "arm64: cargo test -p compute under qemu (default CPU)"
-        CARGO_TARGET_DIR=$td cargo test --no-fail-fast --target "$ARM_TRIPLE" -p compute ||
-            FAILED+=("arm64 compute tests (default CPU)")
-        log "arm64: cargo test -p compute under qemu (QEMU_CPU=cortex-a72)"
-        QEMU_CPU=cortex-a72 CARGO_TARGET_DIR=$td cargo test --no-fail-fast --target "$ARM_TRIPLE" -p compute ||
-            FAILED+=("arm64 compute tests (QEMU_CPU=cortex-a72)")
+        # The compute crate's library and integration tests under qemu on three CPUs (max: i8mm and
+        # dotprod; neoverse-n1: dotprod; cortex-a72: plain NEON), each checking that its kernel
+        # level was really detected: scripts/test-arm64.sh, in this build's target dir.
+        log "arm64: compute tests under qemu (scripts/test-arm64.sh)"
+        CARGO_TARGET_DIR_ARM64=$td "$ROOT/scripts/test-arm64.sh" || FAILED+=("arm64 compute tests under qemu")
     fi
 }
 
