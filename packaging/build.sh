@@ -126,8 +126,10 @@ glibc_floor() {
 
 build_amd64() {
     local td=$BASE_TD
-    log "amd64: cargo build --release -p llamad -p llamactl"
-    CARGO_TARGET_DIR=$td cargo build --release -p llamad -p llamactl
+    # --workspace --bins, as scripts/test.sh builds them: the same feature set, so the packaged
+    # binaries are the tested ones and nothing is rebuilt after the test suite.
+    log "amd64: cargo build --release --workspace --bins"
+    CARGO_TARGET_DIR=$td cargo build --release --workspace --bins
     gen_assets "$td/release"
     echo "llamad needs $(glibc_floor "$td/release/llamad" objdump) (bookworm: 2.36, noble: 2.39)"
     package "$td"
@@ -141,8 +143,8 @@ build_arm64() {
     export CARGO_TARGET_AARCH64_UNKNOWN_LINUX_GNU_RUNNER=qemu-aarch64-static
     export CC_aarch64_unknown_linux_gnu=aarch64-linux-gnu-gcc
     export AR_aarch64_unknown_linux_gnu=aarch64-linux-gnu-ar
-    log "arm64: $($RUSTC --version), cargo build --release --target $ARM_TRIPLE -p llamad -p llamactl"
-    CARGO_TARGET_DIR=$td cargo build --release --target "$ARM_TRIPLE" -p llamad -p llamactl
+    log "arm64: $($RUSTC --version), cargo build --release --target $ARM_TRIPLE --workspace --bins"
+    CARGO_TARGET_DIR=$td cargo build --release --target "$ARM_TRIPLE" --workspace --bins
     gen_assets "$td/$ARM_TRIPLE/release" qemu-aarch64-static
     echo "llamad needs $(glibc_floor "$td/$ARM_TRIPLE/release/llamad" aarch64-linux-gnu-objdump) (bookworm: 2.36, noble: 2.39)"
     package "$td" "$ARM_TRIPLE"
