@@ -4,13 +4,15 @@
 //! converted to the weight type's `vec_dot_type` (phase 0, rows split across units, into shared
 //! scratch); then (phase 1) every output element is one `vec_dot` of a weight row with a converted
 //! row, the work split in tiles of weight rows so each tile stays in cache while it meets every
-//! activation row.
+//! activation row. A block of 16 weight rows × 16 activation rows goes to the type's register-tiled
+//! `gemm` kernel when it has one (else four-column and one-column dots); its results, bit-identical
+//! whichever kernel ran, are written one destination column (16 consecutive floats) at a time.
 
 use crate::dtype::GgmlType;
 use crate::error::{Error, Result};
 use crate::graph::Node;
 use crate::op::GgmlOp;
-use crate::quant::{self, FromF32Fn, VecDotFn, VecDotX4Fn};
+use crate::quant::{self, FromF32Fn, GemmFn, VecDotFn, VecDotX4Fn};
 
 use super::access::{self, Tv};
 use super::{check_overlap, shape_err, src, tv, types_err, Alias, Ctx, Kind, Plan};
@@ -89,9 +91,7 @@ pub(crate) struct MulMat {
     a: Tv,
     b: Tv,
     dst: Tv,
-    vec_dot: VecDotFn,
-    /// One weight row against four activation rows, when the type has it.
-    vec_dot_x4: Option<VecDotX4Fn>,
+    k: DotKernels,
     act: Activations,
 }
 
@@ -130,7 +130,12 @@ pub(crate) unsafe fn prepare_mul_mat(n: &Node) -> Result<Plan> {
     let gemm = quant::kernels(a.dtype())
         .vec_dot_gemm
         .filter(|_| b.ne[1] >= 2 && (a.dtype() != GgmlType::F32 || b.l.is_contiguous()));
-    let vec_dot = gemm.unwrap_or(vec_dot);
+    // The float GEMM order is its own kernel: neither the four-column nor the tiled quantized
+    // kernels apply to it.
+    let k = match gemm {
+        Some(g) => DotKernels { vec_dot: g, vec_dot_x4: None, gemm: quant::kernels(a.dtype()).gemm },
+        None => DotKernels::new(a.dtype(), vec_dot),
+    };
     let shared_bytes = if act.convert {
         b.nrows().checked_mul(act.row).ok_or_else(|| shape_err(op, "scratch size overflows"))?
     } else {
@@ -145,14 +150,7 @@ pub(crate) unsafe fn prepare_mul_mat(n: &Node) -> Result<Plan> {
         units,
         shared_bytes,
         local_f32: local,
-        kind: Kind::MulMat(MulMat {
-            a,
-            b,
-            dst,
-            vec_dot,
-            vec_dot_x4: quant::kernels(a.dtype()).vec_dot_x4,
-            act,
-        }),
+        kind: Kind::MulMat(MulMat { a, b, dst, k, act }),
     })
 }
 
@@ -166,43 +164,75 @@ impl MulMat {
         let (a, b, dst) = (&self.a, &self.b, &self.dst);
         let m = a.ne[1];
         let n = b.ne[1];
-        let k = a.ne[0];
         let row_blocks = m.div_ceil(ROW_BLOCK);
         let r2 = b.ne[2] / a.ne[2];
         let r3 = b.ne[3] / a.ne[3];
         // One unit = one block of weight rows of one batch, against every activation row.
-        {
-            let u = ctx.unit;
-            let batch = u / row_blocks;
-            let rb = u % row_blocks;
-            let (i12, i13) = (batch % b.ne[2], batch / b.ne[2]);
-            let (i02, i03) = (i12 / r2, i13 / r3);
-            let r0 = rb * ROW_BLOCK;
-            let r1 = (r0 + ROW_BLOCK).min(m);
-            let mut c0 = 0;
-            while c0 < n {
-                let c1 = (c0 + COL_BLOCK).min(n);
-                for r in r0..r1 {
-                    let x = a.row_bytes(r, i02, i03);
-                    let mut c = c0;
-                    // Groups of four start at fixed columns, so results do not depend on threads.
-                    if let Some(x4) = self.vec_dot_x4 {
-                        while c + 4 <= c1 {
-                            let y = [0, 1, 2, 3].map(|j| act_row(b, &self.act, ctx, c + j, i12, i13));
-                            let v = x4(k, x, y);
-                            for (j, v) in v.into_iter().enumerate() {
-                                dst.set_f32(r, c + j, i12, i13, v);
-                            }
-                            c += 4;
-                        }
+        let u = ctx.unit;
+        let batch = u / row_blocks;
+        let rb = u % row_blocks;
+        let (i12, i13) = (batch % b.ne[2], batch / b.ne[2]);
+        let (i02, i03) = (i12 / r2, i13 / r3);
+        let r0 = rb * ROW_BLOCK;
+        let nr = ROW_BLOCK.min(m - r0);
+        let xs: [&[u8]; ROW_BLOCK] = std::array::from_fn(|i| a.row_bytes(r0 + i.min(nr - 1), i02, i03));
+        let mut out = [0.0f32; ROW_BLOCK * COL_BLOCK];
+        let mut c0 = 0;
+        while c0 < n {
+            let nc = COL_BLOCK.min(n - c0);
+            let ys: [&[u8]; COL_BLOCK] =
+                std::array::from_fn(|j| act_row(b, &self.act, ctx, c0 + j.min(nc - 1), i12, i13));
+            self.k.products(a.ne[0], &xs[..nr], &ys[..nc], &mut out[..nr * nc]);
+            for (j, col) in out[..nr * nc].chunks_exact(nr).enumerate() {
+                dst.store_f32s(r0, c0 + j, i12, i13, col);
+            }
+            c0 += nc;
+        }
+    }
+}
+
+/// The dot kernels of a planned matrix product.
+struct DotKernels {
+    vec_dot: VecDotFn,
+    /// One weight row against four activation rows, when the type has it.
+    vec_dot_x4: Option<VecDotX4Fn>,
+    /// Register-tiled rows × columns, when the type has it.
+    gemm: Option<GemmFn>,
+}
+
+/// Fewest activation rows for which the tiled kernel pays (it pads a tile of four).
+const GEMM_MIN_COLS: usize = 3;
+
+impl DotKernels {
+    fn new(t: GgmlType, vec_dot: VecDotFn) -> DotKernels {
+        let k = quant::kernels(t);
+        // A float type's tiled kernel follows its GEMM order, which this product does not use.
+        let gemm = k.gemm.filter(|_| k.vec_dot_gemm.is_none());
+        DotKernels { vec_dot, vec_dot_x4: k.vec_dot_x4, gemm }
+    }
+
+    /// `out[j * x.len() + i]` = row `x[i]` · row `y[j]`. Every kernel gives the same bits for a
+    /// given pair (tested), so the choice only affects speed.
+    fn products(&self, k: usize, xs: &[&[u8]], ys: &[&[u8]], out: &mut [f32]) {
+        if let Some(g) = self.gemm.filter(|_| ys.len() >= GEMM_MIN_COLS) {
+            g(k, xs, ys, out);
+            return;
+        }
+        let m = xs.len();
+        for (i, x) in xs.iter().enumerate() {
+            let mut j = 0;
+            if let Some(x4) = self.vec_dot_x4 {
+                while j + 4 <= ys.len() {
+                    let v = x4(k, x, [ys[j], ys[j + 1], ys[j + 2], ys[j + 3]]);
+                    for (t, v) in v.into_iter().enumerate() {
+                        out[(j + t) * m + i] = v;
                     }
-                    while c < c1 {
-                        let y = act_row(b, &self.act, ctx, c, i12, i13);
-                        dst.set_f32(r, c, i12, i13, (self.vec_dot)(k, x, y));
-                        c += 1;
-                    }
+                    j += 4;
                 }
-                c0 = c1;
+            }
+            while j < ys.len() {
+                out[j * m + i] = (self.vec_dot)(k, x, ys[j]);
+                j += 1;
             }
         }
     }
@@ -214,8 +244,7 @@ pub(crate) struct MulMatId {
     b: Tv,
     ids: Tv,
     dst: Tv,
-    vec_dot: VecDotFn,
-    vec_dot_x4: Option<VecDotX4Fn>,
+    k: DotKernels,
     act: Activations,
     /// Offset of the expert lists in shared scratch.
     lists_off: usize,
@@ -284,8 +313,7 @@ pub(crate) unsafe fn prepare_mul_mat_id(n: &Node) -> Result<Plan> {
             b,
             ids,
             dst,
-            vec_dot,
-            vec_dot_x4: quant::kernels(a.dtype()).vec_dot_x4,
+            k: DotKernels::new(a.dtype(), vec_dot),
             act,
             lists_off,
         }),
@@ -321,33 +349,24 @@ impl MulMatId {
             }
             let list = ctx.shared(self.lists_off + (n_exp + 1 + p0) * 4, (p1 - p0) * 4);
             let r0 = (u % row_blocks) * ROW_BLOCK;
-            let r1 = (r0 + ROW_BLOCK).min(m);
+            let nr = ROW_BLOCK.min(m - r0);
+            let xs: [&[u8]; ROW_BLOCK] = std::array::from_fn(|i| a.row_bytes(r0 + i.min(nr - 1), e, 0));
+            let mut out = [0.0f32; ROW_BLOCK * COL_BLOCK];
+            // Pairs in chunks fixed by the list order (not by the threads).
             for chunk in list.chunks(COL_BLOCK * 4) {
-                for r in r0..r1 {
-                    let x = a.row_bytes(r, e, 0);
-                    // Pairs in groups of four (fixed by the list order, not by the threads).
-                    let n_pairs = chunk.len() / 4;
-                    let pair = |i: usize| {
-                        let p = u32_at(chunk, i) as usize;
-                        (p % n_used, p / n_used)
-                    };
-                    let mut i = 0;
-                    if let Some(x4) = self.vec_dot_x4 {
-                        while i + 4 <= n_pairs {
-                            let ps = [0, 1, 2, 3].map(|j| pair(i + j));
-                            let y = ps.map(|(slot, t)| act_row(b, &self.act, ctx, slot % b.ne[1], t, 0));
-                            for ((slot, t), v) in ps.into_iter().zip(x4(k, x, y)) {
-                                dst.set_f32(r, slot, t, 0, v);
-                            }
-                            i += 4;
-                        }
-                    }
-                    while i < n_pairs {
-                        let (slot, t) = pair(i);
-                        let y = act_row(b, &self.act, ctx, slot % b.ne[1], t, 0);
-                        dst.set_f32(r, slot, t, 0, (self.vec_dot)(k, x, y));
-                        i += 1;
-                    }
+                let nc = chunk.len() / 4;
+                let pair = |i: usize| {
+                    let p = u32_at(chunk, i) as usize;
+                    (p % n_used, p / n_used)
+                };
+                let ys: [&[u8]; COL_BLOCK] = std::array::from_fn(|j| {
+                    let (slot, t) = pair(j.min(nc - 1));
+                    act_row(b, &self.act, ctx, slot % b.ne[1], t, 0)
+                });
+                self.k.products(k, &xs[..nr], &ys[..nc], &mut out[..nr * nc]);
+                for (j, col) in out[..nr * nc].chunks_exact(nr).enumerate() {
+                    let (slot, t) = pair(j);
+                    dst.store_f32s(r0, slot, t, 0, col);
                 }
             }
         }

@@ -109,6 +109,11 @@ impl Kernels {
         self.types[t as usize].vec_dot_x4 = Some(f);
     }
 
+    /// Sets the register-tiled matrix × matrix kernel of `t`.
+    pub(crate) fn set_gemm(&mut self, t: GgmlType, f: super::GemmFn) {
+        self.types[t as usize].gemm = Some(f);
+    }
+
     /// Sets the GEMM-order dot product of `t` (see [`TypeKernels::vec_dot_gemm`]).
     pub(crate) fn set_vec_dot_gemm(&mut self, t: GgmlType, f: VecDotFn) {
         self.types[t as usize].vec_dot_gemm = Some(f);
@@ -162,6 +167,7 @@ fn entry(to: ToF32Fn, from: Option<FromF32Fn>, dot: Option<VecDotFn>, vdt: GgmlT
         vec_dot_type: vdt,
         vec_dot_x4: None,
         vec_dot_gemm: None,
+        gemm: None,
     }
 }
 
@@ -175,6 +181,7 @@ fn build_scalar() -> Kernels {
         vec_dot_type: F32,
         vec_dot_x4: None,
         vec_dot_gemm: None,
+        gemm: None,
     };
     let mut t = [empty; GGML_TYPE_COUNT as usize];
     // ref: ggml-compute-semantics.md §2.3, the vec_dot_type table.

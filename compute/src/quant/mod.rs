@@ -18,7 +18,9 @@
 //! | Q1_0, Q2_0, NVFP4, TQ2_0 | ✓ | — (read-only) | ✓ | — |
 //!
 //! [`TypeKernels::vec_dot_x4`] (one weight row against four activation rows) exists on AVX2 for
-//! Q4_0, Q4_1, Q8_0, Q4_K and Q6_K. Row arguments are checked with `assert!` before any vector code
+//! Q4_0, Q4_1, Q8_0, Q4_K and Q6_K. [`TypeKernels::gemm`] (register tiles of several weight rows ×
+//! several activation rows, bit-identical to `vec_dot` per output) exists on AVX-512 VNNI for Q4_0,
+//! Q4_1, Q5_0, Q8_0, Q4_K, Q6_K and F16, and on AVX2 for F16. Row arguments are checked with `assert!` before any vector code
 //! runs: a short row panics in the kernel rather than reading out of bounds, so callers validate
 //! shapes first.
 
@@ -52,6 +54,14 @@ pub type VecDotFn = fn(n: usize, x: &[u8], y: &[u8]) -> f32;
 /// weight blocks decoded once. For matrix-matrix products (prompt processing).
 pub type VecDotX4Fn = fn(n: usize, x: &[u8], y: [&[u8]; 4]) -> [f32; 4];
 
+/// Dot products of every weight row `x[i]` with every activation row `y[j]` (rows of `n`
+/// elements, of the weight type and of its `vec_dot_type`) into `out[j * x.len() + i]`, the layout
+/// of a packed F32 MUL_MAT destination (one activation row's results are consecutive). Each value is
+/// bit-identical to `vec_dot(n, x[i], y[j])` of the same kernel set (to `vec_dot_gemm` for the
+/// float types that have one); register tiles of several rows and columns make it faster for
+/// matrix × matrix products (prompt processing).
+pub type GemmFn = fn(n: usize, x: &[&[u8]], y: &[&[u8]], out: &mut [f32]);
+
 /// The kernels of one type.
 #[derive(Clone, Copy, Debug)]
 pub struct TypeKernels {
@@ -71,6 +81,9 @@ pub struct TypeKernels {
     /// agree (the quantized types). Matrix products pick it so that results equal a llama.cpp CPU
     /// backend's bit for bit.
     pub vec_dot_gemm: Option<VecDotFn>,
+    /// Optional register-tiled matrix × matrix form of `vec_dot` (`None`: call `vec_dot_x4` /
+    /// `vec_dot` per row).
+    pub gemm: Option<GemmFn>,
 }
 
 /// The kernel table of `t`, for the instruction set chosen at start-up.

@@ -43,6 +43,7 @@ macro_rules! block_loop2 {
 
 mod avx2;
 mod avx512;
+mod gemm;
 
 use super::dispatch::Kernels;
 
@@ -68,4 +69,5 @@ pub fn install_avx2(k: &mut Kernels) {
 /// Installs the AVX-512 kernels (on top of AVX2's).
 pub fn install_avx512(k: &mut Kernels) {
     avx512::install(k);
+    gemm::install(k);
 }
