@@ -19,8 +19,8 @@
 //!
 //! [`TypeKernels::vec_dot_x4`] (one weight row against four activation rows) exists on AVX2 for
 //! Q4_0, Q4_1, Q8_0, Q4_K and Q6_K. [`TypeKernels::gemm`] (register tiles of several weight rows ×
-//! several activation rows, bit-identical to `vec_dot` per output) exists on AVX-512 VNNI for Q4_0,
-//! Q4_1, Q5_0, Q8_0, Q4_K, Q6_K and F16, and on AVX2 for F16. Row arguments are checked with `assert!` before any vector code
+//! several activation rows, bit-identical to `vec_dot` per output) exists for Q4_0, Q4_1, Q5_0,
+//! Q8_0, Q4_K, Q6_K and F16 on AVX-512 VNNI (4 × 4 tiles) and AVX2 (2 × 4 tiles). Row arguments are checked with `assert!` before any vector code
 //! runs: a short row panics in the kernel rather than reading out of bounds, so callers validate
 //! shapes first.
 

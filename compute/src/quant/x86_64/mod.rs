@@ -64,6 +64,7 @@ pub fn avx512_available() -> bool {
 /// Installs the AVX2 kernels.
 pub fn install_avx2(k: &mut Kernels) {
     avx2::install(k);
+    gemm::install_avx2(k);
 }
 
 /// Installs the AVX-512 kernels (on top of AVX2's).

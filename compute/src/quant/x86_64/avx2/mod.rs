@@ -25,7 +25,6 @@ pub fn install(k: &mut Kernels) {
     k.set_vec_dot(F16, float::vec_dot_f16_f16);
     k.set_vec_dot_gemm(F32, float::vec_dot_f32_f32_gemm);
     k.set_vec_dot_gemm(F16, float::vec_dot_f16_f16_gemm);
-    k.set_gemm(F16, super::gemm::gemm_f16_f16_avx2);
     k.set_vec_dot(BF16, float::vec_dot_bf16_bf16);
     k.set_to_f32(F16, float::f16_to_f32);
     k.set_from_f32(F16, float::f16_from_f32);
