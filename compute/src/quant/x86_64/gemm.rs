@@ -425,6 +425,14 @@ unsafe fn legacy_tile<L: Legacy, D: Dot, const R: usize, const C: usize>(
     // arithmetic under the caller's features.
     unsafe {
         let nb = xs[0].len();
+        // Every slice cut to exactly nb blocks, so the block loop's index checks fold away.
+        let (mut xs, mut ys) = (xs, ys);
+        for x in xs.iter_mut() {
+            *x = &x[..nb];
+        }
+        for y in ys.iter_mut() {
+            *y = &y[..nb];
+        }
         let mut acc = [[_mm256_setzero_ps(); R]; C];
         for b in 0..nb {
             let mut rows = [(_mm256_setzero_si256(), _mm256_setzero_si256()); R];
@@ -458,6 +466,14 @@ unsafe fn q4_1_tile<D: Dot, const R: usize, const C: usize>(
     // arithmetic; features enabled on this fn.
     unsafe {
         let nb = xs[0].len();
+        // Every slice cut to exactly nb blocks, so the block loop's index checks fold away.
+        let (mut xs, mut ys) = (xs, ys);
+        for x in xs.iter_mut() {
+            *x = &x[..nb];
+        }
+        for y in ys.iter_mut() {
+            *y = &y[..nb];
+        }
         let mut acc = [[_mm256_setzero_ps(); R]; C];
         // Per column, the four rows' min sums.
         let mut ms = [_mm_setzero_ps(); C];
@@ -505,6 +521,14 @@ unsafe fn q4_k_tile<D: Dot, const R: usize, const C: usize>(
     // loads (whole fields, or checked by `load32_at`); features enabled on this fn.
     unsafe {
         let nb = xs[0].len();
+        // Every slice cut to exactly nb blocks, so the block loop's index checks fold away.
+        let (mut xs, mut ys) = (xs, ys);
+        for x in xs.iter_mut() {
+            *x = &x[..nb];
+        }
+        for y in ys.iter_mut() {
+            *y = &y[..nb];
+        }
         let mask = _mm256_set1_epi8(0x0F);
         let mut acc = [[_mm256_setzero_ps(); R]; C];
         let mut minus = [_mm_setzero_ps(); C];
@@ -584,6 +608,14 @@ unsafe fn q6_k_tile<D: Dot, const R: usize, const C: usize>(
     // loads (whole fields, or checked by `load32_at`); features enabled on this fn.
     unsafe {
         let nb = xs[0].len();
+        // Every slice cut to exactly nb blocks, so the block loop's index checks fold away.
+        let (mut xs, mut ys) = (xs, ys);
+        for x in xs.iter_mut() {
+            *x = &x[..nb];
+        }
+        for y in ys.iter_mut() {
+            *y = &y[..nb];
+        }
         let mut acc = [[_mm256_setzero_ps(); R]; C];
         for b in 0..nb {
             let mut sumi = [[_mm256_setzero_si256(); R]; C];
