@@ -207,6 +207,30 @@ impl Tv {
         }
     }
 
+    /// Writes `vals` to elements `i0..i0 + vals.len()` of row `(i1, i2, i3)` of a packed F32 tensor
+    /// (one copy instead of a checked store per element). Panics outside the tensor's shape.
+    pub fn store_f32s(&self, i0: usize, i1: usize, i2: usize, i3: usize, vals: &[f32]) {
+        assert!(self.l.dtype == GgmlType::F32 && self.nb[0] == 4, "store_f32s needs packed F32");
+        assert!(i0.checked_add(vals.len()).is_some_and(|e| e <= self.ne[0]), "elements out of shape");
+        let p = self.row_ptr(i1, i2, i3).wrapping_add(i0 * 4) as *mut f32;
+        // Fixed-size chunks compile to vector stores; a copy of variable length would be a libc
+        // call per column of a matrix product.
+        let mut chunks = vals.chunks_exact(4);
+        let mut at = 0;
+        for c in &mut chunks {
+            let v = [c[0], c[1], c[2], c[3]];
+            // SAFETY: elements i0 + at .. + 4 of a packed F32 row lie inside the tensor (indices
+            // checked above and in row_ptr); unaligned write.
+            unsafe { (p.add(at) as *mut [f32; 4]).write_unaligned(v) };
+            at += 4;
+        }
+        for &v in chunks.remainder() {
+            // SAFETY: as above, one element.
+            unsafe { p.add(at).write_unaligned(v) };
+            at += 1;
+        }
+    }
+
     /// Reads an integer index element (I32 or I64).
     pub fn get_index(&self, i0: usize, i1: usize, i2: usize, i3: usize) -> i64 {
         let p = self.elem_ptr(i0, i1, i2, i3);

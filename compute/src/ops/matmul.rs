@@ -4,13 +4,15 @@
 //! converted to the weight type's `vec_dot_type` (phase 0, rows split across units, into shared
 //! scratch); then (phase 1) every output element is one `vec_dot` of a weight row with a converted
 //! row, the work split in tiles of weight rows so each tile stays in cache while it meets every
-//! activation row.
+//! activation row. A block of 16 weight rows × 16 activation rows goes to the type's register-tiled
+//! `gemm` kernel when it has one (else four-column and one-column dots); its results, bit-identical
+//! whichever kernel ran, are written one destination column (16 consecutive floats) at a time.
 
 use crate::dtype::GgmlType;
 use crate::error::{Error, Result};
 use crate::graph::Node;
 use crate::op::GgmlOp;
-use crate::quant::{self, FromF32Fn, VecDot2x2Fn, VecDotFn, VecDotX4Fn};
+use crate::quant::{self, FromF32Fn, GemmFn, VecDot2x2Fn, VecDotFn, VecDotX4Fn};
 
 use super::access::{self, Tv};
 use super::{check_overlap, shape_err, src, tv, types_err, Alias, Ctx, Kind, Plan};
@@ -89,12 +91,7 @@ pub(crate) struct MulMat {
     a: Tv,
     b: Tv,
     dst: Tv,
-    vec_dot: VecDotFn,
-    /// One weight row against four activation rows, when the type has it.
-    vec_dot_x4: Option<VecDotX4Fn>,
-    /// Two weight rows against two activation rows (aarch64 i8mm), when the type has it; it equals
-    /// `vec_dot` bit for bit, so which kernel computes an element never shows.
-    vec_dot_2x2: Option<VecDot2x2Fn>,
+    k: DotKernels,
     act: Activations,
 }
 
@@ -133,7 +130,17 @@ pub(crate) unsafe fn prepare_mul_mat(n: &Node) -> Result<Plan> {
     let gemm = quant::kernels(a.dtype())
         .vec_dot_gemm
         .filter(|_| b.ne[1] >= 2 && (a.dtype() != GgmlType::F32 || b.l.is_contiguous()));
-    let vec_dot = gemm.unwrap_or(vec_dot);
+    // The float GEMM order is its own kernel: neither the four-column nor the tiled quantized
+    // kernels apply to it.
+    let k = match gemm {
+        Some(g) => DotKernels {
+            vec_dot: g,
+            vec_dot_x4: None,
+            gemm: quant::kernels(a.dtype()).gemm,
+            vec_dot_2x2: None,
+        },
+        None => DotKernels::new(a.dtype(), vec_dot),
+    };
     let shared_bytes = if act.convert {
         b.nrows().checked_mul(act.row).ok_or_else(|| shape_err(op, "scratch size overflows"))?
     } else {
@@ -148,15 +155,7 @@ pub(crate) unsafe fn prepare_mul_mat(n: &Node) -> Result<Plan> {
         units,
         shared_bytes,
         local_f32: local,
-        kind: Kind::MulMat(MulMat {
-            a,
-            b,
-            dst,
-            vec_dot,
-            vec_dot_x4: quant::kernels(a.dtype()).vec_dot_x4,
-            vec_dot_2x2: quant::kernels(a.dtype()).vec_dot_2x2.filter(|_| gemm.is_none()),
-            act,
-        }),
+        kind: Kind::MulMat(MulMat { a, b, dst, k, act }),
     })
 }
 
@@ -170,66 +169,98 @@ impl MulMat {
         let (a, b, dst) = (&self.a, &self.b, &self.dst);
         let m = a.ne[1];
         let n = b.ne[1];
-        let k = a.ne[0];
         let row_blocks = m.div_ceil(ROW_BLOCK);
         let r2 = b.ne[2] / a.ne[2];
         let r3 = b.ne[3] / a.ne[3];
         // One unit = one block of weight rows of one batch, against every activation row.
-        {
-            let u = ctx.unit;
-            let batch = u / row_blocks;
-            let rb = u % row_blocks;
-            let (i12, i13) = (batch % b.ne[2], batch / b.ne[2]);
-            let (i02, i03) = (i12 / r2, i13 / r3);
-            let r0 = rb * ROW_BLOCK;
-            let r1 = (r0 + ROW_BLOCK).min(m);
-            let mut c0 = 0;
-            while c0 < n {
-                let c1 = (c0 + COL_BLOCK).min(n);
-                let mut r = r0;
-                if let Some(k22) = self.vec_dot_2x2.filter(|_| c1 - c0 >= 2) {
-                    // Pairs of rows against pairs of columns; a last odd column or row goes below.
-                    while r + 2 <= r1 {
-                        let x = [a.row_bytes(r, i02, i03), a.row_bytes(r + 1, i02, i03)];
-                        let mut c = c0;
-                        while c + 2 <= c1 {
-                            let y = [0, 1].map(|j| act_row(b, &self.act, ctx, c + j, i12, i13));
-                            let v = k22(k, x, y);
-                            for (j, v) in v.into_iter().enumerate() {
-                                dst.set_f32(r + j / 2, c + j % 2, i12, i13, v);
-                            }
-                            c += 2;
-                        }
-                        if c < c1 {
-                            let y = act_row(b, &self.act, ctx, c, i12, i13);
-                            for (j, x) in x.into_iter().enumerate() {
-                                dst.set_f32(r + j, c, i12, i13, (self.vec_dot)(k, x, y));
-                            }
-                        }
-                        r += 2;
-                    }
+        let u = ctx.unit;
+        let batch = u / row_blocks;
+        let rb = u % row_blocks;
+        let (i12, i13) = (batch % b.ne[2], batch / b.ne[2]);
+        let (i02, i03) = (i12 / r2, i13 / r3);
+        let r0 = rb * ROW_BLOCK;
+        let nr = ROW_BLOCK.min(m - r0);
+        let xs: [&[u8]; ROW_BLOCK] = std::array::from_fn(|i| a.row_bytes(r0 + i.min(nr - 1), i02, i03));
+        let mut out = [0.0f32; ROW_BLOCK * COL_BLOCK];
+        let mut c0 = 0;
+        while c0 < n {
+            let nc = COL_BLOCK.min(n - c0);
+            let ys: [&[u8]; COL_BLOCK] =
+                std::array::from_fn(|j| act_row(b, &self.act, ctx, c0 + j.min(nc - 1), i12, i13));
+            self.k.products(a.ne[0], &xs[..nr], &ys[..nc], &mut out[..nr * nc]);
+            for (j, col) in out[..nr * nc].chunks_exact(nr).enumerate() {
+                dst.store_f32s(r0, c0 + j, i12, i13, col);
+            }
+            c0 += nc;
+        }
+    }
+}
+
+/// The dot kernels of a planned matrix product.
+struct DotKernels {
+    vec_dot: VecDotFn,
+    /// One weight row against four activation rows, when the type has it.
+    vec_dot_x4: Option<VecDotX4Fn>,
+    /// Register-tiled rows × columns, when the type has it.
+    gemm: Option<GemmFn>,
+    /// Two weight rows against two activation rows (aarch64 i8mm), when the type has it.
+    vec_dot_2x2: Option<VecDot2x2Fn>,
+}
+
+/// Fewest activation rows for which the tiled kernel pays (it pads a tile of four).
+const GEMM_MIN_COLS: usize = 3;
+
+impl DotKernels {
+    fn new(t: GgmlType, vec_dot: VecDotFn) -> DotKernels {
+        let k = quant::kernels(t);
+        // A float type's tiled kernel follows its GEMM order, which this product does not use.
+        let gemm = k.gemm.filter(|_| k.vec_dot_gemm.is_none());
+        DotKernels { vec_dot, vec_dot_x4: k.vec_dot_x4, gemm, vec_dot_2x2: k.vec_dot_2x2 }
+    }
+
+    /// `out[j * x.len() + i]` = row `x[i]` · row `y[j]`. Every kernel gives the same bits for a
+    /// given pair (tested), so the choice only affects speed.
+    fn products(&self, k: usize, xs: &[&[u8]], ys: &[&[u8]], out: &mut [f32]) {
+        if let Some(g) = self.gemm.filter(|_| ys.len() >= GEMM_MIN_COLS) {
+            g(k, xs, ys, out);
+            return;
+        }
+        let m = xs.len();
+        let mut i0 = 0;
+        if let Some(k22) = self.vec_dot_2x2.filter(|_| ys.len() >= 2) {
+            // Pairs of rows against pairs of columns; a last odd column here, a last odd row below.
+            while i0 + 2 <= m {
+                let x = [xs[i0], xs[i0 + 1]];
+                let mut j = 0;
+                while j + 2 <= ys.len() {
+                    let [v00, v01, v10, v11] = k22(k, x, [ys[j], ys[j + 1]]);
+                    out[j * m + i0] = v00;
+                    out[(j + 1) * m + i0] = v01;
+                    out[j * m + i0 + 1] = v10;
+                    out[(j + 1) * m + i0 + 1] = v11;
+                    j += 2;
                 }
-                for r in r..r1 {
-                    let x = a.row_bytes(r, i02, i03);
-                    let mut c = c0;
-                    // Groups of four start at fixed columns, so results do not depend on threads.
-                    if let Some(x4) = self.vec_dot_x4 {
-                        while c + 4 <= c1 {
-                            let y = [0, 1, 2, 3].map(|j| act_row(b, &self.act, ctx, c + j, i12, i13));
-                            let v = x4(k, x, y);
-                            for (j, v) in v.into_iter().enumerate() {
-                                dst.set_f32(r, c + j, i12, i13, v);
-                            }
-                            c += 4;
-                        }
-                    }
-                    while c < c1 {
-                        let y = act_row(b, &self.act, ctx, c, i12, i13);
-                        dst.set_f32(r, c, i12, i13, (self.vec_dot)(k, x, y));
-                        c += 1;
-                    }
+                if j < ys.len() {
+                    out[j * m + i0] = (self.vec_dot)(k, x[0], ys[j]);
+                    out[j * m + i0 + 1] = (self.vec_dot)(k, x[1], ys[j]);
                 }
-                c0 = c1;
+                i0 += 2;
+            }
+        }
+        for (i, x) in xs.iter().enumerate().skip(i0) {
+            let mut j = 0;
+            if let Some(x4) = self.vec_dot_x4 {
+                while j + 4 <= ys.len() {
+                    let v = x4(k, x, [ys[j], ys[j + 1], ys[j + 2], ys[j + 3]]);
+                    for (t, v) in v.into_iter().enumerate() {
+                        out[(j + t) * m + i] = v;
+                    }
+                    j += 4;
+                }
+            }
+            while j < ys.len() {
+                out[j * m + i] = (self.vec_dot)(k, x, ys[j]);
+                j += 1;
             }
         }
     }
@@ -241,8 +272,7 @@ pub(crate) struct MulMatId {
     b: Tv,
     ids: Tv,
     dst: Tv,
-    vec_dot: VecDotFn,
-    vec_dot_x4: Option<VecDotX4Fn>,
+    k: DotKernels,
     act: Activations,
     /// Offset of the expert lists in shared scratch.
     lists_off: usize,
@@ -311,8 +341,7 @@ pub(crate) unsafe fn prepare_mul_mat_id(n: &Node) -> Result<Plan> {
             b,
             ids,
             dst,
-            vec_dot,
-            vec_dot_x4: quant::kernels(a.dtype()).vec_dot_x4,
+            k: DotKernels::new(a.dtype(), vec_dot),
             act,
             lists_off,
         }),
@@ -348,33 +377,24 @@ impl MulMatId {
             }
             let list = ctx.shared(self.lists_off + (n_exp + 1 + p0) * 4, (p1 - p0) * 4);
             let r0 = (u % row_blocks) * ROW_BLOCK;
-            let r1 = (r0 + ROW_BLOCK).min(m);
+            let nr = ROW_BLOCK.min(m - r0);
+            let xs: [&[u8]; ROW_BLOCK] = std::array::from_fn(|i| a.row_bytes(r0 + i.min(nr - 1), e, 0));
+            let mut out = [0.0f32; ROW_BLOCK * COL_BLOCK];
+            // Pairs in chunks fixed by the list order (not by the threads).
             for chunk in list.chunks(COL_BLOCK * 4) {
-                for r in r0..r1 {
-                    let x = a.row_bytes(r, e, 0);
-                    // Pairs in groups of four (fixed by the list order, not by the threads).
-                    let n_pairs = chunk.len() / 4;
-                    let pair = |i: usize| {
-                        let p = u32_at(chunk, i) as usize;
-                        (p % n_used, p / n_used)
-                    };
-                    let mut i = 0;
-                    if let Some(x4) = self.vec_dot_x4 {
-                        while i + 4 <= n_pairs {
-                            let ps = [0, 1, 2, 3].map(|j| pair(i + j));
-                            let y = ps.map(|(slot, t)| act_row(b, &self.act, ctx, slot % b.ne[1], t, 0));
-                            for ((slot, t), v) in ps.into_iter().zip(x4(k, x, y)) {
-                                dst.set_f32(r, slot, t, 0, v);
-                            }
-                            i += 4;
-                        }
-                    }
-                    while i < n_pairs {
-                        let (slot, t) = pair(i);
-                        let y = act_row(b, &self.act, ctx, slot % b.ne[1], t, 0);
-                        dst.set_f32(r, slot, t, 0, (self.vec_dot)(k, x, y));
-                        i += 1;
-                    }
+                let nc = chunk.len() / 4;
+                let pair = |i: usize| {
+                    let p = u32_at(chunk, i) as usize;
+                    (p % n_used, p / n_used)
+                };
+                let ys: [&[u8]; COL_BLOCK] = std::array::from_fn(|j| {
+                    let (slot, t) = pair(j.min(nc - 1));
+                    act_row(b, &self.act, ctx, slot % b.ne[1], t, 0)
+                });
+                self.k.products(k, &xs[..nr], &ys[..nc], &mut out[..nr * nc]);
+                for (j, col) in out[..nr * nc].chunks_exact(nr).enumerate() {
+                    let (slot, t) = pair(j);
+                    dst.store_f32s(r0, slot, t, 0, col);
                 }
             }
         }

@@ -10,7 +10,7 @@ use crate::error::{Error, Result};
 use crate::graph::Node;
 use crate::op::GgmlOp;
 
-use super::access::Tv;
+use super::access::{is_elem_type, Tv};
 use super::{check_overlap, shape_err, src, tv, types_err, Alias, Ctx, Kind, Plan};
 
 /// Checks a tensor can be read row by row as f32.
@@ -142,6 +142,9 @@ impl SetRows {
         // Each thread owns a range of destination rows, so duplicate indices are written in
         // source order by one thread (the last one wins, as in a sequential run).
         let mine = ctx.range(dst.ne[1]);
+        // Element types convert one value exactly as a row of one would (`get_f32`/`set_f32` are
+        // what load_row/store_row use for them).
+        let single = rows.ne[0] == 1 && is_elem_type(rows.dtype()) && is_elem_type(dst.dtype());
         let mut bad = 0usize;
         for i3 in 0..dst.ne[3] {
             for i2 in 0..dst.ne[2] {
@@ -155,8 +158,13 @@ impl SetRows {
                     if !mine.contains(&r) {
                         continue;
                     }
-                    rows.load_row(i, i2, i3, ctx.local);
-                    dst.store_row(r, i2, i3, ctx.local);
+                    if single {
+                        // One-element rows (llama.cpp's transposed V cache): no row buffer.
+                        dst.set_f32(0, r, i2, i3, rows.get_f32(0, i, i2, i3));
+                    } else {
+                        rows.load_row(i, i2, i3, ctx.local);
+                        dst.store_row(r, i2, i3, ctx.local);
+                    }
                 }
             }
         }

@@ -133,6 +133,12 @@ impl Kernels {
         self.types[t as usize].vec_dot_2x2 = Some(f);
     }
 
+    /// Sets the register-tiled matrix × matrix kernel of `t`.
+    #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
+    pub(crate) fn set_gemm(&mut self, t: GgmlType, f: super::GemmFn) {
+        self.types[t as usize].gemm = Some(f);
+    }
+
     /// Sets the GEMM-order dot product of `t` (see [`TypeKernels::vec_dot_gemm`]).
     #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
     pub(crate) fn set_vec_dot_gemm(&mut self, t: GgmlType, f: VecDotFn) {
@@ -188,6 +194,7 @@ fn entry(to: ToF32Fn, from: Option<FromF32Fn>, dot: Option<VecDotFn>, vdt: GgmlT
         vec_dot_x4: None,
         vec_dot_2x2: None,
         vec_dot_gemm: None,
+        gemm: None,
     }
 }
 
@@ -202,6 +209,7 @@ fn build_scalar() -> Kernels {
         vec_dot_x4: None,
         vec_dot_2x2: None,
         vec_dot_gemm: None,
+        gemm: None,
     };
     let mut t = [empty; GGML_TYPE_COUNT as usize];
     // ref: ggml-compute-semantics.md §2.3, the vec_dot_type table.

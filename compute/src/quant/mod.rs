@@ -20,10 +20,13 @@
 //!
 //! [`TypeKernels::vec_dot_x4`] (one weight row against four activation rows) exists on AVX2 for
 //! Q4_0, Q4_1, Q8_0, Q4_K and Q6_K and on NEON for every quantized type;
-//! [`TypeKernels::vec_dot_2x2`] (two weight rows against two activation rows, `smmla`) on the
-//! `neon-i8mm` set for every quantized type. The NEON sets (`neon`, `neon-dotprod`, `neon-i8mm`)
-//! are separate tables, so a CPU with i8mm tests all three; their quantized kernels and
-//! dequantizers equal the scalar reference bit for bit (see `quant::aarch64`).
+//! [`TypeKernels::gemm`] (register tiles of several weight rows × several activation rows,
+//! bit-identical to `vec_dot` per output) for Q4_0, Q4_1, Q5_0, Q8_0, Q4_K, Q6_K and F16 on AVX-512
+//! VNNI (4 × 4 tiles) and AVX2 (2 × 4 tiles); [`TypeKernels::vec_dot_2x2`] (two weight rows against
+//! two activation rows, `smmla`) on the `neon-i8mm` set for every quantized type. The NEON sets
+//! (`neon`, `neon-dotprod`, `neon-i8mm`) are separate tables, so a CPU with i8mm tests all three;
+//! their quantized kernels and dequantizers equal the scalar reference bit for bit (see
+//! `quant::aarch64`).
 //!
 //! Row arguments are checked with `assert!` before any vector code runs: a short row panics in the
 //! kernel rather than reading out of bounds, so callers validate shapes first.
@@ -64,6 +67,14 @@ pub type VecDotX4Fn = fn(n: usize, x: &[u8], y: [&[u8]; 4]) -> [f32; 4];
 /// `smmla`); for matrix-matrix products.
 pub type VecDot2x2Fn = fn(n: usize, x: [&[u8]; 2], y: [&[u8]; 2]) -> [f32; 4];
 
+/// Dot products of every weight row `x[i]` with every activation row `y[j]` (rows of `n`
+/// elements, of the weight type and of its `vec_dot_type`) into `out[j * x.len() + i]`, the layout
+/// of a packed F32 MUL_MAT destination (one activation row's results are consecutive). Each value is
+/// bit-identical to `vec_dot(n, x[i], y[j])` of the same kernel set (to `vec_dot_gemm` for the
+/// float types that have one); register tiles of several rows and columns make it faster for
+/// matrix × matrix products (prompt processing).
+pub type GemmFn = fn(n: usize, x: &[&[u8]], y: &[&[u8]], out: &mut [f32]);
+
 /// The kernels of one type.
 #[derive(Clone, Copy, Debug)]
 pub struct TypeKernels {
@@ -86,6 +97,9 @@ pub struct TypeKernels {
     /// agree (the quantized types). Matrix products pick it so that results equal a llama.cpp CPU
     /// backend's bit for bit.
     pub vec_dot_gemm: Option<VecDotFn>,
+    /// Optional register-tiled matrix × matrix form of `vec_dot` (`None`: call `vec_dot_x4` /
+    /// `vec_dot` per row).
+    pub gemm: Option<GemmFn>,
 }
 
 /// The kernel table of `t`, for the instruction set chosen at start-up.

@@ -271,3 +271,80 @@ fn vec_dot_x4_bitwise_equals_vec_dot() {
         }
     }
 }
+
+/// The tiled matrix × matrix kernels against the same kernel set's `vec_dot` (and AVX2's), bit for
+/// bit, for every output of odd-shaped products: row and column counts that leave partial tiles,
+/// block counts with tails, extreme weight codes. matmul picks the tile or `vec_dot` by shape, so
+/// they must agree exactly (ggml's AVX2 order per output).
+#[test]
+fn gemm_bitwise_equals_vec_dot() {
+    let s = scalar_table();
+    let mut r = rng(6);
+    let avx2 = Isa::all_available().contains(&Isa::Avx2).then(|| Kernels::build(Isa::Avx2));
+    let mut tested = 0;
+    for isa in Isa::all_available() {
+        let k = Kernels::build(isa);
+        for t in WEIGHT_TYPES {
+            let Some(gemm) = k.get(t).gemm else { continue };
+            // Float types tile their GEMM order.
+            let dot = k.get(t).vec_dot_gemm.or(k.get(t).vec_dot).unwrap();
+            let vt = s.get(t).vec_dot_type;
+            let per256 = 256 / t.blck_size().min(256);
+            for nb in [per256, 3 * per256, if t.blck_size() == 32 { 19 } else { 2 }] {
+                let n = nb * t.blck_size();
+                let mut xrows: Vec<Vec<u8>> =
+                    (0..5).map(|i| random_row(&mut r, t, nb, [1.5, 1e3, -2.0][i % 3])).collect();
+                for fill in [0xFFu8, 0x00] {
+                    let mut q = random_row(&mut r, t, nb, 1.0);
+                    for b in q.chunks_exact_mut(t.type_size()) {
+                        let keep: Vec<(usize, [u8; 2])> =
+                            f16_fields(t).iter().map(|&o| (o, [b[o], b[o + 1]])).collect();
+                        b.fill(fill);
+                        for (o, v) in keep {
+                            b[o..o + 2].copy_from_slice(&v);
+                        }
+                    }
+                    xrows.push(q);
+                }
+                let mut ys: Vec<Vec<u8>> = Vec::new();
+                while ys.len() < 9 {
+                    ys.extend(activations(&mut r, n).iter().map(|y| quantize(&s, vt, y)));
+                }
+                for (m, nc) in [(7usize, 9usize), (4, 4), (1, 5), (5, 3), (3, 1), (2, 8)] {
+                    let x: Vec<&[u8]> = xrows[..m].iter().map(|v| v.as_slice()).collect();
+                    let y: Vec<&[u8]> = ys[..nc].iter().map(|v| v.as_slice()).collect();
+                    let mut out = vec![f32::NAN; m * nc];
+                    gemm(n, &x, &y, &mut out);
+                    for j in 0..nc {
+                        for i in 0..m {
+                            let got = out[j * m + i];
+                            let want = dot(n, x[i], y[j]);
+                            assert_eq!(
+                                got.to_bits(),
+                                want.to_bits(),
+                                "{} {t} n={n} {m}x{nc} ({i},{j})",
+                                isa.name()
+                            );
+                            if let Some(d2) =
+                                avx2.as_ref().and_then(|k| k.get(t).vec_dot_gemm.or(k.get(t).vec_dot))
+                            {
+                                let want2 = d2(n, x[i], y[j]);
+                                assert_eq!(
+                                    got.to_bits(),
+                                    want2.to_bits(),
+                                    "{} {t} ({i},{j}) vs avx2",
+                                    isa.name()
+                                );
+                            }
+                            tested += 1;
+                        }
+                    }
+                }
+            }
+        }
+    }
+    // On a CPU with a tiled kernel set, outputs were compared (elsewhere the loop is empty).
+    if Isa::all_available().contains(&Isa::Avx512) {
+        assert!(tested > 0, "no tiled kernel was tested");
+    }
+}

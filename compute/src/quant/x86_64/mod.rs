@@ -43,6 +43,7 @@ macro_rules! block_loop2 {
 
 mod avx2;
 mod avx512;
+mod gemm;
 
 use super::dispatch::Kernels;
 
@@ -63,9 +64,11 @@ pub fn avx512_available() -> bool {
 /// Installs the AVX2 kernels.
 pub fn install_avx2(k: &mut Kernels) {
     avx2::install(k);
+    gemm::install_avx2(k);
 }
 
 /// Installs the AVX-512 kernels (on top of AVX2's).
 pub fn install_avx512(k: &mut Kernels) {
     avx512::install(k);
+    gemm::install(k);
 }

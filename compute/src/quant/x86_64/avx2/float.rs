@@ -163,7 +163,7 @@ pub(super) fn vec_dot_f32_f32_gemm(n: usize, x: &[u8], y: &[u8]) -> f32 {
 }
 
 /// f16 · f16 in ggml's GEMM order (one accumulator; `n % 8 == 0`, else as [`vec_dot_f16_f16`]).
-pub(super) fn vec_dot_f16_f16_gemm(n: usize, x: &[u8], y: &[u8]) -> f32 {
+pub(in crate::quant::x86_64) fn vec_dot_f16_f16_gemm(n: usize, x: &[u8], y: &[u8]) -> f32 {
     check(n, x, y, 2);
     if n % 8 != 0 {
         return vec_dot_f16_f16(n, x, y);

@@ -69,7 +69,7 @@ kernel!(vec_dot_iq4_xs_q8_k, iq4_xs_loop, iq4_xs_block, BlockIq4Xs);
 /// `mn0..3 = w1 & 0x3f…`, `sc4..7 = (w2 & 0x0f…) | ((w0 >> 6) & 0x03…) << 4`,
 /// `mn4..7 = ((w2 >> 4) & 0x0f…) | ((w1 >> 6) & 0x03…) << 4` (ref: §2.2 Q4_K, restated per byte).
 #[inline(always)]
-fn k4_unpack(s: &[u8; 12]) -> [u8; 16] {
+pub(in crate::quant::x86_64) fn k4_unpack(s: &[u8; 12]) -> [u8; 16] {
     let w = |i: usize| u32::from_le_bytes([s[4 * i], s[4 * i + 1], s[4 * i + 2], s[4 * i + 3]]);
     let (w0, w1, w2) = (w(0), w(1), w(2));
     let sc_lo = w0 & 0x3f3f_3f3f;
@@ -104,7 +104,7 @@ unsafe fn k4_scales_mins(scales: &[u8; 12], by: &BlockQ8K) -> (__m256i, i32) {
 
 /// i16 element `j` (0..8) of each 128-bit lane of `v`, broadcast across that lane.
 #[inline(always)]
-pub(super) unsafe fn pick16(v: __m256i, j_lo: i32, j_hi: i32) -> __m256i {
+pub(in crate::quant::x86_64) unsafe fn pick16(v: __m256i, j_lo: i32, j_hi: i32) -> __m256i {
     let m = |j: i32| (((2 * j + 1) << 8) | (2 * j)) as i16;
     // SAFETY: register arithmetic under AVX2.
     unsafe { _mm256_shuffle_epi8(v, _mm256_set_m128i(_mm_set1_epi16(m(j_hi)), _mm_set1_epi16(m(j_lo)))) }
@@ -185,7 +185,7 @@ unsafe fn q6_k_block(bx: &BlockQ6K, by: &BlockQ8K) -> Part {
 /// The four 32-quant vectors (0..=63, without the -32) of half `n` of a Q6_K block, and its eight
 /// scales as i16 in both lanes.
 #[inline(always)]
-pub(super) unsafe fn q6k_half(bx: &BlockQ6K, n: usize) -> ([__m256i; 4], __m256i) {
+pub(in crate::quant::x86_64) unsafe fn q6k_half(bx: &BlockQ6K, n: usize) -> ([__m256i; 4], __m256i) {
     // SAFETY: in-bounds loads (8 bytes of the 16-byte `scales` at n·8, `load32_at` checks the
     // rest) and register arithmetic under AVX2.
     unsafe {

@@ -5,7 +5,7 @@
 //! are reachable only through [`install`], which runs only after the features were detected; that
 //! is the invariant every `// SAFETY:` comment below refers to.
 
-mod float;
+pub(super) mod float;
 pub(super) mod kquants;
 pub(super) mod legacy;
 mod quantize;
