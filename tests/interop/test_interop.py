@@ -11,6 +11,7 @@ Ref: ggml-rpc-protocol.md §9, §11.6, §15 items 29 and 32.
 import json
 import os
 import tempfile
+import time
 
 import pytest
 
@@ -228,6 +229,16 @@ def test_llamad_cache_prewarmed_by_import_hits_on_first_load(model, report, tmp_
     env = {"LLAMA_CACHE": str(cache), "LLAMAD__ADMIN__ENABLED": "true"}
     args = ["-c", "--admin-listen", f"127.0.0.1:{admin_port}", "--admin-token-file", str(token_file)]
     with peer.start_llamad(extra_args=args, env_extra=env) as server:
+        # The RPC port accepts as soon as it is bound, before the admin API has written its token and
+        # bound its own port: wait for the unauthenticated health route first.
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{admin_port}/v1/health", timeout=2):
+                    break
+            except OSError:
+                assert time.monotonic() < deadline, "llamad's admin API did not come up within 30 s"
+                time.sleep(0.1)
         req = urllib.request.Request(
             f"http://127.0.0.1:{admin_port}/v1/cache/import",
             data=json.dumps({"path": os.path.abspath(model)}).encode(),
