@@ -66,7 +66,7 @@ debs=("$DEB_DIR"/llamad_*_"$ARCH".deb "$DEB_DIR"/llamactl_*_"$ARCH".deb)
 shopt -u nullglob
 [[ ${#debs[@]} -eq 2 ]] || fail "expected one llamad and one llamactl .deb for $ARCH in $DEB_DIR (run packaging/build.sh $ARCH)"
 
-apt_install debootstrap python3
+apt_install debootstrap python3 openssl
 [[ $ARCH == arm64 ]] && apt_install qemu-user-static systemd
 
 TMP=$(mktemp -d /tmp/llamad-install-test.XXXXXX)
@@ -180,7 +180,14 @@ in_chroot /usr/bin/llamad check-config || fail "llamad check-config exited $?"
 echo "check-config: exit 0"
 # The shipped file has every key commented out. Uncommented, each documented key must still be
 # accepted: the daemon rejects unknown keys, so this catches a file that drifted from the code.
-sed -E 's/^#(\[[a-z_]+\]|[a-z_]+ = )/\1/' "$CH/etc/llamad/llamad.toml" >"$CH/tmp/llamad-all-keys.toml"
+# The keys that name files (the shared secret, the TLS certificate and key) are checked against
+# real files, so the example paths are pointed at ones made for this check under /tmp.
+mkdir -p "$CH/tmp/keys"
+head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \n' >"$CH/tmp/keys/rpc.secret"
+openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -days 1 -subj /CN=localhost \
+    -keyout "$CH/tmp/keys/key.pem" -out "$CH/tmp/keys/cert.pem" 2>/dev/null || fail "openssl req"
+sed -E 's/^#(\[[a-z_]+\]|[a-z_]+ = )/\1/; s#"/etc/llamad/rpc\.secret"#"/tmp/keys/rpc.secret"#;
+    s#"/etc/llamad/tls/(cert|key)\.pem"#"/tmp/keys/\1.pem"#' "$CH/etc/llamad/llamad.toml" >"$CH/tmp/llamad-all-keys.toml"
 if in_chroot /usr/bin/llamad check-config --config /tmp/llamad-all-keys.toml >"$TMP/all-keys.log" 2>&1; then
     echo "check-config with every documented key uncommented: exit 0"
 else
@@ -191,7 +198,10 @@ fi
 
 log "llamad serve --port $PORT --admin-listen 127.0.0.1:$ADMIN_PORT (foreground process in the chroot)"
 # chroot and env exec: $! is llamad's own PID (a shell function here would put a subshell between).
-chroot "$CH" "${CHROOT_ENV[@]}" /usr/bin/llamad serve --port "$PORT" --admin-listen "127.0.0.1:$ADMIN_PORT" >"$TMP/server.log" 2>&1 &
+# The admin token: under systemd the unit hands /etc/llamad/admin.token over as a credential; in the
+# foreground the same file is named with --admin-token-file (llamactl reads it by default).
+chroot "$CH" "${CHROOT_ENV[@]}" /usr/bin/llamad serve --port "$PORT" --admin-listen "127.0.0.1:$ADMIN_PORT" \
+    --admin-token-file /etc/llamad/admin.token >"$TMP/server.log" 2>&1 &
 SERVER_PID=$!
 probe() {
     python3 - "$PORT" <<'EOF'
@@ -227,8 +237,8 @@ for _ in $(seq 1 100); do
     sleep 0.2
 done
 [[ $answered -eq 1 ]] || fail "nothing listens on port $PORT after 20 s"
-# llamactl reads the token the package created (/etc/llamad/admin.token, which llamad serve,
-# run as root here, reads too) and asks the admin API for the daemon's status.
+# llamactl reads the token the package created (/etc/llamad/admin.token) and asks the admin API
+# for the daemon's status.
 status_ok=0
 for _ in $(seq 1 50); do
     if in_chroot /usr/bin/llamactl --server "http://127.0.0.1:$ADMIN_PORT" status >"$TMP/status.out" 2>&1; then

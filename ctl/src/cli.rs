@@ -223,7 +223,8 @@ impl std::error::Error for UsageError {}
 /// Rewrites llama.cpp's single-dash long options (`-ngl 99`, `-ts 3,1`) to their `--` forms, which
 /// clap cannot express as short options.
 pub fn normalize_args(args: impl IntoIterator<Item = OsString>) -> Vec<OsString> {
-    args.into_iter()
+    let args: Vec<OsString> = args
+        .into_iter()
         .map(|a| match a.to_str() {
             Some("-ngl") => OsString::from("--n-gpu-layers"),
             Some("-ts") => OsString::from("--tensor-split"),
@@ -231,12 +232,79 @@ pub fn normalize_args(args: impl IntoIterator<Item = OsString>) -> Vec<OsString>
             Some("-ub") => OsString::from("--ubatch-size"),
             _ => a,
         })
-        .collect()
+        .collect();
+    hoist_server_options(args)
+}
+
+/// The options every noun that talks to a daemon takes (`--server`, `--token-file`, `-o`), in
+/// their value-taking spellings.
+const SERVER_OPTIONS: [&str; 4] = ["--server", "--token-file", "-o", "--output"];
+
+/// `llamactl [--server URL] [--token-file F] [-o table|json] NOUN ...`: clap defines these options
+/// on each noun (where `run` and `bench` give `--server` and `-o` their own meaning), so when they
+/// come before the noun they are moved right after it. `--opt=value` spellings move as one word.
+fn hoist_server_options(args: Vec<OsString>) -> Vec<OsString> {
+    let mut lead = Vec::new();
+    let mut i = 1;
+    while i < args.len() {
+        let Some(a) = args[i].to_str() else { break };
+        if SERVER_OPTIONS.contains(&a) && i + 1 < args.len() {
+            lead.extend_from_slice(&args[i..i + 2]);
+            i += 2;
+        } else if SERVER_OPTIONS.iter().any(|o| o.starts_with("--") && a.starts_with(&format!("{o}="))) {
+            lead.push(args[i].clone());
+            i += 1;
+        } else if a.starts_with('-') {
+            // Another top-level option (-v, --help, --version): keep scanning for the noun.
+            i += 1;
+        } else {
+            break;
+        }
+    }
+    if lead.is_empty() || i >= args.len() {
+        return args;
+    }
+    // args[i] is the noun: everything before it that is not a hoisted option stays in front.
+    let mut out: Vec<OsString> = args[..i].iter().filter(|a| !lead.contains(a)).cloned().collect();
+    out.push(args[i].clone());
+    out.extend(lead);
+    out.extend_from_slice(&args[i + 1..]);
+    out
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn server_options_before_the_noun_move_after_it() {
+        let norm = |v: &[&str]| -> Vec<String> {
+            normalize_args(v.iter().map(OsString::from))
+                .into_iter()
+                .map(|s| s.into_string().unwrap())
+                .collect()
+        };
+        assert_eq!(
+            norm(&["llamactl", "--server", "http://h:1", "-v", "-o", "json", "cache", "ls"]),
+            ["llamactl", "-v", "cache", "--server", "http://h:1", "-o", "json", "ls"]
+        );
+        assert_eq!(
+            norm(&["llamactl", "--token-file=/t", "status"]),
+            ["llamactl", "status", "--token-file=/t"]
+        );
+        // Nothing to move, or no noun: unchanged.
+        assert_eq!(norm(&["llamactl", "status", "--server", "u"]), ["llamactl", "status", "--server", "u"]);
+        assert_eq!(norm(&["llamactl", "--server", "u"]), ["llamactl", "--server", "u"]);
+        // The moved options parse as the noun's own.
+        let cli = Cli::try_parse_from(normalize_args(
+            ["llamactl", "--server", "http://h:1", "run", "-m", "x.gguf", "-p", "hi"]
+                .iter()
+                .map(OsString::from),
+        ))
+        .unwrap();
+        let Command::Run(a) = cli.command else { panic!("expected run") };
+        assert_eq!(a.server.as_deref(), Some("http://h:1"));
+    }
 
     #[test]
     fn llama_cpp_style_options_parse() {
