@@ -202,6 +202,13 @@ fn run(store: &Store, rx: &mpsc::Receiver<Msg>, settle: Duration, stop: &AtomicB
                 return;
             }
             pending.remove(&p);
+            if p.is_dir() {
+                // Scan a new directory again once it has settled: a file moved into it before the
+                // watch on it was in place sends no event, and the scan at its creation event may
+                // have run before the file arrived.
+                queue_dir(&p, now, &mut pending, 4);
+                continue;
+            }
             match store.reconcile_path(&p) {
                 Ok(r) => tracing::debug!(path = %p.display(), ?r, "cache watcher reconciled"),
                 Err(e) => tracing::warn!(path = %p.display(), error = %e, "cache watcher cannot reconcile"),
