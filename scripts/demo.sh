@@ -15,7 +15,8 @@ prompt=${DEMO_PROMPT:-"Explain in two sentences why the sky is blue."}
 n=${DEMO_N:-64}
 
 echo "==> building release binaries (llamad, llamactl)" >&2
-cargo build --release -p llamad -p llamactl >&2
+# --workspace --bins as scripts/test.sh and packaging/build.sh build them (one feature set, no rebuilds).
+cargo build --release --workspace --bins >&2
 bin=$target/release
 
 echo "==> model" >&2
