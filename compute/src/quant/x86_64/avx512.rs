@@ -31,19 +31,20 @@ pub fn install(k: &mut Kernels) {
     k.set_vec_dot_x4(GgmlType::Q8_0, vec_dot_q8_0_q8_0_x4);
 }
 
-/// `acc + Σ_{4 bytes} a_u8 · b_i8` per i32 lane.
+/// `acc + Σ_{4 bytes} a_u8 · b_i8` per i32 lane (any of the 32 vector registers; also used by the
+/// tiled kernels in `gemm.rs`).
 #[inline]
 #[target_feature(enable = "avx2,avx512f,avx512vl,avx512vnni")]
-unsafe fn dpbusd(acc: __m256i, a: __m256i, b: __m256i) -> __m256i {
+pub(super) unsafe fn dpbusd(acc: __m256i, a: __m256i, b: __m256i) -> __m256i {
     let mut acc = acc;
     // SAFETY: the instruction reads and writes only the named registers; every caller enables
     // avx512vnni + avx512vl and runs only where they were detected.
     unsafe {
         asm!(
-            "{{evex}} vpdpbusd {acc}, {a}, {b}",
-            acc = inout(ymm_reg) acc,
-            a = in(ymm_reg) a,
-            b = in(ymm_reg) b,
+            "vpdpbusd {acc:y}, {a:y}, {b:y}",
+            acc = inout(zmm_reg) acc,
+            a = in(zmm_reg) a,
+            b = in(zmm_reg) b,
             options(pure, nomem, nostack, preserves_flags)
         );
     }

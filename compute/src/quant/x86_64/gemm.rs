@@ -23,6 +23,7 @@ use std::arch::x86_64::*;
 
 use super::avx2::kquants::{k4_unpack, pick16, q6k_half};
 use super::avx2::util::*;
+use super::avx512::dpbusd;
 use crate::dtype::{GgmlType, QK_K};
 use crate::quant::blocks::*;
 use crate::quant::dispatch::Kernels;
@@ -178,25 +179,6 @@ impl Dot for Avx2 {
         // SAFETY: register arithmetic under the caller's AVX2.
         unsafe { _mm256_add_epi32(acc, _mm256_madd_epi16(a, b)) }
     }
-}
-
-/// `acc + Σ_{4 bytes} a_u8 · b_i8` per i32 lane (any of the 32 registers).
-#[inline]
-#[target_feature(enable = "avx2,avx512f,avx512vl,avx512vnni")]
-unsafe fn dpbusd(acc: __m256i, a: __m256i, b: __m256i) -> __m256i {
-    let mut acc = acc;
-    // SAFETY: the instruction reads and writes only the named registers; every caller enables
-    // avx512vnni + avx512vl and runs only where they were detected.
-    unsafe {
-        asm!(
-            "vpdpbusd {acc:y}, {a:y}, {b:y}",
-            acc = inout(zmm_reg) acc,
-            a = in(zmm_reg) a,
-            b = in(zmm_reg) b,
-            options(pure, nomem, nostack, preserves_flags)
-        );
-    }
-    acc
 }
 
 /// `acc + a_i16[2l] · b_i16[2l] + a_i16[2l+1] · b_i16[2l+1]` per i32 lane: `madd_epi16` and
