@@ -267,9 +267,16 @@ fn tensor_of(t: &RpcTensor, p: &Placed, keep: &mut Vec<Arc<Buffer>>) -> Result<T
     Ok(Tensor { layout: p.layout, data })
 }
 
-/// Runs `graph` on the shared executor on a blocking thread; the caller awaits the result before
-/// reading its next command.
+/// Runs `graph` on the shared executor; the caller awaits the result before reading its next
+/// command. On the daemon's multi-thread runtime the graph runs in place on the connection's
+/// thread (`block_in_place`: the runtime hands this thread's other tasks to another worker), which
+/// saves the two cross-thread wake-ups of a `spawn_blocking` round trip per graph: a row-split
+/// master sends 61 small graphs per token, where those wake-ups cost more than the compute.
 pub async fn run(executor: SharedExecutor, graph: Arc<StoredGraph>) -> Result<()> {
+    use tokio::runtime::{Handle, RuntimeFlavor};
+    if Handle::current().runtime_flavor() == RuntimeFlavor::MultiThread {
+        return tokio::task::block_in_place(|| graph.run_blocking(&executor));
+    }
     let out = tokio::task::spawn_blocking(move || graph.run_blocking(&executor)).await;
     match out {
         Ok(r) => r,
