@@ -125,6 +125,10 @@ pub struct RunArgs {
     /// (every layer split across the workers, run together).
     #[arg(long = "split-mode", visible_alias = "sm", value_enum, default_value_t = crate::master::SplitMode::Layer)]
     pub split_mode: crate::master::SplitMode,
+    /// Split mode row: relay the partial sums through llamactl even when every worker is llamad
+    /// (by default llamad workers link to each other and exchange them directly).
+    #[arg(long = "no-worker-links", conflicts_with = "server")]
+    pub no_worker_links: bool,
     /// Weight uploads larger than this many bytes try SET_TENSOR_HASH first (worker tensor cache).
     #[arg(long = "hash-threshold", default_value_t = 1 << 20, value_name = "BYTES")]
     pub hash_threshold: u64,
@@ -189,6 +193,12 @@ pub struct BenchArgs {
     /// Share of the layers per worker (as `llamactl run`).
     #[arg(long = "tensor-split", value_delimiter = ',', value_name = "W0,W1,...")]
     pub tensor_split: Vec<f64>,
+    /// How the model is split across the workers (as `llamactl run`; llama-bench's `-sm`).
+    #[arg(long = "split-mode", visible_alias = "sm", value_enum, default_value_t = crate::master::SplitMode::Layer)]
+    pub split_mode: crate::master::SplitMode,
+    /// Split mode row: relay the partial sums through llamactl (as `llamactl run`).
+    #[arg(long = "no-worker-links")]
+    pub no_worker_links: bool,
     /// Trailing layers on the workers (as `llamactl run`; default all).
     #[arg(long = "n-gpu-layers", visible_alias = "ngl", value_name = "N")]
     pub n_gpu_layers: Option<u32>,
@@ -230,6 +240,7 @@ pub fn normalize_args(args: impl IntoIterator<Item = OsString>) -> Vec<OsString>
             Some("-ts") => OsString::from("--tensor-split"),
             Some("-fa") => OsString::from("--flash-attn"),
             Some("-ub") => OsString::from("--ubatch-size"),
+            Some("-sm") => OsString::from("--split-mode"),
             _ => a,
         })
         .collect();

@@ -138,3 +138,36 @@ fn impossible_splits_are_clear_errors() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success() && err.contains("row split does not support"), "{err}");
 }
+
+/// llamad workers link to each other and exchange the partial sums themselves (one TP_RUN per
+/// ubatch); they add them in the same order as the master's relay, so the logits are the same bits
+/// at every step, with one ubatch per prompt and with several.
+#[test]
+fn linked_workers_give_the_relays_logits_bit_for_bit() {
+    let path = smollm2();
+    let model = load(&path);
+    let (w1, w2) = (Worker::start(MEM), Worker::start(MEM));
+    let two = vec![w1.addr.clone(), w2.addr.clone()];
+    let prompt = tokenize(&path, "The capital of France is");
+    for (c, weights) in [(cfg(false, 512), vec![]), (cfg(true, 3), vec![3.0, 1.0])] {
+        let linked_opts = SplitOptions { tensor_split: weights.clone(), ..SplitOptions::default() };
+        let relay_opts = SplitOptions { no_worker_links: true, ..linked_opts.clone() };
+        let mut linked = TensorParallel::new(&model, c.clone(), &two, &linked_opts, &|_, _| {}).unwrap();
+        assert!(linked.linked(), "two llamad workers did not link");
+        let mut relay = TensorParallel::new(&model, c.clone(), &two, &relay_opts, &|_, _| {}).unwrap();
+        assert!(!relay.linked());
+        let mut a = linked.decode(&prompt).unwrap().to_vec();
+        let mut b = relay.decode(&prompt).unwrap().to_vec();
+        for step in 0..8 {
+            assert!(a.iter().zip(&b).all(|(x, y)| x.to_bits() == y.to_bits()), "step {step}: logits differ");
+            let t = argmax(&a) as u32;
+            a = linked.decode(&[t]).unwrap().to_vec();
+            b = relay.decode(&[t]).unwrap().to_vec();
+        }
+        // A new sequence after clear() is linked again from position 0.
+        linked.clear().unwrap();
+        relay.clear().unwrap();
+        let (a, b) = (linked.decode(&prompt).unwrap().to_vec(), relay.decode(&prompt).unwrap().to_vec());
+        assert!(a.iter().zip(&b).all(|(x, y)| x.to_bits() == y.to_bits()), "after clear: logits differ");
+    }
+}

@@ -1,5 +1,5 @@
 //! Graph deserialization and validation through the daemon's session path, and every command's
-//! semantics: the input is a request stream (`u8 cmd, u64 len, payload` frames, as captured from a
+//! semantics, llamad's extension commands included: the input is a request stream (`u8 cmd, u64 len, payload` frames, as captured from a
 //! real master), decoded and handled in one `Session` like a connection would, with graphs built
 //! by `exec::build` (→ `compute::graph::Graph::new`) and run on the executor.
 //! Oracles: no panic, no out-of-bounds access (ASan), and the memory account back at zero once the
@@ -18,7 +18,23 @@ fuzz_target!(|data: &[u8]| {
     let shared = Shared::new(llamad_fuzz::fuzz_config());
     {
         let mut session = Session::new(shared.clone());
+        // With llamad's extension granted, as for a master that asks for it.
+        session.grant_ext(std::net::Ipv4Addr::LOCALHOST.into());
         for f in llamad_fuzz::frames(data) {
+            if llamad_proto::ext::is_ext(f.cmd) {
+                if f.len != f.payload.len() as u64 || f.len > shared.max_frame {
+                    break;
+                }
+                let Ok(reply) = session.handle_ext(f.cmd, f.payload) else { break };
+                // TP_RUN computes (a run is only handed out when its links exist, so here with one
+                // rank); link jobs would wait for a peer or dial a fuzzed host, so they are dropped.
+                if let Reply::Blocking(job) = reply {
+                    if f.cmd == llamad_proto::ext::CMD_TP_RUN && job().is_err() {
+                        break;
+                    }
+                }
+                continue;
+            }
             // What conn.rs checks before decoding (HELLO is handled by the connection, not here).
             let Some(cmd) = Cmd::from_u8(f.cmd) else { break };
             if cmd == Cmd::Hello {
@@ -42,7 +58,7 @@ fuzz_target!(|data: &[u8]| {
                         break;
                     }
                 }
-                Reply::CacheLoad(..) => {}
+                Reply::CacheLoad(..) | Reply::Blocking(_) => {}
             }
         }
     }

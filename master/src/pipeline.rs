@@ -35,6 +35,9 @@ pub struct SplitOptions {
     pub auth: Option<llamad_proto::auth::AuthKey>,
     /// TLS to the workers, trusting this CA (`--tls-ca`); `None`: plain TCP.
     pub tls: Option<llamad_proto::TlsClient>,
+    /// Split mode row: relay every partial sum through this process even when all workers are
+    /// llamad and could exchange them directly (`--no-worker-links`).
+    pub no_worker_links: bool,
 }
 
 /// Called while loading: `(worker index, event)`.

@@ -8,8 +8,13 @@
 //! per worker, overlapped across workers — and the partial sums are added to the residual here.
 //! The last phase returns each worker's vocabulary rows of the logits.
 //!
-//! Only commands of the plain protocol 7.0.0 are used, so the workers may be llamad or llama.cpp's
-//! own `ggml-rpc-server`. The per-ubatch inputs (positions, mask, KV indices) are written once per
+//! With llama.cpp's own `ggml-rpc-server` (or `--no-worker-links`, or TLS) only commands of the
+//! plain protocol 7.0.0 are used. When every worker is llamad and granted its extension
+//! ([`llamad_proto::ext`]), the workers are linked to each other once after loading; each phase
+//! graph is stored on its worker once per graph shape, and a ubatch is one TP_RUN per worker: the
+//! workers exchange their partial sums over the links and add them in shard order — the same bits
+//! as the relay — and only the logits come back here. That turns `2 × layers + 1` master round trips
+//! per token into one. The per-ubatch inputs (positions, mask, KV indices) are written once per
 //! ubatch; every phase's graph blob is encoded once per graph shape.
 //!
 //! The sums run in a different order than one device's matmul, so the logits differ from the
@@ -28,7 +33,7 @@ use compute::model::{BuildParams, HParams, KvKind, Model, SessionConfig, Storage
 use compute::tensor::Layout;
 use llamad_proto::client::read_response;
 use llamad_proto::msg::{GetTensorReq, SetTensorHeader};
-use llamad_proto::{Cmd, Command, RpcTensor};
+use llamad_proto::{ext, Cmd, Command, RpcTensor};
 
 use super::export::{export_nodes, wire_id};
 use super::pipeline::{free_of, LoadEvent, SplitOptions};
@@ -66,6 +71,8 @@ pub struct TensorParallel {
     shards: Vec<Shard>,
     n_past: u64,
     phases: u64,
+    /// The workers exchange partial sums over their own links (see the module doc).
+    linked: bool,
     /// The last token's logits of the latest decode (lent out by [`Forward::decode`]).
     logits: Vec<f32>,
 }
@@ -140,7 +147,25 @@ impl TensorParallel {
             (i, &mut s.w, lay, 0..n_layer, src)
         });
         super::pipeline::upload_all(jobs, opts.hash_threshold, on_load)?;
-        Ok(TensorParallel { hp, src, cfg, shards, n_past: 0, phases: 0, logits: Vec::new() })
+        let can_link = shards.len() >= 2
+            && !opts.no_worker_links
+            && opts.tls.is_none()
+            && shards.iter().all(|s| s.w.client.ext_version().is_some_and(|v| v >= ext::EXT_VERSION));
+        let linked = can_link
+            && match link_workers(&mut shards)? {
+                Ok(()) => true,
+                Err(why) => {
+                    tracing::warn!(%why, "the workers could not link to each other; partial sums go through this process");
+                    false
+                }
+            };
+        tracing::info!(linked, workers = shards.len(), "split mode row");
+        Ok(TensorParallel { hp, src, cfg, shards, n_past: 0, phases: 0, linked, logits: Vec::new() })
+    }
+
+    /// Whether the workers exchange partial sums directly (see the module doc).
+    pub fn linked(&self) -> bool {
+        self.linked
     }
 
     /// `(address, shard)` of each worker.
@@ -152,11 +177,19 @@ impl TensorParallel {
         let hp = &self.hp;
         let p = ubatch_params(hp, &self.cfg, self.n_past, tokens.len() as u64, 1);
         let n_past = self.n_past;
+        let linked = self.linked;
         for s in &mut self.shards {
-            prepare(s, &p)?;
+            prepare(s, &p, linked)?;
             write_attention_inputs(s, n_past, tokens)?;
         }
         let (e, t, o) = (hp.n_embd as usize, p.n_tokens as usize, p.n_outputs as usize);
+        if linked {
+            let x = super::pipeline::embed(self.src.as_ref(), tokens)?;
+            let logits = run_linked(&mut self.shards, &x, t, o, e, 2 * hp.n_layer + 1)?;
+            self.phases += u64::from(2 * hp.n_layer + 1);
+            self.n_past += tokens.len() as u64;
+            return Ok(logits);
+        }
         let mut x: Vec<f32> = super::pipeline::embed(self.src.as_ref(), tokens)?
             .chunks_exact(4)
             .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
@@ -245,8 +278,9 @@ fn layout(s: &Shard, max_params: &BuildParams) -> Result<WorkerLayout> {
     Ok(out)
 }
 
-/// Builds, places and encodes the shard graph of `p` (kept while the shape stays the same).
-fn prepare(s: &mut Shard, p: &BuildParams) -> Result<()> {
+/// Builds, places and encodes the shard graph of `p` (kept while the shape stays the same); when
+/// `linked`, stores each segment on the worker as the extension slot of its index.
+fn prepare(s: &mut Shard, p: &BuildParams, linked: bool) -> Result<()> {
     if s.prepared.as_ref().is_some_and(|pr| pr.sg.built.params == *p) {
         return Ok(());
     }
@@ -276,7 +310,8 @@ fn prepare(s: &mut Shard, p: &BuildParams) -> Result<()> {
     let mut frames = Vec::new();
     let mut gets = Vec::new();
     let mut inputs = Vec::new();
-    for seg in &sg.segments {
+    let mut stores = Vec::new();
+    for (k, seg) in sg.segments.iter().enumerate() {
         let blob = export_nodes(g, &g.nodes()[seg.nodes.clone()], &HashSet::new(), w.device, &place);
         for t in &blob.tensors {
             let def = g.get(TensorId((t.id - 1) as u32));
@@ -284,14 +319,114 @@ fn prepare(s: &mut Shard, p: &BuildParams) -> Result<()> {
                 bail!("internal: tensor {} has no place on worker {}", def.name, w.addr);
             }
         }
-        frames.push(Command::GraphCompute(blob).encode_frame());
         let size = g.layout(seg.output).nbytes().unwrap_or(0);
-        let req = GetTensorReq { tensor: rpc(seg.output)?, offset: 0, size };
+        let (input, output) = (rpc(seg.input)?, rpc(seg.output)?);
+        if linked {
+            stores.extend(ext::graph_store_frame(k as u32, &input, &output, &blob));
+        }
+        frames.push(Command::GraphCompute(blob).encode_frame());
+        let req = GetTensorReq { tensor: output, offset: 0, size };
         gets.push((Command::GetTensor(req).encode_frame(), size));
-        inputs.push(rpc(seg.input)?);
+        inputs.push(input);
+    }
+    if linked {
+        s.w.client
+            .stream()
+            .write_all(&stores)
+            .with_context(|| format!("worker {}: storing the phase graphs", s.w.addr))?;
     }
     s.prepared = Some(Prepared { sg, plan: pl, frames, gets, inputs });
     Ok(())
+}
+
+/// Links every pair of workers (LINK_OFFER on the lower rank, then LINK_DIAL and LINK_ACCEPT).
+/// The outer error is a broken connection; the inner one a link that could not be made (the workers
+/// stay usable and the caller relays instead).
+fn link_workers(shards: &mut [Shard]) -> Result<std::result::Result<(), String>> {
+    for i in 0..shards.len() {
+        for j in i + 1..shards.len() {
+            let token: [u8; ext::TOKEN_SIZE] = rand::random();
+            let (lo, hi) = shards.split_at_mut(j);
+            let (a, b) = (&mut lo[i].w, &mut hi[0].w);
+            let host = a.client.socket().peer_addr().map_err(crate::Error::from)?.ip().to_string();
+            a.client.stream().write_all(&ext::link_offer_frame(&token))?;
+            let port = read_answer(a, 2, "LINK_OFFER")?;
+            let port = u16::from_le_bytes([port[0], port[1]]);
+            let dial = ext::LinkDial { peer_rank: i as u32, token, port, host };
+            b.client.stream().write_all(&dial.encode_frame())?;
+            a.client.stream().write_all(&ext::link_accept_frame(j as u32, &token))?;
+            let accepted = read_answer(a, 1, "LINK_ACCEPT")?;
+            let dialled = read_answer(b, 1, "LINK_DIAL")?;
+            if accepted != [1] || dialled != [1] {
+                return Ok(Err(format!("{} could not reach {}:{port}", b.addr, dial.host)));
+            }
+        }
+    }
+    Ok(Ok(()))
+}
+
+/// The first worker that no longer accepts connections (the likely cause when a linked run fails
+/// on another worker, which only lost its link to it).
+fn unreachable(shards: &[Shard]) -> Option<String> {
+    use std::net::ToSocketAddrs;
+    shards
+        .iter()
+        .map(|s| &s.w.addr)
+        .find(|a| match a.to_socket_addrs().ok().and_then(|mut v| v.next()) {
+            Some(sock) => std::net::TcpStream::connect_timeout(&sock, Duration::from_secs(1)).is_err(),
+            None => true,
+        })
+        .cloned()
+}
+
+fn read_answer(w: &mut Worker, size: u64, what: &str) -> Result<Vec<u8>> {
+    read_response(w.client.stream(), Cmd::GraphCompute, size)
+        .with_context(|| format!("worker {}: answer to the extension's {what}", w.addr))
+}
+
+/// One ubatch on linked workers: TP_RUN to all (the residual `x`, `t` tokens of width `e`, the last
+/// `o` wanted), then each worker's slice of the logits of the last output row, in shard order.
+fn run_linked(shards: &mut [Shard], x: &[u8], t: usize, o: usize, e: usize, n_seg: u32) -> Result<Vec<f32>> {
+    let n = shards.len() as u32;
+    for (rank, s) in shards.iter_mut().enumerate() {
+        let run = ext::TpRun {
+            rank: rank as u32,
+            n_ranks: n,
+            n_tokens: t as u32,
+            n_outputs: o as u32,
+            n_embd: e as u32,
+            slots: (0..n_seg).collect(),
+            x,
+        };
+        s.w.client
+            .stream()
+            .write_all(&run.encode_frame())
+            .with_context(|| format!("worker {}: sending the ubatch", s.w.addr))?;
+    }
+    let mut out = Vec::new();
+    for s in shards.iter_mut() {
+        let t0 = Instant::now();
+        let nv = (s.spec.vocab.end - s.spec.vocab.start) as usize;
+        let part = match read_response(s.w.client.stream(), Cmd::GraphCompute, (nv * o * 4) as u64) {
+            Ok(p) => p,
+            Err(e) => {
+                let e = crate::Error::from(e).context(format!(
+                    "worker {} failed in the linked ubatch; if it closed the connection, its log says why",
+                    s.w.addr
+                ));
+                return Err(match unreachable(shards) {
+                    Some(gone) => {
+                        e.context(format!("worker {gone} is gone (the others lost their link to it)"))
+                    }
+                    None => e,
+                });
+            }
+        };
+        s.wait += t0.elapsed();
+        let row = &part[(o - 1) * nv * 4..];
+        out.extend(row.chunks_exact(4).map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]])));
+    }
+    Ok(out)
 }
 
 /// Writes the ubatch's positions, mask and KV indices (every input but the residual stream).
@@ -379,7 +514,9 @@ impl Forward for TensorParallel {
     }
 
     fn summary(&self) -> Vec<String> {
-        let mut v = vec![format!("split mode row: {} phases on {} workers", self.phases, self.shards.len())];
+        let how = if self.linked { "linked workers" } else { "relayed here" };
+        let mut v =
+            vec![format!("split mode row: {} phases on {} workers ({how})", self.phases, self.shards.len())];
         v.extend(self.shards.iter().map(|s| {
             format!(
                 "{} kv heads {:?}, ffn {:?}, vocab {:?}: {:.2} ms waiting",

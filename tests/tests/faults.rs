@@ -106,10 +106,21 @@ fn llamactl_run(workers: &str, n: &str, extra: &[&str]) -> Command {
 
 #[test]
 fn a_worker_killed_mid_generation_fails_the_run_within_seconds() {
+    killed_mid_generation(&[]);
+}
+
+/// The same with split mode row, where the two llamad workers exchange partial sums over their own
+/// link: the survivor loses the link, and the run must still fail at once and name the dead worker.
+#[test]
+fn a_linked_row_split_worker_killed_mid_generation_fails_the_run_within_seconds() {
+    killed_mid_generation(&["--split-mode", "row"]);
+}
+
+fn killed_mid_generation(extra: &[&str]) {
     let dir = tempfile::tempdir().unwrap();
     let a = Worker::start(&[], &dir.path().join("a.log"));
     let mut b = Worker::start(&[], &dir.path().join("b.log"));
-    let mut run = llamactl_run(&format!("{},{}", a.addr, b.addr), "1500", &[])
+    let mut run = llamactl_run(&format!("{},{}", a.addr, b.addr), "1500", extra)
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()

@@ -26,8 +26,8 @@ use compute::GgmlType;
 use serde_json::{json, Value};
 
 use crate::cli::{BenchArgs, BenchOutput, FlashAttn};
-use crate::master::pipeline::{Pipeline, SplitOptions};
-use crate::master::Forward;
+use crate::master::pipeline::SplitOptions;
+use crate::master::{Forward, SplitMode};
 
 /// One test: a prompt batch (`n_gen == 0`) or a generation run (`n_prompt == 0`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -153,6 +153,8 @@ pub struct RunInfo {
     pub n_ubatch: u64,
     /// Flash attention.
     pub flash_attn: bool,
+    /// `layer` or `row` (with workers).
+    pub split_mode: &'static str,
 }
 
 /// One measured test.
@@ -201,6 +203,7 @@ impl BenchResult {
             "threads": self.run.threads,
             "n_threads": self.run.threads,
             "n_ubatch": self.run.n_ubatch,
+            "split_mode": self.run.split_mode,
             "flash_attn": self.run.flash_attn,
             "type_k": "f16",
             "type_v": "f16",
@@ -375,10 +378,16 @@ pub fn run(args: &BenchArgs) -> Result<()> {
                 hash_threshold: args.hash_threshold,
                 auth: None,
                 tls: None,
+                no_worker_links: args.no_worker_links,
             };
-            Box::new(Pipeline::new(&model, cfg.clone(), &workers, &opts, &|_, _| {})?)
+            crate::master::open_workers(&model, cfg.clone(), &workers, &opts, args.split_mode, &|_, _| {})?
         };
-        let run = RunInfo { threads: nt, workers: workers.clone(), n_ubatch: cfg.n_ubatch, flash_attn };
+        let split_mode = match args.split_mode {
+            SplitMode::Layer => "layer",
+            SplitMode::Row => "row",
+        };
+        let run =
+            RunInfo { threads: nt, workers: workers.clone(), n_ubatch: cfg.n_ubatch, flash_attn, split_mode };
         for &test in &tests {
             tracing::info!(test = %test.name(), threads = nt, "measuring");
             let samples =
@@ -525,6 +534,7 @@ mod tests {
                 workers: vec!["a:1".into(), "b:2".into()],
                 n_ubatch: 512,
                 flash_attn: false,
+                split_mode: "layer",
             },
             test: Test { n_prompt: 0, n_gen: 100 },
             // 100 tokens in 1 s and in 0.5 s: 100 and 200 t/s.

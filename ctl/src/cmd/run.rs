@@ -124,6 +124,7 @@ pub fn run(args: &RunArgs) -> Result<()> {
                 ),
                 None => None,
             },
+            no_worker_links: args.no_worker_links,
         };
         let show_bars = !args.no_progress && std::io::stderr().is_terminal();
         let progress = LoadProgress::new(show_bars);

@@ -10,7 +10,7 @@ use std::net::{TcpStream, ToSocketAddrs};
 use std::time::Duration;
 
 use crate::auth::{self, AuthKey};
-use crate::cmd::{Cmd, CONN_CAPS_SIZE, REQUEST_HEADER_SIZE};
+use crate::cmd::{Cmd, REQUEST_HEADER_SIZE};
 use crate::error::{Error, Result};
 use crate::graph::GraphBlob;
 use crate::hash::WireHash;
@@ -25,6 +25,7 @@ use crate::tls::{TlsClient, Transport};
 pub struct RpcClient {
     stream: Transport,
     server: HelloRsp,
+    ext: Option<u32>,
 }
 
 /// How to reach a server: TLS and shared secret, both optional, and a timeout for connecting and
@@ -123,7 +124,7 @@ impl RpcClient {
 
     /// [`RpcClient::hello_auth`] over any transport.
     pub fn hello_over(mut stream: Transport, key: Option<&AuthKey>) -> Result<RpcClient> {
-        stream.write_all(&Command::Hello([0; CONN_CAPS_SIZE]).encode_frame())?;
+        stream.write_all(&Command::Hello(crate::ext::request_caps()).encode_frame())?;
         let rsp = match read_response(&mut stream, Cmd::Hello, 28) {
             Err(Error::Io(e))
                 if !stream.is_tls()
@@ -147,7 +148,10 @@ impl RpcClient {
         if !server.is_compatible() {
             return Err(Error::Version { major: server.major, minor: server.minor, patch: server.patch });
         }
+        // Only llamad answers the extension magic or an authentication challenge (which implies it).
+        let mut ext = crate::ext::granted(&server.caps);
         if let Some(server_nonce) = auth::challenge_of(&server.caps) {
+            ext = Some(crate::ext::EXT_VERSION);
             let Some(key) = key else {
                 return Err(Error::Auth("the server requires a shared secret and none was given".into()));
             };
@@ -169,7 +173,13 @@ impl RpcClient {
                 return Err(Error::Auth("the server does not know the shared secret".into()));
             }
         }
-        Ok(RpcClient { stream, server })
+        Ok(RpcClient { stream, server, ext })
+    }
+
+    /// The llamad extension version the server granted (see [`crate::ext`]); `None` for llama.cpp's
+    /// rpc-server.
+    pub fn ext_version(&self) -> Option<u32> {
+        self.ext
     }
 
     /// The server's HELLO answer.

@@ -18,6 +18,7 @@ pub mod auth;
 pub mod client;
 pub mod cmd;
 pub mod error;
+pub mod ext;
 pub mod graph;
 pub mod hash;
 pub mod msg;

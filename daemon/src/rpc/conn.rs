@@ -6,7 +6,7 @@
 //! Before HELLO the first byte picks plain TCP or TLS ([`crate::rpc::tls`]); the protocol that
 //! follows is the same over both.
 
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Instant;
@@ -24,6 +24,7 @@ use crate::rpc::server::Shared;
 use crate::rpc::session::{Reply, Session};
 use crate::rpc::stats::{ConnStats, LiveConn};
 use crate::rpc::{auth, cache, exec};
+use llamad_proto::ext;
 
 /// Fills and copies at least this large run on a blocking thread, not on the runtime.
 const BLOCKING_BYTES: usize = 1 << 20;
@@ -36,6 +37,8 @@ struct Conn<R, W> {
     stats: ConnStats,
     live: Arc<LiveConn>,
     current: Option<Cmd>,
+    /// Our address on a plain connection (where extension links are offered); `None` over TLS.
+    local: Option<IpAddr>,
 }
 
 /// What a connection did, for its closing log line.
@@ -88,15 +91,17 @@ pub async fn serve(stream: TcpStream, peer: SocketAddr, shared: Arc<Shared>, can
     let mut tls = false;
     let ended = match sniff(&stream, &shared).await {
         Ok(Kind::Plain) => {
+            let local = stream.local_addr().ok().map(|a| a.ip());
             let (r, w) = stream.into_split();
-            drive(r, w, peer, &shared, live.clone(), &cancel).await
+            drive(r, w, peer, local, &shared, live.clone(), &cancel).await
         }
         Ok(Kind::Tls) => match handshake(stream, &shared).await {
             Ok(s) => {
                 tls = true;
                 debug!(%peer, "TLS established");
                 let (r, w) = tokio::io::split(s);
-                drive(r, w, peer, &shared, live.clone(), &cancel).await
+                // No extension over TLS: its links would be plain TCP.
+                drive(r, w, peer, None, &shared, live.clone(), &cancel).await
             }
             Err(e) => Ended::early(conclude(&shared, peer, None, Err(e))),
         },
@@ -168,6 +173,7 @@ async fn drive<R, W>(
     r: R,
     w: W,
     peer: SocketAddr,
+    local: Option<IpAddr>,
     shared: &Arc<Shared>,
     live: Arc<LiveConn>,
     cancel: &CancellationToken,
@@ -185,6 +191,7 @@ where
         stats: ConnStats::default(),
         live,
         current: None,
+        local,
     };
     let outcome = conn.run(cancel).await;
     let buffers = conn.session.buffer_count();
@@ -239,8 +246,15 @@ impl<R: AsyncRead + Unpin + Send, W: AsyncWrite + Unpin + Send> Conn<R, W> {
         if len != CONN_CAPS_SIZE as u64 {
             refuse!("HELLO of {len} bytes (client needs protocol v7)");
         }
-        let _caps = self.payload(len).await?;
+        let caps = self.payload(len).await?;
         let mut hello = HelloRsp::ours();
+        // A master that asks for llamad's extension (never llama.cpp's, whose caps are zeros or RDMA
+        // parameters without the magic) gets it on plain connections; everyone else gets zeros.
+        let ext = caps.get(..8) == Some(&ext::EXT_MAGIC[..]) && self.local.is_some();
+        if let (true, Some(ip)) = (ext, self.local) {
+            hello.caps = ext::grant_caps();
+            self.session.grant_ext(ip);
+        }
         let challenge = self.shared.cfg.auth.as_ref().map(|_| auth::challenge());
         if let Some(nonce) = &challenge {
             hello.caps = llamad_proto::auth::challenge_caps(nonce);
@@ -270,6 +284,12 @@ impl<R: AsyncRead + Unpin + Send, W: AsyncWrite + Unpin + Send> Conn<R, W> {
                 h = self.header() => h?,
             };
             let Some((byte, len)) = header else { return Ok("peer closed") };
+            if ext::is_ext(byte) {
+                let span = debug_span!("cmd", cmd = ext::name(byte), len);
+                let out = self.ext_command(byte, len).instrument(span).await?;
+                self.account_bytes(REQUEST_HEADER_SIZE as u64 + len, out);
+                continue;
+            }
             let Some(cmd) = Cmd::from_u8(byte) else { refuse!("unknown command byte {byte}") };
             self.current = Some(cmd);
             if !cmd.accepts_len(len) {
@@ -296,6 +316,16 @@ impl<R: AsyncRead + Unpin + Send, W: AsyncWrite + Unpin + Send> Conn<R, W> {
         };
         debug!(out, "done");
         Ok(out)
+    }
+
+    /// An extension command (see [`crate::rpc::ext`]); refused unless negotiated at HELLO.
+    async fn ext_command(&mut self, byte: u8, len: u64) -> Result<u64> {
+        if len > self.shared.max_frame {
+            refuse!("payload of {len} bytes exceeds max_frame {}", self.shared.max_frame);
+        }
+        let payload = self.payload(len).await?;
+        let reply = self.session.handle_ext(byte, &payload)?;
+        self.reply(reply).await
     }
 
     /// SET_TENSOR: validate the 305-byte header, then read the data straight into the buffer.
@@ -345,6 +375,10 @@ impl<R: AsyncRead + Unpin + Send, W: AsyncWrite + Unpin + Send> Conn<R, W> {
                     None => Ok(0),
                 }
             }
+            Reply::Blocking(job) => match exec::blocking(job).await? {
+                Some(b) => self.respond(&b).await,
+                None => Ok(0),
+            },
             Reply::Compute(graph) => {
                 let t0 = Instant::now();
                 exec::run(self.shared.executor.clone(), graph).await?;
@@ -359,12 +393,17 @@ impl<R: AsyncRead + Unpin + Send, W: AsyncWrite + Unpin + Send> Conn<R, W> {
 
     fn account(&mut self, cmd: Cmd, bytes_in: u64, bytes_out: u64) {
         self.stats.counts[cmd as usize] += 1;
+        self.account_bytes(bytes_in, bytes_out);
+        self.shared.stats.record(cmd, bytes_in, bytes_out);
+    }
+
+    /// Bytes of a command outside the reference's command table (extension commands).
+    fn account_bytes(&mut self, bytes_in: u64, bytes_out: u64) {
         self.stats.bytes_in += bytes_in;
         self.stats.bytes_out += bytes_out;
         self.live.commands.fetch_add(1, Ordering::Relaxed);
         self.live.bytes_in.fetch_add(bytes_in, Ordering::Relaxed);
         self.live.bytes_out.fetch_add(bytes_out, Ordering::Relaxed);
-        self.shared.stats.record(cmd, bytes_in, bytes_out);
     }
 }
 

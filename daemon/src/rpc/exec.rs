@@ -268,17 +268,22 @@ fn tensor_of(t: &RpcTensor, p: &Placed, keep: &mut Vec<Arc<Buffer>>) -> Result<T
 }
 
 /// Runs `graph` on the shared executor; the caller awaits the result before reading its next
-/// command. On the daemon's multi-thread runtime the graph runs in place on the connection's
-/// thread (`block_in_place`: the runtime hands this thread's other tasks to another worker), which
-/// saves the two cross-thread wake-ups of a `spawn_blocking` round trip per graph: a row-split
-/// master sends 61 small graphs per token, where those wake-ups cost more than the compute.
+/// command.
 pub async fn run(executor: SharedExecutor, graph: Arc<StoredGraph>) -> Result<()> {
+    blocking(move || graph.run_blocking(&executor)).await
+}
+
+/// Runs blocking work for a connection. On the daemon's multi-thread runtime it runs in place on
+/// the connection's thread (`block_in_place`: the runtime hands this thread's other tasks to
+/// another worker), which saves the two cross-thread wake-ups of a `spawn_blocking` round trip:
+/// a row-split master sends 61 small graphs per token, where those wake-ups cost more than the
+/// compute. Elsewhere (a current-thread runtime in tests) it goes to the blocking pool.
+pub async fn blocking<T: Send + 'static>(f: impl FnOnce() -> Result<T> + Send + 'static) -> Result<T> {
     use tokio::runtime::{Handle, RuntimeFlavor};
     if Handle::current().runtime_flavor() == RuntimeFlavor::MultiThread {
-        return tokio::task::block_in_place(|| graph.run_blocking(&executor));
+        return tokio::task::block_in_place(f);
     }
-    let out = tokio::task::spawn_blocking(move || graph.run_blocking(&executor)).await;
-    match out {
+    match tokio::task::spawn_blocking(f).await {
         Ok(r) => r,
         Err(e) => Err(Error::Refused(format!("compute task failed: {e}"))),
     }

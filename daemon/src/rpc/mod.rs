@@ -1,5 +1,5 @@
 //! The RPC server: accept loop ([`server`]), one task per connection ([`conn`]), per-connection
-//! command semantics ([`session`]), TLS on the port ([`tls`]), graph build and execution ([`exec`]), buffers ([`buffer`]), the cache hook
+//! command semantics ([`session`]), TLS on the port ([`tls`]), graph build and execution ([`exec`]), llamad's split-mode-row extension ([`ext`]), buffers ([`buffer`]), the cache hook
 //! ([`cache`]) and counters ([`stats`]). The wire format itself lives in `llamad-proto`.
 
 pub mod access;
@@ -8,6 +8,7 @@ pub mod buffer;
 pub mod cache;
 pub mod conn;
 pub mod exec;
+pub mod ext;
 pub mod graph_cache;
 pub mod limits;
 pub mod server;

@@ -19,6 +19,7 @@ use crate::error::{refuse, Error, Result};
 use crate::rpc::buffer::{Buffer, Region, ADVERTISED_ALIGNMENT};
 use crate::rpc::cache::WireCache;
 use crate::rpc::exec::{self, StoredGraph};
+use crate::rpc::ext::{BlockingJob, ExtState, Slot};
 use crate::rpc::graph_cache::GraphCache;
 use crate::rpc::server::Shared;
 
@@ -36,6 +37,8 @@ pub enum Reply {
     CacheLoad(Arc<dyn WireCache>, WireHash, Arc<Buffer>, Region),
     /// Fill or copy buffer memory (off the runtime when large), then send the payload if any.
     Job(MemJob, Option<Vec<u8>>),
+    /// Run this off the runtime (links, TP_RUN; see [`crate::rpc::ext`]), then send its answer if any.
+    Blocking(BlockingJob),
 }
 
 /// Bulk memory work whose regions were validated by the session; holds its buffers alive.
@@ -93,6 +96,8 @@ pub struct Session {
     built: GraphCache,
     /// Bytes held by this connection's buffers.
     held: u64,
+    /// llamad's extension: granted at HELLO ([`Session::grant_ext`]), with its links and slots.
+    ext: Option<(std::net::IpAddr, ExtState)>,
 }
 
 impl Session {
@@ -105,6 +110,44 @@ impl Session {
             graphs: vec![None; n],
             built: GraphCache::default(),
             held: 0,
+            ext: None,
+        }
+    }
+
+    /// Enables llamad's extension commands on this connection; links are offered on `local_ip` (the
+    /// address the master reached).
+    pub fn grant_ext(&mut self, local_ip: std::net::IpAddr) {
+        self.ext = Some((local_ip, ExtState::default()));
+    }
+
+    /// Executes an extension command (see [`llamad_proto::ext`]).
+    pub fn handle_ext(&mut self, byte: u8, payload: &[u8]) -> Result<Reply> {
+        use llamad_proto::ext::{self as x, GraphStore};
+        let Some(ip) = self.ext.as_ref().map(|(ip, _)| *ip) else {
+            refuse!("extension command {} on a connection that did not negotiate it", x::name(byte));
+        };
+        if byte == x::CMD_GRAPH_STORE {
+            let st = GraphStore::decode(payload, &self.shared.limits)?;
+            let graph = exec::build(&st.blob, &self.buffers)?;
+            let region = |t: &RpcTensor| -> Result<(Arc<Buffer>, Region)> {
+                let r = self.resolve(t)?;
+                self.tensor_region(t, 0, r.nbytes)
+            };
+            let slot = Slot::new(graph, region(&st.input)?, region(&st.output)?);
+            debug!(slot = st.slot, tensors = st.blob.tensors.len(), "extension graph stored");
+            if let Some((_, ext)) = self.ext.as_mut() {
+                ext.store(st.slot, slot);
+            }
+            return Ok(Reply::Nothing);
+        }
+        let executor = self.shared.executor.clone();
+        let Some((_, ext)) = self.ext.as_mut() else { refuse!("extension not negotiated") };
+        match byte {
+            x::CMD_LINK_OFFER => Ok(Reply::Bytes(ext.offer(payload, ip)?)),
+            x::CMD_LINK_ACCEPT => Ok(Reply::Blocking(ext.accept(payload)?)),
+            x::CMD_LINK_DIAL => Ok(Reply::Blocking(ext.dial(payload)?)),
+            x::CMD_TP_RUN => Ok(Reply::Blocking(ext.tp_run(payload, executor)?)),
+            _ => refuse!("unknown extension command byte {byte}"),
         }
     }
 
@@ -231,6 +274,9 @@ impl Session {
                 // Stored graphs may point into the freed buffer (§14 item 5): drop them all, as the reference does.
                 self.graphs.iter_mut().for_each(|g| *g = None);
                 self.built.clear();
+                if let Some((_, ext)) = self.ext.as_mut() {
+                    ext.clear_slots();
+                }
                 Ok(Reply::Nothing)
             }
             Command::BufferClear { remote_ptr, value } => {

@@ -10,6 +10,7 @@ mod cli;
 mod common;
 mod concurrency;
 mod conformance;
+mod ext;
 mod faults;
 mod limits;
 mod negative;

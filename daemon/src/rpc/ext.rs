@@ -1,0 +1,345 @@
+//! The server side of llamad's split-mode-row extension ([`llamad_proto::ext`]): one-shot links to
+//! the other workers of a tensor-parallel group, stored layer-phase graphs, and TP_RUN, which runs
+//! a whole ubatch with the partial sums exchanged over the links instead of through the master.
+//!
+//! Links are plain TCP: the extension is granted only on plain connections, so TLS users keep every
+//! byte on their encrypted master connections (the master relays). A link is authenticated by a
+//! 32-byte single-use token that the master handed to both ends over their (authenticated)
+//! connections; a listener serves one link and closes, and a dialler that does not present the
+//! token is dropped. All blocking work (accept, connect, compute, exchange) runs off the async
+//! runtime through [`Reply::Blocking`], with timeouts, so a vanished peer fails the run instead of
+//! hanging it, and the connection closes with the reason.
+
+use std::collections::HashMap;
+use std::io::{Read, Write};
+use std::net::{IpAddr, TcpListener, TcpStream, ToSocketAddrs};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use llamad_proto::ext::{self, LinkDial, TpRun, TOKEN_SIZE};
+use tracing::{debug, warn};
+
+use crate::error::{refuse, Error, Result};
+use crate::rpc::buffer::{Buffer, Region};
+use crate::rpc::exec::{SharedExecutor, StoredGraph};
+
+/// Longest wait for the other end of a link to show up.
+const LINK_TIMEOUT: Duration = Duration::from_secs(10);
+/// Longest silence from a peer inside a TP_RUN (a phase of a large ubatch may compute for long).
+const EXCHANGE_TIMEOUT: Duration = Duration::from_secs(300);
+/// Partials up to this size are written before reading the peers' (they fit in the socket
+/// buffers); larger ones are written from a second thread so that two ranks writing to each other
+/// cannot both block.
+const INLINE_SEND: usize = 32 * 1024;
+
+/// A stored phase graph with the places TP_RUN writes its input to and reads its output from.
+pub struct Slot {
+    graph: Arc<StoredGraph>,
+    input: (Arc<Buffer>, Region),
+    output: (Arc<Buffer>, Region),
+}
+
+// SAFETY: a slot is shared (through `Arc`) only between its connection's session and the one
+// TP_RUN that connection is executing; the session runs one command at a time, so the regions'
+// bytes are never accessed from two threads at once (as for `Region`'s `Send`).
+unsafe impl Sync for Slot {}
+
+impl Slot {
+    /// A slot over a built graph and two validated regions.
+    pub fn new(graph: StoredGraph, input: (Arc<Buffer>, Region), output: (Arc<Buffer>, Region)) -> Slot {
+        Slot { graph: Arc::new(graph), input, output }
+    }
+}
+
+/// A listener offered for one link.
+struct Pending {
+    token: [u8; TOKEN_SIZE],
+    listener: TcpListener,
+}
+
+/// The per-connection extension state.
+#[derive(Default)]
+pub struct ExtState {
+    pending: Option<Pending>,
+    links: Arc<Mutex<HashMap<u32, TcpStream>>>,
+    slots: HashMap<u32, Arc<Slot>>,
+}
+
+/// Blocking work for the connection to run off the runtime; `Some(bytes)` is sent as the answer.
+pub type BlockingJob = Box<dyn FnOnce() -> Result<Option<Vec<u8>>> + Send>;
+
+impl ExtState {
+    /// Drops every stored slot (a buffer was freed: a slot may point into it).
+    pub fn clear_slots(&mut self) {
+        self.slots.clear();
+    }
+
+    /// Stores a slot.
+    pub fn store(&mut self, slot: u32, s: Slot) {
+        self.slots.insert(slot, Arc::new(s));
+    }
+
+    /// LINK_OFFER: a one-shot listener on `ip`; answers its port.
+    pub fn offer(&mut self, payload: &[u8], ip: IpAddr) -> Result<Vec<u8>> {
+        let token = ext::decode_link_offer(payload)?;
+        let listener = TcpListener::bind((ip, 0))?;
+        listener.set_nonblocking(true)?;
+        let port = listener.local_addr()?.port();
+        debug!(%ip, port, "link offered");
+        self.pending = Some(Pending { token, listener });
+        Ok(port.to_le_bytes().to_vec())
+    }
+
+    /// LINK_ACCEPT: waits for the dialler that presents the offered token.
+    pub fn accept(&mut self, payload: &[u8]) -> Result<BlockingJob> {
+        let (peer_rank, token) = ext::decode_link_accept(payload)?;
+        let Some(p) = self.pending.take() else { refuse!("EXT_LINK_ACCEPT without a LINK_OFFER") };
+        if p.token != token {
+            refuse!("EXT_LINK_ACCEPT with another token than the offer's");
+        }
+        self.check_rank(peer_rank)?;
+        let links = self.links.clone();
+        Ok(Box::new(move || match accept_link(&p) {
+            Ok(s) => {
+                lock(&links)?.insert(peer_rank, s);
+                debug!(peer_rank, "link accepted");
+                Ok(Some(vec![1]))
+            }
+            // No link is not a protocol error: the master relays instead.
+            Err(e) => {
+                warn!(peer_rank, reason = %e, "link not made");
+                Ok(Some(vec![0]))
+            }
+        }))
+    }
+
+    /// LINK_DIAL: connects to a peer's offered listener and presents the token.
+    pub fn dial(&mut self, payload: &[u8]) -> Result<BlockingJob> {
+        let d = LinkDial::decode(payload)?;
+        self.check_rank(d.peer_rank)?;
+        let links = self.links.clone();
+        Ok(Box::new(move || match dial_link(&d) {
+            Ok(s) => {
+                lock(&links)?.insert(d.peer_rank, s);
+                debug!(peer_rank = d.peer_rank, host = %d.host, port = d.port, "link dialled");
+                Ok(Some(vec![1]))
+            }
+            Err(e) => {
+                warn!(peer_rank = d.peer_rank, host = %d.host, port = d.port, reason = %e, "link not made");
+                Ok(Some(vec![0]))
+            }
+        }))
+    }
+
+    fn check_rank(&self, peer_rank: u32) -> Result<()> {
+        if peer_rank >= ext::MAX_RANKS {
+            refuse!("link to rank {peer_rank} (at most {} ranks)", ext::MAX_RANKS);
+        }
+        Ok(())
+    }
+
+    /// TP_RUN: checks the request against the stored slots and links, then returns the run.
+    pub fn tp_run(&mut self, payload: &[u8], executor: SharedExecutor) -> Result<BlockingJob> {
+        let run = TpRun::decode(payload)?;
+        let mut slots = Vec::with_capacity(run.slots.len());
+        for s in &run.slots {
+            match self.slots.get(s) {
+                Some(slot) => slots.push(slot.clone()),
+                None => {
+                    refuse!("EXT_TP_RUN of slot {s}, which was never stored (or a buffer was freed since)")
+                }
+            }
+        }
+        {
+            let links = lock(&self.links)?;
+            if let Some(missing) = (0..run.n_ranks).find(|&r| r != run.rank && !links.contains_key(&r)) {
+                refuse!("EXT_TP_RUN as rank {} of {}: no link to rank {missing}", run.rank, run.n_ranks);
+            }
+        }
+        let x: Vec<f32> =
+            run.x.chunks_exact(4).map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]])).collect();
+        let p = Program {
+            rank: run.rank,
+            n_ranks: run.n_ranks,
+            n_tokens: run.n_tokens as usize,
+            n_outputs: run.n_outputs as usize,
+            n_embd: run.n_embd as usize,
+        };
+        let links = self.links.clone();
+        Ok(Box::new(move || {
+            let mut links = lock(&links)?;
+            p.run(&slots, x, &mut links, &executor).map(Some)
+        }))
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> Result<std::sync::MutexGuard<'_, T>> {
+    m.lock().map_err(|_| Error::Refused("link table poisoned".into()))
+}
+
+fn accept_link(p: &Pending) -> Result<TcpStream> {
+    let deadline = Instant::now() + LINK_TIMEOUT;
+    loop {
+        match p.listener.accept() {
+            Ok((mut s, from)) => {
+                s.set_nonblocking(false)?;
+                s.set_read_timeout(Some(LINK_TIMEOUT))?;
+                let mut token = [0u8; TOKEN_SIZE];
+                match s.read_exact(&mut token) {
+                    Ok(()) if token == p.token => {
+                        s.write_all(&[1])?;
+                        return prepare_link(s);
+                    }
+                    _ => warn!(%from, "link dialler without the right token; dropped"),
+                }
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                if Instant::now() >= deadline {
+                    refuse!("no peer dialled the offered link within {LINK_TIMEOUT:?}");
+                }
+                std::thread::sleep(Duration::from_millis(1));
+            }
+            Err(e) => return Err(e.into()),
+        }
+    }
+}
+
+fn dial_link(d: &LinkDial) -> Result<TcpStream> {
+    let addrs: Vec<_> = (d.host.as_str(), d.port).to_socket_addrs()?.collect();
+    let Some(addr) = addrs.first() else { refuse!("link host {} resolves to nothing", d.host) };
+    let mut s = TcpStream::connect_timeout(addr, LINK_TIMEOUT)
+        .map_err(|e| Error::Refused(format!("dialling the link to {addr}: {e}")))?;
+    s.set_read_timeout(Some(LINK_TIMEOUT))?;
+    s.write_all(&d.token)?;
+    let mut ack = [0u8; 1];
+    s.read_exact(&mut ack).map_err(|e| Error::Refused(format!("link to {addr} not accepted: {e}")))?;
+    if ack != [1] {
+        refuse!("link to {addr} not accepted");
+    }
+    prepare_link(s)
+}
+
+fn prepare_link(s: TcpStream) -> Result<TcpStream> {
+    s.set_nodelay(true)?;
+    s.set_read_timeout(Some(EXCHANGE_TIMEOUT))?;
+    s.set_write_timeout(Some(EXCHANGE_TIMEOUT))?;
+    Ok(s)
+}
+
+/// One TP_RUN's shape.
+struct Program {
+    rank: u32,
+    n_ranks: u32,
+    n_tokens: usize,
+    n_outputs: usize,
+    n_embd: usize,
+}
+
+impl Program {
+    /// Runs the slots over the residual `x`; returns the last slot's output.
+    fn run(
+        &self,
+        slots: &[Arc<Slot>],
+        mut x: Vec<f32>,
+        links: &mut HashMap<u32, TcpStream>,
+        executor: &SharedExecutor,
+    ) -> Result<Vec<u8>> {
+        let n = slots.len();
+        let mut x_out: Vec<f32> = Vec::new();
+        let mut bytes: Vec<u8> = Vec::new();
+        for (k, slot) in slots.iter().enumerate() {
+            let head = k + 1 == n;
+            let cur = if head || k + 2 == n { &mut x_out } else { &mut x };
+            let (_ib, input) = &slot.input;
+            if input.len() != cur.len() * 4 {
+                refuse!("EXT_TP_RUN slot {k}: input of {} bytes for {} values", input.len(), cur.len());
+            }
+            bytes.clear();
+            bytes.extend(cur.iter().flat_map(|v| v.to_le_bytes()));
+            // SAFETY: `input` lies inside the live buffer `_ib` (validated when the slot was stored and
+            // held by it); this connection runs one command at a time, so nothing else touches it.
+            unsafe { input.as_mut_slice() }.copy_from_slice(&bytes);
+            slot.graph.run_blocking(executor)?;
+            let (_ob, output) = &slot.output;
+            // SAFETY: as above, for the output region; the graph has finished.
+            let out = unsafe { output.as_slice() };
+            if head {
+                return Ok(out.to_vec());
+            }
+            if out.len() != cur.len() * 4 {
+                refuse!("EXT_TP_RUN slot {k}: output of {} bytes for {} values", out.len(), cur.len());
+            }
+            let partials = exchange(links, self.rank, self.n_ranks, k as u32, out)?;
+            // Every rank adds the partials in rank order: the same bits everywhere, and the same as a
+            // master relaying them.
+            for r in 0..self.n_ranks {
+                let p: &[u8] = if r == self.rank { out } else { &partials[&r] };
+                for (v, b) in cur.iter_mut().zip(p.chunks_exact(4)) {
+                    *v += f32::from_le_bytes([b[0], b[1], b[2], b[3]]);
+                }
+            }
+            if k + 3 == n {
+                // After the last layer's attention only the output rows go on.
+                let from = (self.n_tokens - self.n_outputs) * self.n_embd;
+                x_out = x.get(from..).map(<[f32]>::to_vec).unwrap_or_default();
+            }
+        }
+        refuse!("EXT_TP_RUN ended without a head slot")
+    }
+}
+
+/// Sends `mine` (tagged with the phase) to every other rank and reads theirs.
+fn exchange(
+    links: &mut HashMap<u32, TcpStream>,
+    rank: u32,
+    n_ranks: u32,
+    phase: u32,
+    mine: &[u8],
+) -> Result<HashMap<u32, Vec<u8>>> {
+    let mut header = Vec::with_capacity(12);
+    header.extend_from_slice(&phase.to_le_bytes());
+    header.extend_from_slice(&(mine.len() as u64).to_le_bytes());
+    let peers: Vec<u32> = (0..n_ranks).filter(|&r| r != rank).collect();
+    let send = |links: &HashMap<u32, TcpStream>| -> Result<()> {
+        for r in &peers {
+            let mut s = links.get(r).ok_or_else(|| Error::Refused(format!("no link to rank {r}")))?;
+            s.write_all(&header)
+                .and_then(|()| s.write_all(mine))
+                .map_err(|e| Error::Refused(format!("sending phase {phase} to rank {r}: {e}")))?;
+        }
+        Ok(())
+    };
+    let recv = |links: &HashMap<u32, TcpStream>| -> Result<HashMap<u32, Vec<u8>>> {
+        let mut got = HashMap::new();
+        for r in &peers {
+            let mut s = links.get(r).ok_or_else(|| Error::Refused(format!("no link to rank {r}")))?;
+            let mut h = [0u8; 12];
+            s.read_exact(&mut h).map_err(|e| Error::Refused(format!("rank {r} in phase {phase}: {e}")))?;
+            let (p, len) = (
+                u32::from_le_bytes([h[0], h[1], h[2], h[3]]),
+                u64::from_le_bytes(h[4..].try_into().unwrap_or_default()),
+            );
+            if p != phase || len != mine.len() as u64 {
+                refuse!(
+                    "rank {r} sent phase {p} ({len} bytes) where phase {phase} ({} bytes) was due",
+                    mine.len()
+                );
+            }
+            let mut v = vec![0u8; mine.len()];
+            s.read_exact(&mut v).map_err(|e| Error::Refused(format!("rank {r} in phase {phase}: {e}")))?;
+            got.insert(*r, v);
+        }
+        Ok(got)
+    };
+    if mine.len() <= INLINE_SEND {
+        send(links)?;
+        return recv(links);
+    }
+    let links = &*links;
+    std::thread::scope(|sc| {
+        let sender = sc.spawn(|| send(links));
+        let got = recv(links);
+        let sent = sender.join().unwrap_or_else(|_| Err(Error::Refused("link sender panicked".into())));
+        sent.and(got)
+    })
+}
