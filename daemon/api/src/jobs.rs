@@ -1,6 +1,17 @@
 //! `/v1/jobs`: text generation jobs run by the daemon.
 
-use serde::{Deserialize, Serialize};
+use serde::{Deserialize, Deserializer, Serialize};
+
+/// An optional f32 that must be finite: JSON numbers beyond f32's range would otherwise become
+/// infinities, which a sampler cannot use and which serialize as `null` (found by the `admin_body`
+/// fuzz target).
+fn finite_f32<'de, D: Deserializer<'de>>(d: D) -> Result<Option<f32>, D::Error> {
+    match Option::<f64>::deserialize(d)? {
+        None => Ok(None),
+        Some(x) if (x as f32).is_finite() => Ok(Some(x as f32)),
+        Some(x) => Err(serde::de::Error::custom(format!("{x} is not a finite 32-bit number"))),
+    }
+}
 
 /// Sampling options; every field left out takes the model's recommendation, else llama.cpp's default.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
@@ -9,14 +20,18 @@ pub struct Sampling {
     /// RNG seed.
     pub seed: Option<u32>,
     /// Temperature (≤ 0: greedy).
+    #[serde(default, deserialize_with = "finite_f32")]
     pub temp: Option<f32>,
     /// top_k (≤ 0 disables).
     pub top_k: Option<i32>,
     /// top_p (≥ 1 disables).
+    #[serde(default, deserialize_with = "finite_f32")]
     pub top_p: Option<f32>,
     /// min_p (≤ 0 disables).
+    #[serde(default, deserialize_with = "finite_f32")]
     pub min_p: Option<f32>,
     /// Repetition penalty (1 = off).
+    #[serde(default, deserialize_with = "finite_f32")]
     pub repeat_penalty: Option<f32>,
     /// Tokens of history the penalties look at.
     pub repeat_last_n: Option<i32>,
@@ -238,5 +253,32 @@ impl JobEvent {
             JobEvent::State { .. } => "state",
             JobEvent::End { .. } => "end",
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The `admin_body` fuzz target's finding: a temperature of 1e89 parsed as +inf (and came back
+    /// as `null`). Out-of-range and non-finite sampling values are now refused with a clear error.
+    #[test]
+    fn sampling_values_beyond_f32_are_refused() {
+        let body = r#"{"model": "m.gguf", "prompt": "x", "n_predict": 4, "sampling": {"temp": 99999999999999999999999999999999999999999999999999999999999999999999999999999999999999990.8}}"#;
+        let e = serde_json::from_str::<JobSubmit>(body).unwrap_err().to_string();
+        assert!(e.contains("not a finite 32-bit number"), "{e}");
+        for field in ["top_p", "min_p", "repeat_penalty"] {
+            let body = format!(
+                r#"{{"model": "m", "prompt": "x", "n_predict": 1, "sampling": {{"{field}": -1e39}}}}"#
+            );
+            assert!(serde_json::from_str::<JobSubmit>(&body).is_err(), "{field}");
+        }
+        // In range: parsed, and a round trip keeps the value.
+        let ok = r#"{"model": "m", "prompt": "x", "n_predict": 1, "sampling": {"temp": 0.7, "min_p": 3e38}}"#;
+        let v: JobSubmit = serde_json::from_str(ok).unwrap();
+        assert_eq!(v.sampling.temp, Some(0.7));
+        assert_eq!(v.sampling.top_p, None);
+        let back: JobSubmit = serde_json::from_str(&serde_json::to_string(&v).unwrap()).unwrap();
+        assert_eq!(back, v);
     }
 }
