@@ -193,10 +193,11 @@ def case_b(cfg, model, t: Table, res: dict) -> None:
 
 
 def case_c(cfg, model, t: Table, res: dict) -> None:
-    t.section("(c) two workers of 1 thread each (t/s)")
+    t.section("(c) two workers of 1 thread each (t/s); llamactl in split mode row (linked llamad workers)")
     with llamad(1) as w1, llamad(1) as w2:
-        log("(c) llamactl over 2 llamad workers")
-        two = by_test(llamactl_bench(cfg.llamactl, model, cfg.p, cfg.n, cfg.reps, 1, [w1.endpoint, w2.endpoint]))
+        log("(c) llamactl --split-mode row over 2 llamad workers")
+        two = by_test(llamactl_bench(cfg.llamactl, model, cfg.p, cfg.n, cfg.reps, 1, [w1.endpoint, w2.endpoint],
+                                     ["--split-mode", "row"]))
     with peer.start_reference_server(threads=1) as r1, peer.start_reference_server(threads=1) as r2:
         log("(c) llama.cpp over 2 reference servers")
         ref = by_test(lcpp_bench(model, cfg.p, cfg.n, cfg.reps, 1, [r1.endpoint, r2.endpoint])["results"])
@@ -206,7 +207,7 @@ def case_c(cfg, model, t: Table, res: dict) -> None:
     res["c"] = {"llamactl_2x1": list(two.values()), "llama.cpp_2x1": list(ref.values()),
                 "llamactl_1x2": list(one.values())}
     for key in sorted(two, key=lambda k: (k[1], k[0])):
-        t.speed("c", "2 workers x 1 thread", two[key]["test"], two[key], ref[key], 1.5,
+        t.speed("c", "2 workers x 1 thread (row)", two[key]["test"], two[key], ref[key], 1.5,
                 "llamactl+2 llamad", "llama.cpp+2 rpc-server")
     for key in sorted(two, key=lambda k: (k[1], k[0])):
         t.speed("c", "2x1-thread vs 1x2-thread worker", two[key]["test"], two[key], one[key], 0.8,

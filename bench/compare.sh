@@ -16,7 +16,8 @@ model=${LLAMAD_MODEL:-$(scripts/fetch-model.sh)}
 py=${LLAMAD_PEER_PYTHON_NATIVE:-$(LLAMAD_PEER_ISA=native tests/peer/build-peer.sh | tail -n1)}
 
 export CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-$root/target}
-cargo build --release --quiet -p llamactl -p llamad
+# The same feature set as the test suite and the packages (no rebuild between them).
+cargo build --release --quiet --workspace --bins
 bin="$CARGO_TARGET_DIR/release"
 
 exec "$py" bench/compare.py --llamactl "$bin/llamactl" --llamad "$bin/llamad" \
