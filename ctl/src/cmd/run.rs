@@ -3,6 +3,7 @@
 
 use std::collections::HashMap;
 use std::io::{IsTerminal, Write};
+use std::path::Path;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -17,6 +18,7 @@ use compute::GgmlType;
 use indicatif::{MultiProgress, ProgressBar, ProgressDrawTarget, ProgressStyle};
 
 use crate::cli::{FlashAttn, RunArgs};
+use crate::master::hash_memo::{FileIdentity, HashMemo};
 use crate::master::pipeline::{LoadEvent, Pipeline, SplitOptions};
 use crate::master::remote::mib;
 use crate::master::tensor_parallel::TensorParallel;
@@ -30,6 +32,8 @@ pub fn run(args: &RunArgs) -> Result<()> {
     if !path.is_file() {
         bail!("model file {} does not exist", path.display());
     }
+    // Taken before the mapping, so that the hash memo can tell whether the file moved under it.
+    let identity = FileIdentity::of(path).ok();
     // SAFETY: the model file is mapped read-only; llamactl never writes it, and the user is told
     // (README) not to replace a model file while a run uses it.
     let gguf = Arc::new(
@@ -104,6 +108,7 @@ pub fn run(args: &RunArgs) -> Result<()> {
             tensor_split: args.tensor_split.clone(),
             n_gpu_layers: args.n_gpu_layers,
             hash_threshold: args.hash_threshold,
+            hash_memo: open_hash_memo(path, identity, &gguf, args.no_hash_memo),
             auth: match &args.secret_file {
                 Some(p) => {
                     let bytes = std::fs::read(p)
@@ -126,11 +131,12 @@ pub fn run(args: &RunArgs) -> Result<()> {
             },
             no_worker_links: args.no_worker_links,
         };
+        let memo = opts.hash_memo.clone();
         let show_bars = !args.no_progress && std::io::stderr().is_terminal();
         let progress = LoadProgress::new(show_bars);
         let addrs: Vec<String> =
             args.workers.iter().map(|a| a.trim().to_string()).filter(|a| !a.is_empty()).collect();
-        if args.split_mode == SplitMode::Row {
+        let fwd: Box<dyn Forward> = if args.split_mode == SplitMode::Row {
             let tp = TensorParallel::new(&model, cfg, &addrs, &opts, &|i, ev| progress.event(i, ev))?;
             progress.finish();
             eprintln!(
@@ -161,7 +167,9 @@ pub fn run(args: &RunArgs) -> Result<()> {
                     .join(", ")
             );
             Box::new(p)
-        }
+        };
+        save_hash_memo(memo.as_deref());
+        fwd
     };
     let load_time = t_start.elapsed();
 
@@ -244,6 +252,35 @@ fn print_timings(
     eprintln!("llamactl:       total time = {:10.2} ms / {:5} tokens", ms(total), n_prompt + n_eval);
 }
 
+/// The hash memo of the model at `path` (`$XDG_CACHE_HOME/llamad/hash-memo`), unless `--no-hash-memo`
+/// or it cannot be trusted for this run (see [`HashMemo::open`]). `before` is the model file's identity
+/// taken before it was mapped.
+pub(crate) fn open_hash_memo(
+    path: &Path,
+    before: Option<FileIdentity>,
+    gguf: &Arc<Gguf>,
+    disabled: bool,
+) -> Option<Arc<HashMemo>> {
+    if disabled {
+        return None;
+    }
+    let Some(dir) = dirs::cache_dir() else {
+        tracing::info!("no cache directory (neither $XDG_CACHE_HOME nor $HOME): hash memo not used");
+        return None;
+    };
+    HashMemo::open(&dir.join("llamad").join("hash-memo"), path, before?, gguf.clone()).map(Arc::new)
+}
+
+/// Writes the hash memo back after a load (a failure only costs the next load a hashing pass).
+pub(crate) fn save_hash_memo(memo: Option<&HashMemo>) {
+    let Some(m) = memo else { return };
+    let (loaded, hits, added) = m.counts();
+    tracing::debug!(memo = %m.path().display(), loaded, hits, added, "hash memo after the load");
+    if let Err(e) = m.save() {
+        tracing::info!(memo = %m.path().display(), error = %e, "cannot save the hash memo");
+    }
+}
+
 /// Per-worker load progress: indicatif bars on a terminal, plain log lines otherwise.
 struct LoadProgress {
     bars: Option<(MultiProgress, Mutex<HashMap<usize, ProgressBar>>)>,
@@ -299,8 +336,9 @@ impl LoadProgress {
                     .and_then(|s| s.get(&i).cloned())
                     .unwrap_or_else(|| (format!("worker {i}"), Instant::now()));
                 let msg = format!(
-                    "{label}: {} tensors, {} sent, {} from the worker's cache, {:.2} s",
+                    "{label}: {} tensors in {} writes, {} sent, {} from the worker's cache, {:.2} s",
                     stats.tensors,
+                    stats.writes,
                     mib(stats.bytes_sent),
                     mib(stats.bytes_cached),
                     t.elapsed().as_secs_f64()
