@@ -40,17 +40,6 @@ pub fn run(args: &RunArgs) -> Result<()> {
         unsafe { Gguf::open(path) }
             .with_context(|| format!("{} is not a readable GGUF file", path.display()))?,
     );
-    let tok = Tokenizer::from_gguf(&gguf).with_context(|| format!("{}: tokenizer", path.display()))?;
-    let model = Model::new(gguf.clone()).with_context(|| format!("{}: unsupported model", path.display()))?;
-    if let Some(t) = gguf.tensors().iter().find(|t| kernels(t.dtype()).to_f32.is_none()) {
-        bail!(
-            "{}: tensor {} has type {}, which this build cannot compute",
-            path.display(),
-            t.name,
-            t.dtype()
-        );
-    }
-
     let text = match (&args.prompt, &args.file) {
         (Some(p), _) => p.clone(),
         (None, Some(f)) => {
@@ -58,6 +47,80 @@ pub fn run(args: &RunArgs) -> Result<()> {
         }
         (None, None) => bail!("give a prompt with -p or -f"),
     };
+    let user = UserSampling {
+        seed: args.seed,
+        top_k: args.top_k,
+        top_p: args.top_p,
+        min_p: args.min_p,
+        temp: args.temp,
+        penalty_repeat: args.repeat_penalty,
+        ..UserSampling::default()
+    };
+    let params = SamplerParams::resolve(&user, Some(gguf.as_ref())).context("sampler parameters")?;
+    let mut sampler = Sampler::new(params);
+    // The tokenizer (about 20 ms for SmolLM2's 49k tokens and merges) is built and the prompt encoded on
+    // a thread of its own while the model is opened and its weights loaded: a third of a warm load
+    // through the workers' caches. A prompt that cannot run is reported once the load is over.
+    let (prepared, opened) = std::thread::scope(|s| {
+        let prep = s.spawn(|| prepare_prompt(args, &gguf, text));
+        let opened = open_forward(args, identity, &gguf);
+        let prepared = prep
+            .join()
+            .unwrap_or_else(|_| Err(anyhow::anyhow!("preparing the prompt failed (thread panicked)")));
+        (prepared, opened)
+    });
+    let (tok, prompt) = prepared?;
+    let mut fwd = opened?;
+    let load_time = t_start.elapsed();
+
+    // Generation, streaming the text as it is produced.
+    let max_new = if args.n_predict < 0 { usize::MAX } else { args.n_predict as usize };
+    for &t in &prompt {
+        sampler.accept(t);
+    }
+    let mut out = std::io::stdout().lock();
+    let mut pending: Vec<u8> = Vec::new();
+    let t0 = Instant::now();
+    let mut next = sampler.sample(fwd.decode(&prompt)?);
+    let prompt_time = t0.elapsed();
+    let mut n_gen = 0usize;
+    let mut eval_time = Duration::ZERO;
+    while n_gen < max_new {
+        let t = next.context("sampling from empty logits")?;
+        sampler.accept(t);
+        n_gen += 1;
+        if tok.is_eog(t) {
+            break;
+        }
+        // Control tokens are not printed (llama.cpp's default).
+        pending.extend_from_slice(tok.decode_token_with(t, false));
+        let valid = utf8_prefix(&pending);
+        out.write_all(&pending[..valid])?;
+        out.flush()?;
+        pending.drain(..valid);
+        if n_gen == max_new || fwd.n_past() + 1 > args.ctx_size {
+            break;
+        }
+        let t1 = Instant::now();
+        let logits = fwd.decode(&[t])?;
+        eval_time += t1.elapsed();
+        next = sampler.sample(logits);
+    }
+    out.write_all(&pending)?;
+    out.write_all(b"\n")?;
+    out.flush()?;
+    let n_eval = n_gen.saturating_sub(1);
+    print_timings(load_time, prompt.len(), prompt_time, n_eval, eval_time, t_start.elapsed());
+    for line in fwd.summary() {
+        eprintln!("llamactl: {line}");
+    }
+    Ok(())
+}
+
+/// The tokenizer and the prompt's tokens, checked against the context size.
+fn prepare_prompt(args: &RunArgs, gguf: &Gguf, text: String) -> Result<(Tokenizer, Vec<u32>)> {
+    let path = &args.model;
+    let tok = Tokenizer::from_gguf(gguf).with_context(|| format!("{}: tokenizer", path.display()))?;
     let text = if args.chat {
         let tmpl = ChatTemplate::from_tokenizer(&tok)
             .context("chat template")?
@@ -77,6 +140,25 @@ pub fn run(args: &RunArgs) -> Result<()> {
             args.ctx_size
         );
     }
+    Ok((tok, prompt))
+}
+
+/// The model, in-process or loaded onto `--workers` (the hash memo saved after the load).
+fn open_forward(
+    args: &RunArgs,
+    identity: Option<FileIdentity>,
+    gguf: &Arc<Gguf>,
+) -> Result<Box<dyn Forward>> {
+    let path = &args.model;
+    let model = Model::new(gguf.clone()).with_context(|| format!("{}: unsupported model", path.display()))?;
+    if let Some(t) = gguf.tensors().iter().find(|t| kernels(t.dtype()).to_f32.is_none()) {
+        bail!(
+            "{}: tensor {} has type {}, which this build cannot compute",
+            path.display(),
+            t.name,
+            t.dtype()
+        );
+    }
 
     let threads =
         args.threads.unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get())).max(1);
@@ -87,19 +169,7 @@ pub fn run(args: &RunArgs) -> Result<()> {
         kv_type: GgmlType::F16,
         n_threads: threads,
     };
-    let user = UserSampling {
-        seed: args.seed,
-        top_k: args.top_k,
-        top_p: args.top_p,
-        min_p: args.min_p,
-        temp: args.temp,
-        penalty_repeat: args.repeat_penalty,
-        ..UserSampling::default()
-    };
-    let params = SamplerParams::resolve(&user, Some(gguf.as_ref())).context("sampler parameters")?;
-    let mut sampler = Sampler::new(params);
-
-    let mut fwd: Box<dyn Forward> = if args.workers.is_empty() {
+    let fwd: Box<dyn Forward> = if args.workers.is_empty() {
         Box::new(Session::new(model, cfg)?)
     } else {
         let opts = SplitOptions {
@@ -108,7 +178,7 @@ pub fn run(args: &RunArgs) -> Result<()> {
             tensor_split: args.tensor_split.clone(),
             n_gpu_layers: args.n_gpu_layers,
             hash_threshold: args.hash_threshold,
-            hash_memo: open_hash_memo(path, identity, &gguf, args.no_hash_memo),
+            hash_memo: open_hash_memo(path, identity, gguf, args.no_hash_memo),
             auth: match &args.secret_file {
                 Some(p) => {
                     let bytes = std::fs::read(p)
@@ -171,50 +241,7 @@ pub fn run(args: &RunArgs) -> Result<()> {
         save_hash_memo(memo.as_deref());
         fwd
     };
-    let load_time = t_start.elapsed();
-
-    // Generation, streaming the text as it is produced.
-    let max_new = if args.n_predict < 0 { usize::MAX } else { args.n_predict as usize };
-    for &t in &prompt {
-        sampler.accept(t);
-    }
-    let mut out = std::io::stdout().lock();
-    let mut pending: Vec<u8> = Vec::new();
-    let t0 = Instant::now();
-    let mut next = sampler.sample(fwd.decode(&prompt)?);
-    let prompt_time = t0.elapsed();
-    let mut n_gen = 0usize;
-    let mut eval_time = Duration::ZERO;
-    while n_gen < max_new {
-        let t = next.context("sampling from empty logits")?;
-        sampler.accept(t);
-        n_gen += 1;
-        if tok.is_eog(t) {
-            break;
-        }
-        // Control tokens are not printed (llama.cpp's default).
-        pending.extend_from_slice(tok.decode_token_with(t, false));
-        let valid = utf8_prefix(&pending);
-        out.write_all(&pending[..valid])?;
-        out.flush()?;
-        pending.drain(..valid);
-        if n_gen == max_new || fwd.n_past() + 1 > args.ctx_size {
-            break;
-        }
-        let t1 = Instant::now();
-        let logits = fwd.decode(&[t])?;
-        eval_time += t1.elapsed();
-        next = sampler.sample(logits);
-    }
-    out.write_all(&pending)?;
-    out.write_all(b"\n")?;
-    out.flush()?;
-    let n_eval = n_gen.saturating_sub(1);
-    print_timings(load_time, prompt.len(), prompt_time, n_eval, eval_time, t_start.elapsed());
-    for line in fwd.summary() {
-        eprintln!("llamactl: {line}");
-    }
-    Ok(())
+    Ok(fwd)
 }
 
 /// Length of the longest prefix that is complete UTF-8 (an incomplete trailing sequence waits for
