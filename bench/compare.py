@@ -228,8 +228,9 @@ def llamactl_load_s(cfg, model: str, endpoint: str, extra=()) -> float:
 def case_d(cfg, model, t: Table, res: dict) -> None:
     t.section("(d) model load through one worker: cold vs warm cache (seconds, lower is better)")
     out = {}
-    # llamactl asks the worker's cache for weights above --hash-threshold (1 MiB by default, which
-    # leaves SmolLM2's per-layer tensors out); "all hashed" routes every weight through the cache.
+    # llamactl asks the worker's cache for writes above --hash-threshold (1 MiB by default); a write is
+    # a weight or a run of small neighbouring weights of one layer, so each SmolLM2 layer (2.2 MB in
+    # nine weights) is one cached write. "all hashed" (threshold 0) adds the 2 KB output norm.
     for who in ["llamactl+llamad", "llamactl+llamad, all hashed", "llama.cpp+llamad", "llama.cpp+rpc-server"]:
         cold, warm = [], []
         for _ in range(cfg.reps):

@@ -493,10 +493,40 @@ impl Store {
     }
 
     fn hit(&self, b: Blob) -> Blob {
-        self.counters.hits.fetch_add(1, Ordering::Relaxed);
-        self.counters.bytes_served.fetch_add(b.len() as u64, Ordering::Relaxed);
-        self.record_touch(b.digest(), self.now_us(), 1);
+        self.count_hit(b.digest(), b.len() as u64);
         b
+    }
+
+    fn count_hit(&self, digest: Digest, len: u64) {
+        self.counters.hits.fetch_add(1, Ordering::Relaxed);
+        self.counters.bytes_served.fetch_add(len, Ordering::Relaxed);
+        self.record_touch(digest, self.now_us(), 1);
+    }
+
+    /// As [`Store::serve`], reading into `dst` instead of mapping; true on a hit.
+    fn serve_into(&self, meta: ObjectMeta, dst: &mut [u8]) -> Result<bool> {
+        let path = self.layout.object_path(&meta.digest);
+        let reason = match blob::read_checked(&path, meta.digest, meta.size, self.opts.verify_on_read, dst) {
+            Checked::Good(()) => {
+                self.count_hit(meta.digest, meta.size);
+                return Ok(true);
+            }
+            Checked::Missing => "file missing",
+            Checked::Corrupt(r) => r,
+        };
+        tracing::warn!(digest = %meta.digest, reason, "cached object unusable; dropped");
+        let mut st = self.lock_state();
+        // Re-check under the lock: a concurrent re-put may have replaced it with good bytes.
+        if let Some(cur) = self.index.get(&meta.digest)? {
+            if let Checked::Good(()) = blob::read_checked(&path, cur.digest, cur.size, true, dst) {
+                drop(st);
+                self.count_hit(cur.digest, cur.size);
+                return Ok(true);
+            }
+            self.drop_entry_locked(&mut st, &cur, true)?;
+        }
+        self.counters.misses.fetch_add(1, Ordering::Relaxed);
+        Ok(false)
     }
 
     /// Entries carrying `hash`, optionally only those of `size` bytes (llama.cpp's hash is not collision
@@ -518,6 +548,21 @@ impl Store {
         for m in self.find_by_wire_hash(hash, Some(size))? {
             if let Some(b) = self.serve(m)? {
                 return Ok(Some(b));
+            }
+        }
+        Ok(None)
+    }
+
+    /// Reads the first good object with this wire hash and `dst.len()` bytes straight into `dst`, without
+    /// mapping it, and returns its digest; `None` on a miss (then `dst` may hold garbage). As with
+    /// [`Store::get`], the object is verified against its BLAKE3 digest first when
+    /// [`Options::verify_on_read`] is on (hashed chunk by chunk as it is read, so the bytes are touched
+    /// once), and a corrupt one is dropped and skipped.
+    pub fn read_by_wire_hash(&self, hash: WireHash, dst: &mut [u8]) -> Result<Option<Digest>> {
+        for m in self.find_by_wire_hash(hash, Some(dst.len() as u64))? {
+            let digest = m.digest;
+            if self.serve_into(m, dst)? {
+                return Ok(Some(digest));
             }
         }
         Ok(None)

@@ -59,3 +59,46 @@ fn wire_hash_of_corrupt_object_is_a_miss() {
     assert!(store.get_by_wire_hash(w, 2048).unwrap().is_none());
     assert!(store.find_by_wire_hash(w, None).unwrap().is_empty());
 }
+
+#[test]
+fn read_by_wire_hash_fills_the_caller_buffer() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(dir.path(), Options::default()).unwrap();
+    let mut r = rng(13);
+    // More than one read chunk (1 MiB), with a tail, so the chunked hashing is exercised.
+    let a = bytes(&mut r, (5 << 20) / 2 + 17);
+    let w = WireHash(fnv1a64(&a));
+    let d = store.put(&a, Some(w), None).unwrap();
+    let mut dst = vec![0u8; a.len()];
+    assert_eq!(store.read_by_wire_hash(w, &mut dst).unwrap(), Some(d));
+    assert!(dst == a);
+    // Another length or another key is a miss.
+    assert_eq!(store.read_by_wire_hash(w, &mut vec![0u8; a.len() - 1]).unwrap(), None);
+    assert_eq!(store.read_by_wire_hash(WireHash(w.0 ^ 1), &mut dst).unwrap(), None);
+    assert_eq!(store.stats().hits, 1);
+}
+
+#[test]
+fn read_by_wire_hash_of_corrupt_object_is_a_miss_and_drops_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(dir.path(), Options::default()).unwrap();
+    let a = bytes(&mut rng(14), 3 << 20);
+    let w = WireHash(fnv1a64(&a));
+    let d = store.put(&a, Some(w), None).unwrap();
+    // A flip in the last chunk: only the final digest comparison can catch it.
+    crate::common::flip_byte(&store.layout().object_path(&d), (3 << 20) - 5);
+    let mut dst = vec![0u8; a.len()];
+    assert_eq!(store.read_by_wire_hash(w, &mut dst).unwrap(), None);
+    assert!(store.find_by_wire_hash(w, None).unwrap().is_empty());
+    assert!(!store.layout().object_path(&d).exists());
+    assert_eq!(store.stats().corrupt_dropped, 1);
+    // A second object under the same key (a collision) is still found after the bad one.
+    let b = bytes(&mut rng(15), 3 << 20);
+    store.put(&a, Some(w), None).unwrap();
+    let db = store.put(&b, Some(w), None).unwrap();
+    crate::common::flip_byte(&store.layout().object_path(&d), 0);
+    let mut dst = vec![0u8; b.len()];
+    let got = store.read_by_wire_hash(w, &mut dst).unwrap();
+    assert_eq!(got, Some(db));
+    assert!(dst == b);
+}

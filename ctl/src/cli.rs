@@ -5,6 +5,8 @@ use std::path::PathBuf;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
 
+use crate::master::upload::DEFAULT_HASH_THRESHOLD;
+
 /// `llamactl`: run models locally or across llamad workers.
 #[derive(Parser, Debug)]
 #[command(name = "llamactl", version, about)]
@@ -129,9 +131,14 @@ pub struct RunArgs {
     /// (by default llamad workers link to each other and exchange them directly).
     #[arg(long = "no-worker-links", conflicts_with = "server")]
     pub no_worker_links: bool,
-    /// Weight uploads larger than this many bytes try SET_TENSOR_HASH first (worker tensor cache).
-    #[arg(long = "hash-threshold", default_value_t = 1 << 20, value_name = "BYTES")]
+    /// Weight writes larger than this many bytes try SET_TENSOR_HASH first (worker tensor cache); a
+    /// write is one weight, or a run of small neighbouring weights of one layer.
+    #[arg(long = "hash-threshold", default_value_t = DEFAULT_HASH_THRESHOLD, value_name = "BYTES")]
     pub hash_threshold: u64,
+    /// Do not read or write the memo of the model's wire hashes (under `$XDG_CACHE_HOME/llamad`);
+    /// every hash is computed from the weights.
+    #[arg(long = "no-hash-memo")]
+    pub no_hash_memo: bool,
     /// No progress bars, even on a terminal.
     #[arg(long = "no-progress")]
     pub no_progress: bool,
@@ -202,9 +209,12 @@ pub struct BenchArgs {
     /// Trailing layers on the workers (as `llamactl run`; default all).
     #[arg(long = "n-gpu-layers", visible_alias = "ngl", value_name = "N")]
     pub n_gpu_layers: Option<u32>,
-    /// Weight uploads larger than this many bytes try SET_TENSOR_HASH first.
-    #[arg(long = "hash-threshold", default_value_t = 1 << 20, value_name = "BYTES")]
+    /// Weight writes larger than this many bytes try SET_TENSOR_HASH first (as `llamactl run`).
+    #[arg(long = "hash-threshold", default_value_t = DEFAULT_HASH_THRESHOLD, value_name = "BYTES")]
     pub hash_threshold: u64,
+    /// Do not use the memo of the model's wire hashes (as `llamactl run`).
+    #[arg(long = "no-hash-memo")]
+    pub no_hash_memo: bool,
     /// Seed of the random tokens.
     #[arg(long, default_value_t = 1234)]
     pub seed: u32,

@@ -234,7 +234,8 @@ pub enum JobsVerb {
         /// How the model is split across the workers.
         #[arg(long = "split-mode", value_enum, default_value_t = crate::master::SplitMode::Layer)]
         split_mode: crate::master::SplitMode,
-        /// Weights larger than this many bytes go through the workers' tensor caches [default: 1 MiB].
+        /// Weight writes larger than this many bytes go through the workers' tensor caches (as `llamactl
+        /// run`) [default: 1 MiB].
         #[arg(long = "hash-threshold", value_name = "BYTES")]
         hash_threshold: Option<u64>,
     },

@@ -172,7 +172,7 @@ fn metric(text: &str, name: &str) -> Option<f64> {
 }
 
 fn llamactl(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_llamactl")).args(args).output().unwrap()
+    support::llamactl_cmd().args(args).output().unwrap()
 }
 
 /// Every file under `dir`.

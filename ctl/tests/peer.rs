@@ -41,10 +41,15 @@ fn peer_available() -> bool {
 }
 
 fn start_peer() -> Peer {
+    start_peer_with(&[])
+}
+
+fn start_peer_with(extra: &[&str]) -> Peer {
     let port = TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
     let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../tests/peer/ggml-rpc-server");
     let child = Command::new(script)
         .args(["-H", "127.0.0.1", "-p", &port.to_string(), "-t", "1"])
+        .args(extra)
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .spawn()
@@ -101,4 +106,45 @@ fn row_split_on_reference_servers_equals_row_split_on_llamad() {
     let reference = run(&format!("{},{}", p1.addr, p2.addr));
     assert!(reference.split_whitespace().count() > 5, "too little text: {reference:?}");
     assert_eq!(reference, run(&format!("{},{}", w1.addr, w2.addr)));
+}
+
+#[test]
+fn coalesced_writes_go_through_the_reference_servers_cache() {
+    // llamactl sends each SmolLM2 layer's weights as one write (an I8 range over them): llama.cpp's
+    // server with its cache (`-c`) stores those by their FNV-1a like any other write and serves them
+    // on the next load, which then sends next to nothing and still gives llama.cpp's text.
+    if !peer_available() {
+        eprintln!("skipping: no reference peer (run tests/peer/build-peer.sh)");
+        return;
+    }
+    let model = smollm2();
+    let m = model.to_str().unwrap();
+    let cache = tempfile::tempdir().unwrap();
+    let p = start_peer_with(&["-c", "--cache-dir", cache.path().to_str().unwrap()]);
+    let args =
+        ["run", "-m", m, "-p", "Hello world, this is", "-n", "16", "--temp", "0", "-t", "1", "-c", "256"];
+    let run = || {
+        let out = support::llamactl_cmd().args(args).args(["--workers", &p.addr]).output().unwrap();
+        let err = String::from_utf8_lossy(&out.stderr).into_owned();
+        assert!(out.status.success(), "{err}");
+        (String::from_utf8(out.stdout).unwrap(), err)
+    };
+    let (cold, err) = run();
+    assert_eq!(cold, LLAMA_CPP_TEXT, "{err}");
+    assert!(err.contains("0.00 MiB from the worker's cache"), "{err}");
+    let files = walk(cache.path());
+    // 30 layers of one write each and the 28 MiB token embedding (the LM head) alone.
+    assert_eq!(files, 31, "{err}");
+    let (warm, err) = run();
+    assert_eq!(warm, LLAMA_CPP_TEXT, "{err}");
+    assert!(err.contains(" 0.00 MiB sent"), "the second load resent weights: {err}");
+}
+
+/// Regular files under `dir`, recursively.
+fn walk(dir: &std::path::Path) -> usize {
+    std::fs::read_dir(dir)
+        .unwrap()
+        .flatten()
+        .map(|e| if e.path().is_dir() { walk(&e.path()) } else { 1 })
+        .sum()
 }

@@ -1,6 +1,7 @@
 //! What the master puts on the wire, counted by an in-process llamad: GRAPH_RECOMPUTE for repeated
 //! decode steps (ref: ggml-rpc-protocol.md §8.4, §15 item 33), and the SET_TENSOR_HASH path for
-//! weights above the threshold with a cache hit on the second load (§9, §15 item 32).
+//! weights above the threshold with a cache hit on the second load (§9, §15 item 32): pipelined
+//! answers matched to their writes through mixed hits and misses, and the hash memo.
 
 mod support;
 
@@ -9,7 +10,7 @@ use std::sync::Arc;
 use llamad::rpc::cache::MemoryCache;
 use llamad::{Config, Shared};
 use llamad_proto::Cmd;
-use support::{llamactl, write_tiny_model, Worker};
+use support::{llamactl, llamactl_cmd, write_tiny_model, Worker};
 
 fn count(shared: &Shared, cmd: Cmd) -> u64 {
     shared.stats.cmds[cmd as usize].count.load(std::sync::atomic::Ordering::Relaxed)
@@ -50,14 +51,18 @@ fn decode_steps_reuse_the_graph_and_weights_come_from_the_cache() {
         "0",
     ];
     let (first, err1) = run(&args);
-    // 2 layers × 9 weights + output norm + output head; the embedding table stays here.
+    // 2 layers × 9 weights + output norm + output head; the embedding table stays here. Each layer's
+    // weights are neighbours in one buffer and small, so they go as one write, as do the output norm
+    // and head: 3 writes.
     let n_weights = 2 * 9 + 2;
-    assert_eq!(count(&shared, Cmd::SetTensorHash), n_weights, "{err1}");
+    let n_writes = 3;
+    assert_eq!(count(&shared, Cmd::SetTensorHash), n_writes, "{err1}");
     assert!(
-        err1.contains(&format!("{n_weights} tensors")) && err1.contains("0.00 MiB from the worker's cache"),
+        err1.contains(&format!("{n_weights} tensors in {n_writes} writes"))
+            && err1.contains("0.00 MiB from the worker's cache"),
         "{err1}"
     );
-    assert_eq!(cache.len() as u64, n_weights, "every miss was resent with cache_flag = 1");
+    assert_eq!(cache.len() as u64, n_writes, "every miss was resent with cache_flag = 1");
     // Prompt: GRAPH_COMPUTE; first decode step (new shape): GRAPH_COMPUTE; then 6 recomputes
     // (8 tokens sampled, 7 decode steps).
     assert_eq!(count(&shared, Cmd::GraphCompute), 2, "{err1}");
@@ -67,7 +72,7 @@ fn decode_steps_reuse_the_graph_and_weights_come_from_the_cache() {
     let (second, err2) = run(&args);
     assert_eq!(second, first, "same greedy output from cached weights");
     assert!(err2.contains("0.00 MiB sent"), "every weight is a cache hit: {err2}");
-    assert_eq!(count(&shared, Cmd::SetTensorHash), 2 * n_weights);
+    assert_eq!(count(&shared, Cmd::SetTensorHash), 2 * n_writes);
     // The second run's SET_TENSORs are the graph inputs only: per ubatch the embeddings,
     // positions, mask, K and V indices and out_ids; no weights.
     let input_sets = count(&shared, Cmd::SetTensor) - sets_before;
@@ -102,4 +107,154 @@ fn weights_are_split_into_buffers_of_the_maximum_size() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(1), "{err}");
     assert!(err.contains("above the worker's maximum buffer size"), "{err}");
+}
+
+/// More writes than the SET_TENSOR_HASH window, a worker cache holding some of them (and garbage
+/// under the key of others): every answer must be matched to its own write, so each weight reads
+/// back byte for byte from the worker, and the byte counts add up to the entries that were good.
+#[test]
+fn pipelined_hash_answers_match_their_writes_through_hits_and_misses() {
+    use compute::gguf::Gguf;
+    use compute::model::{Model, SessionConfig};
+    use llamactl::master::hash_memo::{FileIdentity, HashMemo, MemoOptions};
+    use llamactl::master::pipeline::{Pipeline, SplitOptions};
+    use llamactl::master::upload::WINDOW;
+
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("tiny.gguf");
+    let n_layer = WINDOW + 6;
+    write_tiny_model(&path, n_layer);
+    let cache = Arc::new(MemoryCache::default());
+    let cfg = Config { threads: 1, mem: Some(256 << 20), ..Config::default() };
+    let shared = Shared::with_cache(cfg, Some(cache.clone()));
+    let w = Worker::with_shared(shared.clone());
+    let identity = FileIdentity::of(&path).unwrap();
+    // SAFETY: the test never writes the file while it is mapped.
+    let gguf = Arc::new(unsafe { Gguf::open(&path) }.unwrap());
+    let model = Model::new(gguf.clone()).unwrap();
+    let scfg = SessionConfig {
+        n_ctx: 64,
+        n_ubatch: 8,
+        flash_attn: false,
+        kv_type: compute::GgmlType::F16,
+        n_threads: 1,
+    };
+    let memo = HashMemo::open_with(
+        &dir.path().join("memo"),
+        &path,
+        identity,
+        gguf.clone(),
+        MemoOptions { racy: std::time::Duration::ZERO },
+    )
+    .map(Arc::new);
+    assert!(memo.is_some());
+    let opts = SplitOptions { hash_threshold: 0, hash_memo: memo.clone(), ..SplitOptions::default() };
+    let addrs = [w.addr.clone()];
+    let load = || {
+        let stats = std::sync::Mutex::new(None);
+        let p = Pipeline::new(&model, scfg.clone(), &addrs, &opts, &|_, ev| {
+            if let llamactl::master::pipeline::LoadEvent::Done(s) = ev {
+                *stats.lock().unwrap() = Some(s);
+            }
+        })
+        .unwrap();
+        let s = stats.lock().unwrap().unwrap();
+        (p, s)
+    };
+    let check = |p: &mut Pipeline| {
+        let names: Vec<String> = gguf.tensors().iter().map(|t| t.name.clone()).collect();
+        let mut seen = 0;
+        for name in names {
+            let want = model.src.tensor(&name).unwrap().data;
+            if let Some(got) = p.workers_mut()[0].read_weight(&name, want.len() as u64).unwrap() {
+                assert!(got == want, "{name} differs on the worker");
+                seen += 1;
+            }
+        }
+        seen
+    };
+
+    // First load: all misses; every write lands in the cache (the hashes are computed and memoized).
+    let (mut p, s1) = load();
+    assert_eq!((s1.bytes_cached, s1.hashed), (0, s1.writes));
+    assert!(s1.writes > WINDOW as u64, "{s1:?}");
+    assert_eq!(cache.len() as u64, s1.writes);
+    let n_weights = check(&mut p);
+    assert_eq!(n_weights as u64, s1.tensors);
+    drop(p);
+    assert_eq!(memo.as_ref().unwrap().counts().2, s1.writes, "every hash memoized");
+
+    // Drop every third entry and overwrite every third other with garbage of the same length.
+    let mut keys = cache.keys();
+    keys.sort();
+    let mut good = 0;
+    for (i, (h, len)) in keys.iter().enumerate() {
+        match i % 3 {
+            0 => assert!(cache.remove(*h, *len)),
+            1 => cache.insert_raw(*h, vec![0x5a; *len as usize]),
+            _ => good += len,
+        }
+    }
+    assert!(good > 0);
+    let (mut p, s2) = load();
+    assert_eq!(s2.bytes_cached, good, "{s2:?}");
+    assert_eq!(s2.bytes_cached + s2.bytes_sent, s1.bytes_sent);
+    assert_eq!(memo.as_ref().unwrap().counts().1, s1.writes, "the second load took every hash from the memo");
+    assert_eq!(check(&mut p), n_weights);
+    drop(p);
+    // The misses were stored again: a third load is all hits.
+    let (mut p, s3) = load();
+    assert_eq!(s3.bytes_cached, s1.bytes_sent);
+    assert_eq!(check(&mut p), n_weights);
+}
+
+/// `llamactl run` keeps a memo of the model's write hashes under `$XDG_CACHE_HOME/llamad/hash-memo`
+/// and uses it on the next load of the same file; `--no-hash-memo` neither reads nor writes it.
+#[test]
+fn llamactl_keeps_a_hash_memo_per_model_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("tiny.gguf");
+    write_tiny_model(&path, 2);
+    // A file changed within 2 s is not trusted (its timestamps could hide a change in the same tick).
+    std::thread::sleep(std::time::Duration::from_millis(2100));
+    let cache = Arc::new(MemoryCache::default());
+    let cfg = Config { threads: 1, mem: Some(256 << 20), ..Config::default() };
+    let w = Worker::with_shared(Shared::with_cache(cfg, Some(cache.clone())));
+    let home = dir.path().join("cache-home");
+    let run = |extra: &[&str]| {
+        let out = llamactl_cmd()
+            .env("XDG_CACHE_HOME", &home)
+            .env("LLAMACTL_LOG", "llamactl=debug")
+            .args(["run", "-m", path.to_str().unwrap(), "-p", "the theme", "-n", "4", "--temp", "0"])
+            .args(["-c", "64", "--workers", &w.addr, "--hash-threshold", "0"])
+            .args(extra)
+            .output()
+            .unwrap();
+        let err = strip_ansi(&String::from_utf8_lossy(&out.stderr));
+        assert!(out.status.success(), "{err}");
+        (out.stdout, err)
+    };
+    let memo_dir = home.join("llamad").join("hash-memo");
+    let (a, err) = run(&["--no-hash-memo"]);
+    assert!(!memo_dir.exists(), "--no-hash-memo wrote a memo: {err}");
+    let (b, err) = run(&[]);
+    assert!(err.contains("hits=0 added=3"), "{err}");
+    assert_eq!(std::fs::read_dir(&memo_dir).unwrap().count(), 1);
+    let (c, err) = run(&[]);
+    assert!(err.contains("loaded=3 hits=3 added=0"), "the second load did not use the memo: {err}");
+    assert!(a == b && b == c);
+}
+
+/// `s` without ANSI colour sequences (the log lines are coloured).
+fn strip_ansi(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    let mut chars = s.chars();
+    while let Some(c) = chars.next() {
+        if c == '\u{1b}' {
+            chars.by_ref().find(|&c| c == 'm');
+        } else {
+            out.push(c);
+        }
+    }
+    out
 }

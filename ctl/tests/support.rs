@@ -59,7 +59,17 @@ impl Drop for Worker {
 
 /// Runs `llamactl` with `args`.
 pub fn llamactl(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_llamactl")).args(args).output().unwrap()
+    llamactl_cmd().args(args).output().unwrap()
+}
+
+/// A `llamactl` command whose user cache directory (`$XDG_CACHE_HOME`, where the hash memo lives)
+/// is a temporary directory of this test process, so tests neither read nor litter the real one.
+pub fn llamactl_cmd() -> Command {
+    static CACHE_HOME: std::sync::OnceLock<tempfile::TempDir> = std::sync::OnceLock::new();
+    let home = CACHE_HOME.get_or_init(|| tempfile::tempdir().unwrap());
+    let mut c = Command::new(env!("CARGO_BIN_EXE_llamactl"));
+    c.env("XDG_CACHE_HOME", home.path());
+    c
 }
 
 /// Runs `llamactl run` and returns stdout (raw bytes: a random model emits any byte), failing

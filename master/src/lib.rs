@@ -6,6 +6,9 @@
 //! * [`split`] — llama.cpp's layer assignment (ref: ggml-rpc-protocol.md §11.3).
 //! * [`export`] — abstract graph → GRAPH_COMPUTE blob (ref §4.3, §8.2).
 //! * [`remote`] — one worker: probe, buffers, weight upload, per-ubatch execution.
+//! * [`upload`] — the weight upload itself: small weights of a layer coalesced into one write, wire
+//!   hashes on helper threads or from the [`hash_memo`], SET_TENSOR_HASH pipelined (ref §9, §3.4).
+//! * [`hash_memo`] — a persistent memo of a model file's wire hashes, keyed by the file's identity.
 //! * [`pipeline`] — the master: embedding (and leading layers) here, layer ranges on workers,
 //!   hidden states handed from one to the next through this process.
 //! * [`tensor_parallel`] — split mode `row`: every layer split across the workers, the residual
@@ -16,10 +19,12 @@
 pub mod error;
 pub mod export;
 pub mod generate;
+pub mod hash_memo;
 pub mod pipeline;
 pub mod remote;
 pub mod split;
 pub mod tensor_parallel;
+pub mod upload;
 
 use compute::model::{Model, Session, SessionConfig};
 pub use error::{Error, Result};

@@ -14,8 +14,10 @@ use compute::model::{BuildParams, HParams, Model, SessionConfig, WeightSource};
 use compute::quant::kernels;
 use compute::GgmlType;
 
+use super::hash_memo::HashMemo;
 use super::remote::{mib, UploadStats, Worker, WorkerLayout};
 use super::split::{assign_slots, LayerPlan};
+use super::upload::UploadOptions;
 use super::Forward;
 
 /// How the model is split.
@@ -29,8 +31,12 @@ pub struct SplitOptions {
     pub tensor_split: Vec<f64>,
     /// `-ngl` (None = all layers and the output on the workers).
     pub n_gpu_layers: Option<u32>,
-    /// Weight writes above this size try SET_TENSOR_HASH first.
+    /// Weight writes above this size try SET_TENSOR_HASH first (a write is one weight, or a run of
+    /// small neighbouring weights of one layer; see [`crate::upload`]).
     pub hash_threshold: u64,
+    /// Known wire hashes of the model file's writes, and where new ones are recorded (`None`: every
+    /// hash is computed).
+    pub hash_memo: Option<Arc<HashMemo>>,
     /// Shared secret for workers that ask for authentication (`--secret-file`).
     pub auth: Option<llamad_proto::auth::AuthKey>,
     /// TLS to the workers, trusting this CA (`--tls-ca`); `None`: plain TCP.
@@ -77,9 +83,11 @@ pub(super) type UploadJob<'w> = (usize, &'w mut Worker, &'w WorkerLayout, Range<
 /// the first error wins.
 pub(super) fn upload_all<'w>(
     jobs: impl Iterator<Item = UploadJob<'w>>,
-    hash_threshold: u64,
+    opts: &SplitOptions,
     on_load: &(dyn Fn(usize, LoadEvent<'_>) + Sync),
 ) -> Result<()> {
+    let up = UploadOptions { hash_threshold: opts.hash_threshold, memo: opts.hash_memo.as_deref() };
+    let up = &up;
     let results: Vec<Result<()>> = std::thread::scope(|s| {
         let handles: Vec<_> = jobs
             .map(|(i, w, lay, layers, src)| {
@@ -88,8 +96,7 @@ pub(super) fn upload_all<'w>(
                         i,
                         LoadEvent::Start { addr: &w.addr, layers: layers.clone(), total: lay.weight_bytes() },
                     );
-                    let stats =
-                        w.load(lay, src, layers, hash_threshold, &|b| on_load(i, LoadEvent::Progress(b)))?;
+                    let stats = w.load(lay, src, layers, up, &|b| on_load(i, LoadEvent::Progress(b)))?;
                     on_load(i, LoadEvent::Done(stats));
                     Ok(())
                 })
@@ -194,7 +201,7 @@ impl Pipeline {
         let jobs = workers.iter_mut().zip(&layouts).enumerate().filter_map(|(i, (w, lay))| {
             lay.as_ref().map(|(range, lay)| (i, w, lay, range.clone(), src.as_ref()))
         });
-        upload_all(jobs, opts.hash_threshold, on_load)?;
+        upload_all(jobs, opts, on_load)?;
         // Keep only the workers with layers, in layer order.
         let mut order: Vec<(u32, Worker)> = Vec::new();
         for (w, lay) in workers.into_iter().zip(layouts) {
@@ -227,6 +234,11 @@ impl Pipeline {
     /// The workers in layer order.
     pub fn workers(&self) -> &[Worker] {
         &self.workers
+    }
+
+    /// The workers, mutable (to read weights back with [`Worker::read_weight`]).
+    pub fn workers_mut(&mut self) -> &mut [Worker] {
+        &mut self.workers
     }
 
     /// Layers computed in this process.

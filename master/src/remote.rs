@@ -2,8 +2,9 @@
 //!
 //! Command flow (ref: ggml-rpc-protocol.md §11.5): HELLO (version check), DEVICE_COUNT,
 //! GET_DEVICE_MEMORY, GET_ALIGNMENT, GET_MAX_SIZE; ALLOC_BUFFER + BUFFER_GET_BASE for the weights
-//! (several buffers when GET_MAX_SIZE demands), SET_TENSOR per weight (SET_TENSOR_HASH first above
-//! the hash threshold, then SET_TENSOR with `cache_flag = 1` on a miss, ref §9); one KV buffer
+//! (several buffers when GET_MAX_SIZE demands), SET_TENSOR per weight or per run of small weights of
+//! a layer (SET_TENSOR_HASH first above the hash threshold, pipelined, then SET_TENSOR with
+//! `cache_flag = 1` on a miss, ref §9; see [`crate::upload`]); one KV buffer
 //! (BUFFER_CLEAR 0); one compute buffer sized once for the largest ubatch. Per ubatch: SET_TENSOR
 //! for every graph input, GRAPH_COMPUTE — or GRAPH_RECOMPUTE when the graph (same build
 //! parameters, hence same shapes and addresses) is the one last sent on this connection (§8.4,
@@ -20,9 +21,10 @@ use compute::model::local::{plan, Plan};
 use compute::model::session::fill_inputs;
 use compute::model::{build, BuildParams, Built, HParams, KvKind, Storage, TensorId, WeightSource};
 use compute::tensor::Layout;
-use llamad_proto::{GraphBlob, RpcClient, RpcTensor, WireHash};
+use llamad_proto::{GraphBlob, RpcClient, RpcTensor};
 
 use super::export::{export, wire_id, Place};
+use super::upload::{self, Placed, UploadOptions};
 
 /// Alignment of our compute-buffer offsets (`compute::model::local::ALIGN`); workers must not
 /// require more.
@@ -93,6 +95,10 @@ pub struct UploadStats {
     pub bytes_cached: u64,
     /// Weights uploaded.
     pub tensors: u64,
+    /// Writes they took (neighbouring small weights of a layer share one).
+    pub writes: u64,
+    /// Writes offered with SET_TENSOR_HASH.
+    pub hashed: u64,
 }
 
 struct Prepared {
@@ -337,43 +343,39 @@ impl Worker {
         Ok(Region { handle: r.remote_ptr, base, size: r.remote_size })
     }
 
-    /// Allocates the buffers of `lay` and uploads the weights, calling `progress(bytes)` as they go.
+    /// Allocates the buffers of `lay` and uploads the weights (see [`crate::upload`]), calling
+    /// `progress(bytes)` as they go.
     pub fn load(
         &mut self,
         lay: &WorkerLayout,
         src: &dyn WeightSource,
         layers: Range<u32>,
-        hash_threshold: u64,
+        opts: &UploadOptions<'_>,
         progress: &dyn Fn(u64),
     ) -> Result<UploadStats> {
         self.layers = layers;
-        let mut stats = UploadStats::default();
+        let mut views = Vec::new();
         for (size, items) in &lay.weight_bufs {
             let region = self.alloc(*size, "weights")?;
+            let mut placed = Vec::with_capacity(items.len());
             for (name, off, bytes) in items {
                 let w = src.tensor(name).ok_or_else(|| err!("missing tensor {name}"))?;
                 let layout = Layout::contiguous(w.dtype, w.ne)?;
                 if w.data.len() as u64 != *bytes {
                     bail!("tensor {name}: {} bytes, expected {bytes}", w.data.len());
                 }
-                let addr = region.base + off;
-                let t = RpcTensor::new(1 + stats.tensors, &layout, region.handle, addr).with_name(name);
-                let cached = if *bytes > hash_threshold {
-                    self.client.set_tensor_hash(&t, 0, WireHash::of(w.data))?
-                } else {
-                    false
-                };
-                if cached {
-                    stats.bytes_cached += bytes;
-                } else {
-                    self.client.set_tensor(&t, 0, w.data, *bytes > hash_threshold)?;
-                    stats.bytes_sent += bytes;
-                }
-                stats.tensors += 1;
-                self.weights.insert(name.clone(), (region.handle, addr));
-                progress(*bytes);
+                self.weights.insert(name.clone(), (region.handle, region.base + off));
+                placed.push(Placed { name, off: *off, data: w.data, layout });
             }
+            views.push((region, placed));
         }
+        let mut next_id = 1;
+        let mut writes = Vec::new();
+        for (region, placed) in &views {
+            writes.extend(upload::plan(region.handle, region.base, placed, &mut next_id)?);
+        }
+        let stats = upload::send(&mut self.client, &writes, opts, progress)
+            .with_context(|| format!("worker {}: uploading the weights", self.addr))?;
         let kv = self.alloc(lay.kv_size, "KV cache")?;
         self.client.buffer_clear(kv.handle, 0)?;
         self.kv = Some(kv);
@@ -384,6 +386,15 @@ impl Worker {
             .get_alignment(self.device)
             .with_context(|| format!("worker {}: after upload", self.addr))?;
         Ok(stats)
+    }
+
+    /// Reads the first `bytes` bytes of the weight `name` back from the worker (GET_TENSOR), to check
+    /// what an upload left there; `None` when this worker holds no such weight.
+    pub fn read_weight(&mut self, name: &str, bytes: u64) -> Result<Option<Vec<u8>>> {
+        let Some(&(handle, addr)) = self.weights.get(name) else { return Ok(None) };
+        let layout = Layout::contiguous(compute::GgmlType::I8, [bytes.max(1), 1, 1, 1])?;
+        let t = RpcTensor::new(1, &layout, handle, addr);
+        Ok(Some(self.client.get_tensor(&t, 0, bytes)?))
     }
 
     /// Zeroes the KV cache (a new sequence).

@@ -146,7 +146,7 @@ impl TensorParallel {
             let src: &dyn WeightSource = s.src.as_ref();
             (i, &mut s.w, lay, 0..n_layer, src)
         });
-        super::pipeline::upload_all(jobs, opts.hash_threshold, on_load)?;
+        super::pipeline::upload_all(jobs, opts, on_load)?;
         let can_link = shards.len() >= 2
             && !opts.no_worker_links
             && opts.tls.is_none()

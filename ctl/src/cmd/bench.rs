@@ -26,6 +26,7 @@ use compute::GgmlType;
 use serde_json::{json, Value};
 
 use crate::cli::{BenchArgs, BenchOutput, FlashAttn};
+use crate::master::hash_memo::FileIdentity;
 use crate::master::pipeline::SplitOptions;
 use crate::master::{Forward, SplitMode};
 
@@ -332,6 +333,7 @@ pub fn run(args: &BenchArgs) -> Result<()> {
     if !path.is_file() {
         bail!("model file {} does not exist", path.display());
     }
+    let identity = FileIdentity::of(path).ok();
     // SAFETY: the model file is mapped read-only; llamactl never writes it, and the user is told
     // (README) not to replace a model file while a run uses it.
     let gguf = Arc::new(
@@ -359,6 +361,11 @@ pub fn run(args: &BenchArgs) -> Result<()> {
     }
     let mut rng = Mt19937::new(args.seed);
     let mut results = Vec::new();
+    let memo = if workers.is_empty() {
+        None
+    } else {
+        super::run::open_hash_memo(path, identity, &gguf, args.no_hash_memo)
+    };
     for &nt in &threads {
         let cfg = SessionConfig {
             n_ctx,
@@ -376,11 +383,21 @@ pub fn run(args: &BenchArgs) -> Result<()> {
                 tensor_split: args.tensor_split.clone(),
                 n_gpu_layers: args.n_gpu_layers,
                 hash_threshold: args.hash_threshold,
+                hash_memo: memo.clone(),
                 auth: None,
                 tls: None,
                 no_worker_links: args.no_worker_links,
             };
-            crate::master::open_workers(&model, cfg.clone(), &workers, &opts, args.split_mode, &|_, _| {})?
+            let f = crate::master::open_workers(
+                &model,
+                cfg.clone(),
+                &workers,
+                &opts,
+                args.split_mode,
+                &|_, _| {},
+            )?;
+            super::run::save_hash_memo(memo.as_deref());
+            f
         };
         let split_mode = match args.split_mode {
             SplitMode::Layer => "layer",

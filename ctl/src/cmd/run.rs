@@ -3,6 +3,7 @@
 
 use std::collections::HashMap;
 use std::io::{IsTerminal, Write};
+use std::path::Path;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -17,6 +18,7 @@ use compute::GgmlType;
 use indicatif::{MultiProgress, ProgressBar, ProgressDrawTarget, ProgressStyle};
 
 use crate::cli::{FlashAttn, RunArgs};
+use crate::master::hash_memo::{FileIdentity, HashMemo};
 use crate::master::pipeline::{LoadEvent, Pipeline, SplitOptions};
 use crate::master::remote::mib;
 use crate::master::tensor_parallel::TensorParallel;
@@ -30,58 +32,20 @@ pub fn run(args: &RunArgs) -> Result<()> {
     if !path.is_file() {
         bail!("model file {} does not exist", path.display());
     }
+    // Taken before the mapping, so that the hash memo can tell whether the file moved under it.
+    let identity = FileIdentity::of(path).ok();
     // SAFETY: the model file is mapped read-only; llamactl never writes it, and the user is told
     // (README) not to replace a model file while a run uses it.
     let gguf = Arc::new(
         unsafe { Gguf::open(path) }
             .with_context(|| format!("{} is not a readable GGUF file", path.display()))?,
     );
-    let tok = Tokenizer::from_gguf(&gguf).with_context(|| format!("{}: tokenizer", path.display()))?;
-    let model = Model::new(gguf.clone()).with_context(|| format!("{}: unsupported model", path.display()))?;
-    if let Some(t) = gguf.tensors().iter().find(|t| kernels(t.dtype()).to_f32.is_none()) {
-        bail!(
-            "{}: tensor {} has type {}, which this build cannot compute",
-            path.display(),
-            t.name,
-            t.dtype()
-        );
-    }
-
     let text = match (&args.prompt, &args.file) {
         (Some(p), _) => p.clone(),
         (None, Some(f)) => {
             std::fs::read_to_string(f).with_context(|| format!("reading the prompt from {}", f.display()))?
         }
         (None, None) => bail!("give a prompt with -p or -f"),
-    };
-    let text = if args.chat {
-        let tmpl = ChatTemplate::from_tokenizer(&tok)
-            .context("chat template")?
-            .with_context(|| format!("{} has no chat template (drop --chat)", path.display()))?;
-        tmpl.apply(&[ChatMessage::new("user", &text)], true).context("applying the chat template")?
-    } else {
-        text
-    };
-    let prompt = tok.encode(&text, tok.add_bos(), true);
-    if prompt.is_empty() {
-        bail!("the prompt is empty after tokenization");
-    }
-    if prompt.len() as u64 >= args.ctx_size {
-        bail!(
-            "the prompt has {} tokens; the context holds {} (raise --ctx-size)",
-            prompt.len(),
-            args.ctx_size
-        );
-    }
-
-    let threads =
-        args.threads.unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get())).max(1);
-    let cfg = SessionConfig {
-        n_ctx: args.ctx_size,
-        n_ubatch: args.ubatch_size.max(1),
-        flash_attn: args.flash_attn != FlashAttn::Off,
-        kv_type: GgmlType::F16,
-        n_threads: threads,
     };
     let user = UserSampling {
         seed: args.seed,
@@ -94,75 +58,19 @@ pub fn run(args: &RunArgs) -> Result<()> {
     };
     let params = SamplerParams::resolve(&user, Some(gguf.as_ref())).context("sampler parameters")?;
     let mut sampler = Sampler::new(params);
-
-    let mut fwd: Box<dyn Forward> = if args.workers.is_empty() {
-        Box::new(Session::new(model, cfg)?)
-    } else {
-        let opts = SplitOptions {
-            // Interactive: a worker that hangs is the user's Ctrl-C to end.
-            io_timeout: None,
-            tensor_split: args.tensor_split.clone(),
-            n_gpu_layers: args.n_gpu_layers,
-            hash_threshold: args.hash_threshold,
-            auth: match &args.secret_file {
-                Some(p) => {
-                    let bytes = std::fs::read(p)
-                        .map_err(|e| anyhow::anyhow!("--secret-file {}: {e}", p.display()))?;
-                    Some(llamad_proto::auth::AuthKey::from_secret(&bytes).ok_or_else(|| {
-                        anyhow::anyhow!(
-                            "--secret-file {}: the secret must be at least {} bytes",
-                            p.display(),
-                            llamad_proto::auth::MIN_SECRET_LEN
-                        )
-                    })?)
-                }
-                None => None,
-            },
-            tls: match &args.tls_ca {
-                Some(p) => Some(
-                    llamad_proto::TlsClient::from_ca_file(p).map_err(|e| anyhow::anyhow!("--tls-ca: {e}"))?,
-                ),
-                None => None,
-            },
-            no_worker_links: args.no_worker_links,
-        };
-        let show_bars = !args.no_progress && std::io::stderr().is_terminal();
-        let progress = LoadProgress::new(show_bars);
-        let addrs: Vec<String> =
-            args.workers.iter().map(|a| a.trim().to_string()).filter(|a| !a.is_empty()).collect();
-        if args.split_mode == SplitMode::Row {
-            let tp = TensorParallel::new(&model, cfg, &addrs, &opts, &|i, ev| progress.event(i, ev))?;
-            progress.finish();
-            eprintln!(
-                "llamactl: split mode row over {} worker(s): {}",
-                addrs.len(),
-                tp.shards()
-                    .iter()
-                    .map(|(a, s)| format!(
-                        "{a} [kv heads {:?}, ffn {:?}, vocab {:?}]",
-                        s.kv_heads, s.ff, s.vocab
-                    ))
-                    .collect::<Vec<_>>()
-                    .join(", ")
-            );
-            Box::new(tp)
-        } else {
-            let p = Pipeline::new(&model, cfg, &addrs, &opts, &|i, ev| progress.event(i, ev))?;
-            progress.finish();
-            eprintln!(
-                "llamactl: {} layers here, {} on {} worker(s): {}",
-                p.local_layers(),
-                model.hp.n_layer - p.local_layers(),
-                p.workers().len(),
-                p.workers()
-                    .iter()
-                    .map(|w| format!("{} [{}..{})", w.addr, w.layers.start, w.layers.end))
-                    .collect::<Vec<_>>()
-                    .join(", ")
-            );
-            Box::new(p)
-        }
-    };
+    // The tokenizer (about 20 ms for SmolLM2's 49k tokens and merges) is built and the prompt encoded on
+    // a thread of its own while the model is opened and its weights loaded: a third of a warm load
+    // through the workers' caches. A prompt that cannot run is reported once the load is over.
+    let (prepared, opened) = std::thread::scope(|s| {
+        let prep = s.spawn(|| prepare_prompt(args, &gguf, text));
+        let opened = open_forward(args, identity, &gguf);
+        let prepared = prep
+            .join()
+            .unwrap_or_else(|_| Err(anyhow::anyhow!("preparing the prompt failed (thread panicked)")));
+        (prepared, opened)
+    });
+    let (tok, prompt) = prepared?;
+    let mut fwd = opened?;
     let load_time = t_start.elapsed();
 
     // Generation, streaming the text as it is produced.
@@ -209,6 +117,133 @@ pub fn run(args: &RunArgs) -> Result<()> {
     Ok(())
 }
 
+/// The tokenizer and the prompt's tokens, checked against the context size.
+fn prepare_prompt(args: &RunArgs, gguf: &Gguf, text: String) -> Result<(Tokenizer, Vec<u32>)> {
+    let path = &args.model;
+    let tok = Tokenizer::from_gguf(gguf).with_context(|| format!("{}: tokenizer", path.display()))?;
+    let text = if args.chat {
+        let tmpl = ChatTemplate::from_tokenizer(&tok)
+            .context("chat template")?
+            .with_context(|| format!("{} has no chat template (drop --chat)", path.display()))?;
+        tmpl.apply(&[ChatMessage::new("user", &text)], true).context("applying the chat template")?
+    } else {
+        text
+    };
+    let prompt = tok.encode(&text, tok.add_bos(), true);
+    if prompt.is_empty() {
+        bail!("the prompt is empty after tokenization");
+    }
+    if prompt.len() as u64 >= args.ctx_size {
+        bail!(
+            "the prompt has {} tokens; the context holds {} (raise --ctx-size)",
+            prompt.len(),
+            args.ctx_size
+        );
+    }
+    Ok((tok, prompt))
+}
+
+/// The model, in-process or loaded onto `--workers` (the hash memo saved after the load).
+fn open_forward(
+    args: &RunArgs,
+    identity: Option<FileIdentity>,
+    gguf: &Arc<Gguf>,
+) -> Result<Box<dyn Forward>> {
+    let path = &args.model;
+    let model = Model::new(gguf.clone()).with_context(|| format!("{}: unsupported model", path.display()))?;
+    if let Some(t) = gguf.tensors().iter().find(|t| kernels(t.dtype()).to_f32.is_none()) {
+        bail!(
+            "{}: tensor {} has type {}, which this build cannot compute",
+            path.display(),
+            t.name,
+            t.dtype()
+        );
+    }
+
+    let threads =
+        args.threads.unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get())).max(1);
+    let cfg = SessionConfig {
+        n_ctx: args.ctx_size,
+        n_ubatch: args.ubatch_size.max(1),
+        flash_attn: args.flash_attn != FlashAttn::Off,
+        kv_type: GgmlType::F16,
+        n_threads: threads,
+    };
+    let fwd: Box<dyn Forward> = if args.workers.is_empty() {
+        Box::new(Session::new(model, cfg)?)
+    } else {
+        let opts = SplitOptions {
+            // Interactive: a worker that hangs is the user's Ctrl-C to end.
+            io_timeout: None,
+            tensor_split: args.tensor_split.clone(),
+            n_gpu_layers: args.n_gpu_layers,
+            hash_threshold: args.hash_threshold,
+            hash_memo: open_hash_memo(path, identity, gguf, args.no_hash_memo),
+            auth: match &args.secret_file {
+                Some(p) => {
+                    let bytes = std::fs::read(p)
+                        .map_err(|e| anyhow::anyhow!("--secret-file {}: {e}", p.display()))?;
+                    Some(llamad_proto::auth::AuthKey::from_secret(&bytes).ok_or_else(|| {
+                        anyhow::anyhow!(
+                            "--secret-file {}: the secret must be at least {} bytes",
+                            p.display(),
+                            llamad_proto::auth::MIN_SECRET_LEN
+                        )
+                    })?)
+                }
+                None => None,
+            },
+            tls: match &args.tls_ca {
+                Some(p) => Some(
+                    llamad_proto::TlsClient::from_ca_file(p).map_err(|e| anyhow::anyhow!("--tls-ca: {e}"))?,
+                ),
+                None => None,
+            },
+            no_worker_links: args.no_worker_links,
+        };
+        let memo = opts.hash_memo.clone();
+        let show_bars = !args.no_progress && std::io::stderr().is_terminal();
+        let progress = LoadProgress::new(show_bars);
+        let addrs: Vec<String> =
+            args.workers.iter().map(|a| a.trim().to_string()).filter(|a| !a.is_empty()).collect();
+        let fwd: Box<dyn Forward> = if args.split_mode == SplitMode::Row {
+            let tp = TensorParallel::new(&model, cfg, &addrs, &opts, &|i, ev| progress.event(i, ev))?;
+            progress.finish();
+            eprintln!(
+                "llamactl: split mode row over {} worker(s): {}",
+                addrs.len(),
+                tp.shards()
+                    .iter()
+                    .map(|(a, s)| format!(
+                        "{a} [kv heads {:?}, ffn {:?}, vocab {:?}]",
+                        s.kv_heads, s.ff, s.vocab
+                    ))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            );
+            Box::new(tp)
+        } else {
+            let p = Pipeline::new(&model, cfg, &addrs, &opts, &|i, ev| progress.event(i, ev))?;
+            progress.finish();
+            eprintln!(
+                "llamactl: {} layers here, {} on {} worker(s): {}",
+                p.local_layers(),
+                model.hp.n_layer - p.local_layers(),
+                p.workers().len(),
+                p.workers()
+                    .iter()
+                    .map(|w| format!("{} [{}..{})", w.addr, w.layers.start, w.layers.end))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            );
+            Box::new(p)
+        };
+        save_hash_memo(memo.as_deref());
+        fwd
+    };
+    Ok(fwd)
+}
+
 /// Length of the longest prefix that is complete UTF-8 (an incomplete trailing sequence waits for
 /// the next token; invalid bytes are passed through).
 fn utf8_prefix(b: &[u8]) -> usize {
@@ -242,6 +277,35 @@ fn print_timings(
     );
     eprintln!("llamactl:        eval time = {:10.2} ms / {n_eval:5} runs   {}", ms(eval), rate(n_eval, eval));
     eprintln!("llamactl:       total time = {:10.2} ms / {:5} tokens", ms(total), n_prompt + n_eval);
+}
+
+/// The hash memo of the model at `path` (`$XDG_CACHE_HOME/llamad/hash-memo`), unless `--no-hash-memo`
+/// or it cannot be trusted for this run (see [`HashMemo::open`]). `before` is the model file's identity
+/// taken before it was mapped.
+pub(crate) fn open_hash_memo(
+    path: &Path,
+    before: Option<FileIdentity>,
+    gguf: &Arc<Gguf>,
+    disabled: bool,
+) -> Option<Arc<HashMemo>> {
+    if disabled {
+        return None;
+    }
+    let Some(dir) = dirs::cache_dir() else {
+        tracing::info!("no cache directory (neither $XDG_CACHE_HOME nor $HOME): hash memo not used");
+        return None;
+    };
+    HashMemo::open(&dir.join("llamad").join("hash-memo"), path, before?, gguf.clone()).map(Arc::new)
+}
+
+/// Writes the hash memo back after a load (a failure only costs the next load a hashing pass).
+pub(crate) fn save_hash_memo(memo: Option<&HashMemo>) {
+    let Some(m) = memo else { return };
+    let (loaded, hits, added) = m.counts();
+    tracing::debug!(memo = %m.path().display(), loaded, hits, added, "hash memo after the load");
+    if let Err(e) = m.save() {
+        tracing::info!(memo = %m.path().display(), error = %e, "cannot save the hash memo");
+    }
 }
 
 /// Per-worker load progress: indicatif bars on a terminal, plain log lines otherwise.
@@ -299,8 +363,9 @@ impl LoadProgress {
                     .and_then(|s| s.get(&i).cloned())
                     .unwrap_or_else(|| (format!("worker {i}"), Instant::now()));
                 let msg = format!(
-                    "{label}: {} tensors, {} sent, {} from the worker's cache, {:.2} s",
+                    "{label}: {} tensors in {} writes, {} sent, {} from the worker's cache, {:.2} s",
                     stats.tensors,
+                    stats.writes,
                     mib(stats.bytes_sent),
                     mib(stats.bytes_cached),
                     t.elapsed().as_secs_f64()

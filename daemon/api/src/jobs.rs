@@ -60,7 +60,8 @@ pub struct JobSubmit {
     /// How the model is split across the workers.
     #[serde(default)]
     pub split_mode: SplitMode,
-    /// Weights larger than this many bytes are offered to the workers' tensor caches first
+    /// Weight writes larger than this many bytes (a write is one weight, or a run of small
+    /// neighbouring weights of one layer) are offered to the workers' tensor caches first
     /// (SET_TENSOR_HASH) and uploaded with the cache flag on a miss [default: 1 MiB, as llamactl's].
     #[serde(default)]
     pub hash_threshold: Option<u64>,

@@ -266,21 +266,53 @@ impl RpcClient {
         cache_flag: bool,
     ) -> Result<()> {
         // Header and prefix first, then the data straight from the caller's slice (no copy of large writes).
+        self.set_tensor_parts(tensor, offset, &[data], cache_flag)
+    }
+
+    /// SET_TENSOR with the data given in pieces, sent one after the other (no response). The pieces
+    /// together are the write's bytes; a master coalescing several tensors into one write passes their
+    /// bytes and the padding between them without first copying them into one buffer.
+    pub fn set_tensor_parts(
+        &mut self,
+        tensor: &RpcTensor,
+        offset: u64,
+        parts: &[&[u8]],
+        cache_flag: bool,
+    ) -> Result<()> {
         let h = SetTensorHeader { tensor: *tensor, cache_flag: u8::from(cache_flag), offset };
         let prefix = Command::SetTensor(h, &[]).encode_payload();
-        let len = (prefix.len() + data.len()) as u64;
+        let len = parts.iter().fold(prefix.len() as u64, |n, p| n + p.len() as u64);
         let mut head = Vec::with_capacity(REQUEST_HEADER_SIZE + prefix.len());
         head.push(Cmd::SetTensor as u8);
         head.extend_from_slice(&len.to_le_bytes());
         head.extend_from_slice(&prefix);
         self.stream.write_all(&head)?;
-        self.stream.write_all(data)?;
+        for p in parts {
+            self.stream.write_all(p)?;
+        }
         Ok(())
     }
 
     /// SET_TENSOR_HASH; true when the server had the data.
     pub fn set_tensor_hash(&mut self, tensor: &RpcTensor, offset: u64, hash: WireHash) -> Result<bool> {
-        let b = self.call(&Command::SetTensorHash(SetTensorHashReq { tensor: *tensor, offset, hash }), 1)?;
+        self.send_set_tensor_hash(tensor, offset, hash)?;
+        self.recv_set_tensor_hash()
+    }
+
+    /// The request half of SET_TENSOR_HASH, for pipelining: the server executes the commands of a
+    /// connection in order and answers them in order (ref: ggml-rpc-protocol.md §3.4), so a master may
+    /// send several SET_TENSOR_HASH (and any no-response commands) before reading the answers. Each one
+    /// must then be read with [`RpcClient::recv_set_tensor_hash`], in the order sent, before any other
+    /// call that reads a response. The answers are one byte each, so a window of them never fills the
+    /// socket buffers and cannot deadlock the connection.
+    pub fn send_set_tensor_hash(&mut self, tensor: &RpcTensor, offset: u64, hash: WireHash) -> Result<()> {
+        self.send(&Command::SetTensorHash(SetTensorHashReq { tensor: *tensor, offset, hash }))
+    }
+
+    /// The answer to the oldest SET_TENSOR_HASH sent with [`RpcClient::send_set_tensor_hash`] and not yet
+    /// read: true when the server had the data.
+    pub fn recv_set_tensor_hash(&mut self) -> Result<bool> {
+        let b = read_response(&mut self.stream, Cmd::SetTensorHash, 1)?;
         Ok(b[0] != 0)
     }
 

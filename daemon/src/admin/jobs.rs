@@ -41,7 +41,7 @@ pub const PERSIST_EVERY: u64 = 64;
 /// Events buffered per subscriber before it lags.
 const EVENT_CAPACITY: usize = 4096;
 /// Default of [`JobSubmit::hash_threshold`] (llamactl's `--hash-threshold`).
-pub const DEFAULT_HASH_THRESHOLD: u64 = 1 << 20;
+pub const DEFAULT_HASH_THRESHOLD: u64 = llamad_master::upload::DEFAULT_HASH_THRESHOLD;
 
 struct Entry {
     job: Job,

@@ -14,6 +14,11 @@ use std::sync::Arc;
 pub const ADVERTISED_ALIGNMENT: u64 = 32;
 /// Alignment of the real allocations (a cache line; ≥ the advertised one).
 const REAL_ALIGNMENT: usize = 64;
+/// Buffers of at least this many bytes are anonymous mappings rather than heap allocations: the
+/// kernel hands out zeroed pages as they are first touched, where the allocator's aligned zeroed
+/// allocation would write zeros over the whole buffer at once (a 96 MiB weight buffer took longer to
+/// zero than to fill from the tensor cache).
+const MAP_MIN: usize = 1 << 20;
 /// Granule of the synthetic address space.
 const ADDRESS_GRANULE: u64 = 4096;
 /// First synthetic base address.
@@ -127,6 +132,18 @@ fn meminfo() -> Option<MemoryReport> {
     Some(MemoryReport { free: field("MemAvailable:")?, total: field("MemTotal:")? })
 }
 
+/// Where a buffer's bytes live.
+#[derive(Debug)]
+enum Memory {
+    /// No bytes (`ptr` is dangling).
+    Empty,
+    /// A small buffer from the global allocator, zeroed there; freed with this layout.
+    Heap(AllocLayout),
+    /// A large buffer: a private anonymous mapping (page-aligned, zero-filled on first touch),
+    /// unmapped on drop.
+    Map(memmap2::MmapMut),
+}
+
 /// One live buffer. Memory is zeroed at allocation and freed (and returned to the budget) on drop.
 #[derive(Debug)]
 pub struct Buffer {
@@ -134,7 +151,7 @@ pub struct Buffer {
     base: u64,
     size: u64,
     ptr: NonNull<u8>,
-    layout: Option<AllocLayout>,
+    memory: Memory,
     account: Arc<MemoryAccount>,
 }
 
@@ -151,33 +168,21 @@ impl Buffer {
             return None;
         }
         let len = usize::try_from(size).ok()?;
-        let layout =
-            if len == 0 { None } else { Some(AllocLayout::from_size_align(len, REAL_ALIGNMENT).ok()?) };
         if !account.reserve(size) {
             return None;
         }
-        let ptr = match layout {
-            None => NonNull::dangling(),
-            // SAFETY: `l` has a non-zero size (checked above).
-            Some(l) => match NonNull::new(unsafe { std::alloc::alloc_zeroed(l) }) {
-                Some(p) => p,
-                None => {
-                    account.release(size);
-                    return None;
-                }
-            },
+        let Some((ptr, memory)) = allocate(len) else {
+            account.release(size);
+            return None;
         };
         let Some(base) = account.take_base(size) else {
-            if let Some(l) = layout {
-                // SAFETY: `ptr` was allocated just above with layout `l`.
-                unsafe { std::alloc::dealloc(ptr.as_ptr(), l) };
-            }
+            Memory::free(ptr, memory);
             account.release(size);
             return None;
         };
         let handle =
             account.next_handle.fetch_add(1, Ordering::Relaxed).wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
-        Some(Buffer { handle, base, size, ptr, layout, account: account.clone() })
+        Some(Buffer { handle, base, size, ptr, memory, account: account.clone() })
     }
 
     /// The opaque non-zero handle.
@@ -206,6 +211,29 @@ impl Buffer {
         (off <= self.size).then(|| self.ptr.as_ptr().wrapping_add(off as usize))
     }
 
+    /// Zeroes the whole buffer by handing its pages back to the kernel, when it is a mapping and
+    /// `r` covers all of it: the next touch of each page maps a fresh zeroed one, so a buffer never
+    /// written costs nothing to clear. False (nothing done) otherwise; the caller then writes zeros.
+    /// The caller must hold `r` exclusively, as for [`Region::as_mut_slice`].
+    pub fn discard(&self, r: Region) -> bool {
+        let Memory::Map(map) = &self.memory else { return false };
+        if r.ptr != self.ptr.as_ptr() || r.len as u64 != self.size {
+            return false;
+        }
+        #[cfg(target_os = "linux")]
+        {
+            // SAFETY: MADV_DONTNEED on a private anonymous mapping makes its contents read as zeros
+            // from now on, which is what the caller asked for; the caller holds the whole range
+            // exclusively, so no slice of it is alive to see the change.
+            unsafe { map.unchecked_advise(memmap2::UncheckedAdvice::DontNeed) }.is_ok()
+        }
+        #[cfg(not(target_os = "linux"))]
+        {
+            let _ = map;
+            false
+        }
+    }
+
     /// The bytes `[off, off + len)` as a raw region, `None` if outside the buffer.
     pub fn region(&self, off: u64, len: u64) -> Option<Region> {
         let end = off.checked_add(len)?;
@@ -216,12 +244,44 @@ impl Buffer {
     }
 }
 
+/// `len` zeroed bytes aligned to [`REAL_ALIGNMENT`]: `None` when the system says no.
+fn allocate(len: usize) -> Option<(NonNull<u8>, Memory)> {
+    if len == 0 {
+        return Some((NonNull::dangling(), Memory::Empty));
+    }
+    if len >= MAP_MIN {
+        let mut map = memmap2::MmapMut::map_anon(len).ok()?;
+        // Transparent huge pages where the system allows them on request: a weight buffer is filled
+        // once and then read by every graph, so 2 MiB pages save both the page faults of the fill and
+        // TLB misses afterwards. Only advice: refused, the buffer works with small pages.
+        #[cfg(target_os = "linux")]
+        let _ = map.advise(memmap2::Advice::HugePage);
+        // Pages are page-aligned, which is more than REAL_ALIGNMENT.
+        let ptr = NonNull::new(map.as_mut_ptr())?;
+        return Some((ptr, Memory::Map(map)));
+    }
+    let l = AllocLayout::from_size_align(len, REAL_ALIGNMENT).ok()?;
+    // SAFETY: `l` has a non-zero size (checked above).
+    let ptr = NonNull::new(unsafe { std::alloc::alloc_zeroed(l) })?;
+    Some((ptr, Memory::Heap(l)))
+}
+
+impl Memory {
+    /// Frees the memory `ptr` points to (allocated by [`allocate`] together with `self`).
+    fn free(ptr: NonNull<u8>, memory: Memory) {
+        match memory {
+            Memory::Empty => {}
+            // SAFETY: `ptr` was allocated by `allocate` with exactly this layout and is freed once
+            // (the memory is consumed).
+            Memory::Heap(l) => unsafe { std::alloc::dealloc(ptr.as_ptr(), l) },
+            Memory::Map(map) => drop(map),
+        }
+    }
+}
+
 impl Drop for Buffer {
     fn drop(&mut self) {
-        if let Some(l) = self.layout {
-            // SAFETY: `ptr` was allocated in `alloc` with exactly this layout and is freed once.
-            unsafe { std::alloc::dealloc(self.ptr.as_ptr(), l) };
-        }
+        Memory::free(self.ptr, std::mem::replace(&mut self.memory, Memory::Empty));
         self.account.release(self.size);
     }
 }
@@ -314,5 +374,34 @@ mod tests {
         let s = unsafe { a.region(0, 100).unwrap().as_slice() };
         assert!(s.iter().all(|&x| x == 0));
         assert_eq!(a.addr(0).unwrap() as usize % REAL_ALIGNMENT, 0);
+    }
+
+    #[test]
+    fn small_and_mapped_buffers_are_zeroed_aligned_and_writable() {
+        let acc = Arc::new(MemoryAccount::new(Some(64 << 20)));
+        for size in [MAP_MIN as u64 - 1, MAP_MIN as u64, 3 * MAP_MIN as u64 + 5] {
+            let b = Buffer::alloc(&acc, size).unwrap();
+            assert_eq!(b.addr(0).unwrap() as usize % REAL_ALIGNMENT, 0, "size {size}");
+            let r = b.region(0, size).unwrap();
+            // SAFETY: the buffer outlives the slices and nothing else touches it.
+            let w = unsafe { r.as_mut_slice() };
+            assert!(w.iter().all(|&x| x == 0), "size {size}: not zeroed");
+            w[size as usize - 1] = 7;
+            w[0] = 9;
+            // SAFETY: as above; the mutable slice is no longer used.
+            let s = unsafe { r.as_slice() };
+            assert_eq!((s[0], s[size as usize - 1]), (9, 7));
+            // Clearing: a mapped buffer discards its pages, a heap one is left to the caller.
+            let whole = b.region(0, size).unwrap();
+            assert_eq!(b.discard(whole), size as usize >= MAP_MIN, "size {size}");
+            assert!(!b.discard(b.region(0, size - 1).unwrap()), "a part is never discarded");
+            if size as usize >= MAP_MIN {
+                // SAFETY: as above.
+                let s = unsafe { whole.as_slice() };
+                assert!(s.iter().all(|&x| x == 0), "size {size}: not zero after discard");
+            }
+            drop(b);
+            assert_eq!(acc.allocated(), 0);
+        }
     }
 }

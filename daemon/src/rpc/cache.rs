@@ -2,9 +2,11 @@
 //!
 //! ref: ggml-rpc-protocol.md §9, §14 item 20. Entries are keyed by (FNV-1a-64, length): the request
 //! carries no size, so the length is what the target tensor has room for from `offset` on (the master
-//! always uploads whole tensors). Loaded bytes are re-hashed before a hit is answered; anything
-//! doubtful is a miss, so the master simply resends the data. The store behind the trait (the
-//! `cachestore` crate) is blocking and is only called from `spawn_blocking`.
+//! always uploads whole writes). A hit is answered only for bytes known to hash to the requested key:
+//! either the store vouches for them ([`Loaded::Verified`]: it checked them against a strong content
+//! hash, and its key was computed from that content when stored), or they are re-hashed here with
+//! FNV-1a. Anything doubtful is a miss, so the master simply resends the data. The store behind the
+//! trait (the `cachestore` crate) is blocking and is only called from `spawn_blocking`.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -14,22 +16,41 @@ use tracing::{debug, warn};
 
 use crate::rpc::buffer::{Buffer, Region};
 
+/// What [`WireCache::load`] put in the caller's buffer.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Loaded {
+    /// Nothing usable (a miss, or any doubt); the buffer may hold garbage.
+    Miss,
+    /// The entry's bytes, which the store itself vouches hash to the requested key: it verified them
+    /// against a strong content hash, and the key was computed from that same content when it was
+    /// stored (never taken from a peer). The caller need not re-hash them.
+    Verified,
+    /// The entry's bytes, unchecked: the caller must re-hash them before trusting them (a store that
+    /// keeps whatever it was given under whatever key, such as [`MemoryCache`]).
+    Unchecked,
+}
+
 /// A blocking store of tensor data keyed by llama.cpp's hash and the data's length.
 pub trait WireCache: Send + Sync + 'static {
-    /// Fills `dst` with the entry stored under (`hash`, `dst.len()`); false on a miss or any doubt
-    /// (`dst` may then hold garbage; the caller answers "miss" and the peer rewrites it).
-    fn load(&self, hash: WireHash, dst: &mut [u8]) -> bool;
+    /// Fills `dst` with the entry stored under (`hash`, `dst.len()`) and says how far it can be trusted
+    /// (on [`Loaded::Miss`] `dst` may hold garbage; the caller answers "miss" and the peer rewrites it).
+    fn load(&self, hash: WireHash, dst: &mut [u8]) -> Loaded;
     /// Stores `data` under (`hash`, `data.len()`); failures are the store's to log.
     fn store(&self, hash: WireHash, data: &[u8]);
 }
 
-/// Loads an entry straight into `region` of `buf`; true only if the loaded bytes hash to `hash`.
+/// Loads an entry straight into `region` of `buf`; true only if the loaded bytes hash to `hash`
+/// (vouched for by the store, or re-hashed here).
 pub async fn load(cache: Arc<dyn WireCache>, hash: WireHash, buf: Arc<Buffer>, region: Region) -> bool {
     let r = tokio::task::spawn_blocking(move || {
         // SAFETY: `region` lies inside `buf`, kept alive by this closure; the session awaits this task
         // before touching any buffer again.
         let dst = unsafe { region.as_mut_slice() };
-        let hit = cache.load(hash, dst) && WireHash::of(dst) == hash;
+        let hit = match cache.load(hash, dst) {
+            Loaded::Miss => false,
+            Loaded::Verified => true,
+            Loaded::Unchecked => WireHash::of(dst) == hash,
+        };
         drop(buf);
         hit
     })
@@ -76,6 +97,16 @@ impl MemoryCache {
         self.len() == 0
     }
 
+    /// The keys `(hash, length)` of every entry.
+    pub fn keys(&self) -> Vec<(WireHash, u64)> {
+        self.entries.lock().map(|m| m.keys().copied().collect()).unwrap_or_default()
+    }
+
+    /// Removes the entry under (`hash`, `len`); false if there was none.
+    pub fn remove(&self, hash: WireHash, len: u64) -> bool {
+        self.entries.lock().is_ok_and(|mut m| m.remove(&(hash, len)).is_some())
+    }
+
     /// Plants `data` under an arbitrary hash (to test poisoning).
     pub fn insert_raw(&self, hash: WireHash, data: Vec<u8>) {
         if let Ok(mut m) = self.entries.lock() {
@@ -85,14 +116,15 @@ impl MemoryCache {
 }
 
 impl WireCache for MemoryCache {
-    fn load(&self, hash: WireHash, dst: &mut [u8]) -> bool {
-        let Ok(m) = self.entries.lock() else { return false };
+    fn load(&self, hash: WireHash, dst: &mut [u8]) -> Loaded {
+        let Ok(m) = self.entries.lock() else { return Loaded::Miss };
         match m.get(&(hash, dst.len() as u64)) {
+            // `insert_raw` plants anything under any key: the caller must re-hash.
             Some(v) => {
                 dst.copy_from_slice(v);
-                true
+                Loaded::Unchecked
             }
-            None => false,
+            None => Loaded::Miss,
         }
     }
 

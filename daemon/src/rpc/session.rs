@@ -66,8 +66,13 @@ impl MemJob {
     /// Does the work.
     pub fn run(self) {
         match self {
-            MemJob::Fill(_buf, r, v) => {
-                // SAFETY: `r` lies inside the live buffer `_buf` (validated by the session, held here);
+            MemJob::Fill(buf, r, v) => {
+                // Zeroing a whole mapped buffer hands its pages back instead (BUFFER_CLEAR of a fresh
+                // KV cache: nothing to write at all).
+                if v == 0 && buf.discard(r) {
+                    return;
+                }
+                // SAFETY: `r` lies inside the live buffer `buf` (validated by the session, held here);
                 // the session runs one command at a time and awaits this job before the next.
                 unsafe { r.as_mut_slice() }.fill(v);
             }
