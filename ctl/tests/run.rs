@@ -147,10 +147,11 @@ fn fake_server(major: u8, minor: u8) -> (String, std::thread::JoinHandle<()>) {
         let (mut s, _) = l.accept().unwrap();
         let mut req = [0u8; 9 + 24];
         s.read_exact(&mut req).unwrap();
-        // ref: ggml-rpc-protocol.md §15 item 30: HELLO with a 24-byte payload of zero caps.
+        // ref: ggml-rpc-protocol.md §15 item 30: HELLO with a 24-byte caps payload. llamactl's caps ask
+        // for llamad's extension (magic, then zeros), which a TCP-only server ignores (§6).
         assert_eq!(req[0], 14, "first command is HELLO");
         assert_eq!(u64::from_le_bytes(req[1..9].try_into().unwrap()), 24);
-        assert!(req[9..].iter().all(|&b| b == 0), "caps must be zero");
+        assert_eq!(req[9..], llamad_proto::ext::request_caps(), "caps: the extension request");
         let mut rsp = 28u64.to_le_bytes().to_vec();
         rsp.extend_from_slice(&[major, minor, 3, 0]);
         rsp.extend_from_slice(&[0u8; 24]);
