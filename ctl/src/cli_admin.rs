@@ -286,23 +286,16 @@ pub fn execute(cmd: &AdminCommand, out: &mut dyn Write) -> Result<Outcome> {
 
 /// Runs `cmd` on stdout and returns the exit code (errors are printed to stderr).
 pub fn main(cmd: &AdminCommand) -> ExitCode {
-    let stdout = std::io::stdout();
-    let mut lock = stdout.lock();
+    let mut lock = crate::output::stdout();
     match execute(cmd, &mut lock) {
         Ok(Outcome::Success) => ExitCode::SUCCESS,
         Ok(Outcome::Negative) => ExitCode::from(1),
-        Err(e) if is_broken_pipe(&e) => ExitCode::SUCCESS,
+        Err(e) if crate::output::is_stdout_closed(&e) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("llamactl: error: {e:#}");
             ExitCode::from(1)
         }
     }
-}
-
-fn is_broken_pipe(e: &anyhow::Error) -> bool {
-    e.chain().any(|c| {
-        c.downcast_ref::<std::io::Error>().is_some_and(|io| io.kind() == std::io::ErrorKind::BrokenPipe)
-    })
 }
 
 #[cfg(test)]

@@ -21,25 +21,19 @@ fn main() -> ExitCode {
         Command::Bench(args) => llamactl::cmd::bench::run(&args),
         Command::Admin(cmd) => return llamactl::cli_admin::main(&cmd),
         Command::Completions { shell } => {
-            llamactl::cmd::docs::completions(shell, &mut std::io::stdout().lock())
+            llamactl::cmd::docs::completions(shell, &mut llamactl::output::stdout())
         }
-        Command::Man => llamactl::cmd::docs::man(&mut std::io::stdout().lock()),
+        Command::Man => llamactl::cmd::docs::man(&mut llamactl::output::stdout()),
     };
     match res {
         Ok(()) => ExitCode::SUCCESS,
-        Err(e) if is_broken_pipe(&e) => ExitCode::SUCCESS,
+        Err(e) if llamactl::output::is_stdout_closed(&e) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("llamactl: error: {e:#}");
             let usage = e.chain().any(|c| c.is::<llamactl::cli::UsageError>());
             ExitCode::from(if usage { 2 } else { 1 })
         }
     }
-}
-
-fn is_broken_pipe(e: &anyhow::Error) -> bool {
-    e.chain().any(|c| {
-        c.downcast_ref::<std::io::Error>().is_some_and(|io| io.kind() == std::io::ErrorKind::BrokenPipe)
-    })
 }
 
 fn init_tracing(verbose: u8) {

@@ -4,6 +4,56 @@
 use std::io::Write;
 
 use anyhow::Result;
+
+/// The reader of llamactl's stdout went away (`llamactl cache ls | head`): the one broken pipe that
+/// ends a command quietly with success. A broken pipe anywhere else — a worker's socket closing
+/// under a run — is an error like any other.
+#[derive(Debug)]
+pub struct StdoutClosed;
+
+impl std::fmt::Display for StdoutClosed {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("stdout closed")
+    }
+}
+
+impl std::error::Error for StdoutClosed {}
+
+/// llamactl's stdout: a broken pipe on it is marked [`StdoutClosed`].
+pub struct Stdout(std::io::StdoutLock<'static>);
+
+/// Locks stdout for a command's output.
+pub fn stdout() -> Stdout {
+    Stdout(std::io::stdout().lock())
+}
+
+fn mark(e: std::io::Error) -> std::io::Error {
+    if e.kind() == std::io::ErrorKind::BrokenPipe {
+        std::io::Error::new(std::io::ErrorKind::BrokenPipe, StdoutClosed)
+    } else {
+        e
+    }
+}
+
+impl Write for Stdout {
+    fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+        self.0.write(b).map_err(mark)
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        self.0.flush().map_err(mark)
+    }
+}
+
+/// Whether `e` is stdout's reader going away (see [`StdoutClosed`]).
+pub fn is_stdout_closed(e: &anyhow::Error) -> bool {
+    e.chain().any(|c| {
+        c.is::<StdoutClosed>()
+            || c.downcast_ref::<std::io::Error>()
+                .and_then(|io| io.get_ref())
+                .is_some_and(|inner| inner.is::<StdoutClosed>())
+    })
+}
 use clap::ValueEnum;
 use serde::Serialize;
 
@@ -127,6 +177,19 @@ pub fn now_ms() -> u64 {
 
 #[cfg(test)]
 mod tests {
+
+    /// Only stdout's own broken pipe ends a command quietly; one from a worker's socket (the kill
+    /// tests saw runs exit 0 when the write to a killed worker failed with EPIPE) is an error.
+    #[test]
+    fn only_stdouts_broken_pipe_is_quiet() {
+        let stdout_err = anyhow::Error::from(mark(std::io::Error::from(std::io::ErrorKind::BrokenPipe)));
+        assert!(is_stdout_closed(&stdout_err.context("writing a token")));
+        let socket_err = anyhow::Error::from(std::io::Error::from(std::io::ErrorKind::BrokenPipe));
+        assert!(!is_stdout_closed(&socket_err.context("worker 127.0.0.1:1 failed")));
+        let other = anyhow::Error::from(mark(std::io::Error::from(std::io::ErrorKind::Other)));
+        assert!(!is_stdout_closed(&other));
+    }
+
     use super::*;
 
     #[test]

@@ -74,8 +74,7 @@ pub fn run(args: &RunArgs, server: &str) -> Result<()> {
     let created: JobCreated = c.post("/v1/jobs", &req)?;
     eprintln!("llamactl: job {} submitted to {server}", created.id);
     cancel_on_interrupt(server, token, &created.id);
-    let stdout = std::io::stdout();
-    let mut out = stdout.lock();
+    let mut out = crate::output::stdout();
     let Some(job) = follow(&c, &created.id, false, &mut out)? else {
         bail!("the event stream of job {} ended before the job did (did the daemon stop?)", created.id);
     };
