@@ -71,6 +71,21 @@ pub(crate) fn set_io_timeout<'w>(
     Ok(())
 }
 
+/// The checks every remote [`Forward::decode`] makes before it sends anything: some tokens, each
+/// inside the vocabulary, and room for them in the context.
+pub(crate) fn check_decode(tokens: &[u32], n_vocab: u64, n_past: u64, n_ctx: u64) -> Result<()> {
+    if tokens.is_empty() {
+        return Err(error::err!("decode of zero tokens"));
+    }
+    if let Some(&bad) = tokens.iter().find(|&&t| u64::from(t) >= n_vocab) {
+        return Err(error::err!("token {bad} out of range (vocabulary of {n_vocab})"));
+    }
+    if n_past + tokens.len() as u64 > n_ctx {
+        return Err(error::err!("context full: {n_past} + {} tokens exceed n_ctx {n_ctx}", tokens.len()));
+    }
+    Ok(())
+}
+
 /// Tokens in, logits of the last token out; positions continue from the previous call.
 pub trait Forward {
     /// Feeds `tokens` and returns the last token's logits (borrowed: no copy per token).

@@ -277,15 +277,7 @@ impl Pipeline {
 
 impl Forward for Pipeline {
     fn decode(&mut self, tokens: &[u32]) -> Result<&[f32]> {
-        if tokens.is_empty() {
-            bail!("decode of zero tokens");
-        }
-        if let Some(&bad) = tokens.iter().find(|&&t| u64::from(t) >= self.hp.n_vocab) {
-            bail!("token {bad} out of range (vocabulary of {})", self.hp.n_vocab);
-        }
-        if self.n_past + tokens.len() as u64 > self.cfg.n_ctx {
-            bail!("context full: {} + {} tokens exceed n_ctx {}", self.n_past, tokens.len(), self.cfg.n_ctx);
-        }
+        crate::check_decode(tokens, self.hp.n_vocab, self.n_past, self.cfg.n_ctx)?;
         for chunk in tokens.chunks(self.cfg.n_ubatch as usize) {
             self.decode_ubatch(chunk).context("forward pass")?;
         }

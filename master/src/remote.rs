@@ -572,12 +572,13 @@ fn embd_substitute(built: &Built) -> Result<Option<TensorId>> {
 }
 
 /// Collects the bytes of every graph input.
-struct StagingSink {
-    staged: HashMap<TensorId, Vec<u8>>,
+pub(super) struct StagingSink {
+    pub(super) staged: HashMap<TensorId, Vec<u8>>,
 }
 
 impl StagingSink {
-    fn new(built: &Built) -> StagingSink {
+    /// A zeroed staging vector for every input of `built`.
+    pub(super) fn new(built: &Built) -> StagingSink {
         let staged = built
             .graph
             .inputs()

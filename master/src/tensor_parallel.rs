@@ -20,7 +20,7 @@
 //! The sums run in a different order than one device's matmul, so the logits differ from the
 //! in-process run in the last bits (split mode `layer` stays token-identical to llama.cpp).
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashSet;
 use std::io::Write;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -37,7 +37,7 @@ use llamad_proto::{ext, Cmd, Command, RpcTensor};
 
 use super::export::{export_nodes, wire_id};
 use super::pipeline::{free_of, LoadEvent, SplitOptions};
-use super::remote::{mib, WeightBuffer, Worker, WorkerLayout};
+use super::remote::{mib, StagingSink, WeightBuffer, Worker, WorkerLayout};
 use super::Forward;
 
 /// Everything a worker needs for one graph shape.
@@ -433,14 +433,12 @@ fn run_linked(shards: &mut [Shard], x: &[u8], t: usize, o: usize, e: usize, n_se
 fn write_attention_inputs(s: &mut Shard, n_past: u64, tokens: &[u32]) -> Result<()> {
     let pr = s.prepared.as_ref().ok_or_else(|| err!("internal: not prepared"))?;
     let g = &pr.sg.built.graph;
-    let mut staged: HashMap<TensorId, Vec<u8>> = g
-        .inputs()
-        .filter(|(id, _)| *id != pr.sg.x && *id != pr.sg.x_out)
-        .map(|(id, t)| (id, vec![0u8; t.layout.nbytes().unwrap_or(0) as usize]))
-        .collect();
-    let mut sink = Sink(&mut staged);
+    let mut sink = StagingSink::new(&pr.sg.built);
+    // The residual stream goes with each phase (or TP_RUN), not here.
+    sink.staged.remove(&pr.sg.x);
+    sink.staged.remove(&pr.sg.x_out);
     fill_inputs(&s.hp, &pr.sg.built, n_past, tokens, &mut sink)?;
-    for (id, bytes) in &staged {
+    for (id, bytes) in &sink.staged {
         let def = g.get(*id);
         let (b, d) =
             s.w.place_of(&pr.plan, *id, &def.storage)
@@ -473,28 +471,9 @@ fn recv_phase(s: &mut Shard, k: usize) -> Result<Vec<u8>> {
     r
 }
 
-struct Sink<'a>(&'a mut HashMap<TensorId, Vec<u8>>);
-
-impl compute::model::arch::InputSink for Sink<'_> {
-    fn bytes(&mut self, id: TensorId) -> compute::Result<&mut [u8]> {
-        self.0
-            .get_mut(&id)
-            .map(Vec::as_mut_slice)
-            .ok_or_else(|| compute::Error::Model(format!("tensor {} is not an input", id.0)))
-    }
-}
-
 impl Forward for TensorParallel {
     fn decode(&mut self, tokens: &[u32]) -> Result<&[f32]> {
-        if tokens.is_empty() {
-            bail!("decode of zero tokens");
-        }
-        if let Some(&bad) = tokens.iter().find(|&&t| u64::from(t) >= self.hp.n_vocab) {
-            bail!("token {bad} out of range (vocabulary of {})", self.hp.n_vocab);
-        }
-        if self.n_past + tokens.len() as u64 > self.cfg.n_ctx {
-            bail!("context full: {} + {} tokens exceed n_ctx {}", self.n_past, tokens.len(), self.cfg.n_ctx);
-        }
+        crate::check_decode(tokens, self.hp.n_vocab, self.n_past, self.cfg.n_ctx)?;
         for chunk in tokens.chunks(self.cfg.n_ubatch as usize) {
             self.logits = self.decode_ubatch(chunk).context("forward pass (split mode row)")?;
         }

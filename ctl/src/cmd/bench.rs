@@ -20,7 +20,7 @@ use std::time::Instant;
 use anyhow::{bail, Context, Result};
 use compute::gguf::Gguf;
 use compute::model::{Model, Session, SessionConfig};
-use compute::quant::{active_isa, kernels};
+use compute::quant::active_isa;
 use compute::sample::Mt19937;
 use compute::GgmlType;
 use serde_json::{json, Value};
@@ -340,21 +340,13 @@ pub fn run(args: &BenchArgs) -> Result<()> {
         unsafe { Gguf::open(path) }
             .with_context(|| format!("{} is not a readable GGUF file", path.display()))?,
     );
-    let model = Model::new(gguf.clone()).with_context(|| format!("{}: unsupported model", path.display()))?;
-    if let Some(t) = gguf.tensors().iter().find(|t| kernels(t.dtype()).to_f32.is_none()) {
-        bail!(
-            "{}: tensor {} has type {}, which this build cannot compute",
-            path.display(),
-            t.name,
-            t.dtype()
-        );
-    }
+    let model = super::open_model(path, &gguf)?;
     let info = ModelInfo::of(path, &gguf, &model);
     let workers: Vec<String> =
         args.workers.iter().map(|a| a.trim().to_string()).filter(|a| !a.is_empty()).collect();
     let n_ctx = ctx_for(&tests);
     let flash_attn = args.flash_attn == FlashAttn::On;
-    let mut out = std::io::stdout().lock();
+    let mut out = crate::output::stdout();
     if args.output == BenchOutput::Md {
         writeln!(out, "{}", md_header())?;
         out.flush()?;
@@ -440,7 +432,7 @@ fn run_mem_bandwidth(args: &BenchArgs, mib: u64) -> Result<()> {
     buf.extend((0..words as u64).map(|i| i.wrapping_mul(0x9e37_79b9_7f4a_7c15)));
     let bytes = (words * 8) as u64;
     let mut rows = Vec::new();
-    let mut out = std::io::stdout().lock();
+    let mut out = crate::output::stdout();
     for &nt in &threads {
         let nt = nt.max(1);
         read_all(&buf, nt); // warm-up

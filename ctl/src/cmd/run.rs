@@ -9,8 +9,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
 use compute::gguf::Gguf;
-use compute::model::{Model, Session, SessionConfig};
-use compute::quant::kernels;
+use compute::model::{Session, SessionConfig};
 use compute::sample::{Sampler, SamplerParams, UserSampling};
 use compute::tokenizer::chat::{ChatMessage, ChatTemplate};
 use compute::tokenizer::Tokenizer;
@@ -78,7 +77,7 @@ pub fn run(args: &RunArgs) -> Result<()> {
     for &t in &prompt {
         sampler.accept(t);
     }
-    let mut out = std::io::stdout().lock();
+    let mut out = crate::output::stdout();
     let mut pending: Vec<u8> = Vec::new();
     let t0 = Instant::now();
     let mut next = sampler.sample(fwd.decode(&prompt)?);
@@ -150,15 +149,7 @@ fn open_forward(
     gguf: &Arc<Gguf>,
 ) -> Result<Box<dyn Forward>> {
     let path = &args.model;
-    let model = Model::new(gguf.clone()).with_context(|| format!("{}: unsupported model", path.display()))?;
-    if let Some(t) = gguf.tensors().iter().find(|t| kernels(t.dtype()).to_f32.is_none()) {
-        bail!(
-            "{}: tensor {} has type {}, which this build cannot compute",
-            path.display(),
-            t.name,
-            t.dtype()
-        );
-    }
+    let model = super::open_model(path, gguf)?;
 
     let threads =
         args.threads.unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get())).max(1);

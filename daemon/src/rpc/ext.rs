@@ -246,7 +246,8 @@ impl Program {
     ) -> Result<Vec<u8>> {
         let n = slots.len();
         let mut x_out: Vec<f32> = Vec::new();
-        let mut bytes: Vec<u8> = Vec::new();
+        // The peers' partial sums, by rank, reused from phase to phase.
+        let mut partials: Vec<Vec<u8>> = vec![Vec::new(); self.n_ranks as usize];
         for (k, slot) in slots.iter().enumerate() {
             let head = k + 1 == n;
             let cur = if head || k + 2 == n { &mut x_out } else { &mut x };
@@ -254,11 +255,12 @@ impl Program {
             if input.len() != cur.len() * 4 {
                 refuse!("EXT_TP_RUN slot {k}: input of {} bytes for {} values", input.len(), cur.len());
             }
-            bytes.clear();
-            bytes.extend(cur.iter().flat_map(|v| v.to_le_bytes()));
             // SAFETY: `input` lies inside the live buffer `_ib` (validated when the slot was stored and
             // held by it); this connection runs one command at a time, so nothing else touches it.
-            unsafe { input.as_mut_slice() }.copy_from_slice(&bytes);
+            let dst = unsafe { input.as_mut_slice() };
+            for (d, v) in dst.chunks_exact_mut(4).zip(cur.iter()) {
+                d.copy_from_slice(&v.to_le_bytes());
+            }
             slot.graph.run_blocking(executor)?;
             let (_ob, output) = &slot.output;
             // SAFETY: as above, for the output region; the graph has finished.
@@ -269,11 +271,11 @@ impl Program {
             if out.len() != cur.len() * 4 {
                 refuse!("EXT_TP_RUN slot {k}: output of {} bytes for {} values", out.len(), cur.len());
             }
-            let partials = exchange(links, self.rank, self.n_ranks, k as u32, out)?;
+            exchange(links, self.rank, k as u32, out, &mut partials)?;
             // Every rank adds the partials in rank order: the same bits everywhere, and the same as a
             // master relaying them.
-            for r in 0..self.n_ranks {
-                let p: &[u8] = if r == self.rank { out } else { &partials[&r] };
+            for (r, theirs) in partials.iter().enumerate() {
+                let p: &[u8] = if r as u32 == self.rank { out } else { theirs };
                 for (v, b) in cur.iter_mut().zip(p.chunks_exact(4)) {
                     *v += f32::from_le_bytes([b[0], b[1], b[2], b[3]]);
                 }
@@ -288,57 +290,59 @@ impl Program {
     }
 }
 
-/// Sends `mine` (tagged with the phase) to every other rank and reads theirs.
+/// Sends `mine` (tagged with the phase) to every other rank and reads each one's into
+/// `partials[rank]` (its own entry is left alone).
 fn exchange(
     links: &mut HashMap<u32, TcpStream>,
     rank: u32,
-    n_ranks: u32,
     phase: u32,
     mine: &[u8],
-) -> Result<HashMap<u32, Vec<u8>>> {
-    let mut header = Vec::with_capacity(12);
-    header.extend_from_slice(&phase.to_le_bytes());
-    header.extend_from_slice(&(mine.len() as u64).to_le_bytes());
-    let peers: Vec<u32> = (0..n_ranks).filter(|&r| r != rank).collect();
+    partials: &mut [Vec<u8>],
+) -> Result<()> {
+    let mut header = [0u8; 12];
+    header[..4].copy_from_slice(&phase.to_le_bytes());
+    header[4..].copy_from_slice(&(mine.len() as u64).to_le_bytes());
+    let n_ranks = partials.len() as u32;
+    let peers = move || (0..n_ranks).filter(move |&r| r != rank);
+    fn link(links: &HashMap<u32, TcpStream>, r: u32) -> Result<&TcpStream> {
+        links.get(&r).ok_or_else(|| Error::Refused(format!("no link to rank {r}")))
+    }
     let send = |links: &HashMap<u32, TcpStream>| -> Result<()> {
-        for r in &peers {
-            let mut s = links.get(r).ok_or_else(|| Error::Refused(format!("no link to rank {r}")))?;
+        for r in peers() {
+            let mut s = link(links, r)?;
             s.write_all(&header)
                 .and_then(|()| s.write_all(mine))
                 .map_err(|e| Error::Refused(format!("sending phase {phase} to rank {r}: {e}")))?;
         }
         Ok(())
     };
-    let recv = |links: &HashMap<u32, TcpStream>| -> Result<HashMap<u32, Vec<u8>>> {
-        let mut got = HashMap::new();
-        for r in &peers {
-            let mut s = links.get(r).ok_or_else(|| Error::Refused(format!("no link to rank {r}")))?;
+    let recv = |links: &HashMap<u32, TcpStream>, partials: &mut [Vec<u8>]| -> Result<()> {
+        for r in peers() {
+            let mut s = link(links, r)?;
             let mut h = [0u8; 12];
             s.read_exact(&mut h).map_err(|e| Error::Refused(format!("rank {r} in phase {phase}: {e}")))?;
-            let (p, len) = (
-                u32::from_le_bytes([h[0], h[1], h[2], h[3]]),
-                u64::from_le_bytes(h[4..].try_into().unwrap_or_default()),
-            );
+            let p = u32::from_le_bytes([h[0], h[1], h[2], h[3]]);
+            let len = u64::from_le_bytes([h[4], h[5], h[6], h[7], h[8], h[9], h[10], h[11]]);
             if p != phase || len != mine.len() as u64 {
                 refuse!(
                     "rank {r} sent phase {p} ({len} bytes) where phase {phase} ({} bytes) was due",
                     mine.len()
                 );
             }
-            let mut v = vec![0u8; mine.len()];
-            s.read_exact(&mut v).map_err(|e| Error::Refused(format!("rank {r} in phase {phase}: {e}")))?;
-            got.insert(*r, v);
+            let v = &mut partials[r as usize];
+            v.resize(mine.len(), 0);
+            s.read_exact(v).map_err(|e| Error::Refused(format!("rank {r} in phase {phase}: {e}")))?;
         }
-        Ok(got)
+        Ok(())
     };
     if mine.len() <= INLINE_SEND {
         send(links)?;
-        return recv(links);
+        return recv(links, partials);
     }
     let links = &*links;
     std::thread::scope(|sc| {
         let sender = sc.spawn(|| send(links));
-        let got = recv(links);
+        let got = recv(links, partials);
         let sent = sender.join().unwrap_or_else(|_| Err(Error::Refused("link sender panicked".into())));
         sent.and(got)
     })
