@@ -171,7 +171,7 @@ impl GgmlType {
     /// size overflows.
     pub fn row_size(self, ne0: u64) -> Option<u64> {
         let b = self.blck_size() as u64;
-        if ne0 % b != 0 {
+        if !ne0.is_multiple_of(b) {
             return None;
         }
         (ne0 / b).checked_mul(self.type_size() as u64)

@@ -80,7 +80,7 @@ impl Layout {
     /// the first stride is the block size (`nb[0] == type_size`) unless the caller allows otherwise.
     pub fn check(&self) -> Result<()> {
         let b = self.dtype.blck_size() as u64;
-        if self.ne[0] % b != 0 {
+        if !self.ne[0].is_multiple_of(b) {
             return Err(Error::Layout(format!(
                 "{} ne[0] = {} is not a multiple of the block size {b}",
                 self.dtype, self.ne[0]
@@ -158,7 +158,7 @@ impl Layout {
         if self.ne.contains(&0) {
             return to.ne.contains(&0);
         }
-        (0..MAX_DIMS).all(|i| to.ne[i] % self.ne[i] == 0)
+        (0..MAX_DIMS).all(|i| to.ne[i].is_multiple_of(self.ne[i]))
     }
 
     /// ggml_permute: source dimension `k` moves to position `axes[k]`.

@@ -579,8 +579,8 @@ impl GraphDef {
             let lm = self.layout(m);
             if lm.ne[0] != la.ne[0]
                 || lm.ne[1] < la.ne[1]
-                || la.ne[2] % lm.ne[2] != 0
-                || la.ne[3] % lm.ne[3] != 0
+                || !la.ne[2].is_multiple_of(lm.ne[2])
+                || !la.ne[3].is_multiple_of(lm.ne[3])
             {
                 return Err(shape_err(GgmlOp::SoftMax, format!("x {:?} mask {:?}", la.ne, lm.ne)));
             }

@@ -64,7 +64,7 @@ pub fn attn_options(hp: &HParams) -> Result<AttnOptions> {
 /// Splits `total` into `weights.len()` contiguous ranges proportional to `weights`, on multiples
 /// of `unit`; every range is non-empty.
 fn split_units(total: u64, unit: u64, weights: &[f64], what: &str) -> Result<Vec<Range<u64>>> {
-    if unit == 0 || total % unit != 0 {
+    if unit == 0 || !total.is_multiple_of(unit) {
         return Err(model_err(format!("{what}: {total} is not a multiple of {unit}")));
     }
     let units = total / unit;
@@ -99,7 +99,7 @@ pub fn plan_shards(hp: &HParams, src: &dyn WeightSource, weights: &[f64]) -> Res
     if weights.is_empty() || weights.iter().any(|w| !w.is_finite() || *w <= 0.0) {
         return Err(model_err("row split needs a positive weight per device"));
     }
-    if hp.n_head_kv == 0 || hp.n_head % hp.n_head_kv != 0 {
+    if hp.n_head_kv == 0 || !hp.n_head.is_multiple_of(hp.n_head_kv) {
         return Err(model_err(format!("{} query heads over {} KV heads", hp.n_head, hp.n_head_kv)));
     }
     let rep = hp.n_head / hp.n_head_kv;
@@ -112,7 +112,7 @@ pub fn plan_shards(hp: &HParams, src: &dyn WeightSource, weights: &[f64]) -> Res
     }
     let group = rep * hp.head_dim_v;
     for r in &kv {
-        if (r.start * group) % wo_blck != 0 {
+        if !(r.start * group).is_multiple_of(wo_blck) {
             return Err(model_err(format!(
                 "row split: attn_output's blocks of {wo_blck} do not fall on the head boundary at column {} \
                  (use --split-mode layer)",

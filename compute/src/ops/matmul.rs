@@ -12,6 +12,7 @@ use crate::dtype::GgmlType;
 use crate::error::{Error, Result};
 use crate::graph::Node;
 use crate::op::GgmlOp;
+use crate::quant::panel::{PanelKernels, PANEL_COLS, PANEL_ROWS};
 use crate::quant::{self, FromF32Fn, GemmFn, VecDot2x2Fn, VecDotFn, VecDotX4Fn};
 
 use super::access::{self, Tv};
@@ -21,6 +22,8 @@ use super::{check_overlap, shape_err, src, tv, types_err, Alias, Ctx, Kind, Plan
 const ROW_BLOCK: usize = 16;
 /// Activation rows per inner tile.
 const COL_BLOCK: usize = 16;
+// A unit of weight rows is exactly one panel.
+const _: () = assert!(ROW_BLOCK == PANEL_ROWS);
 
 /// How activation rows reach `vec_dot`.
 struct Activations {
@@ -30,7 +33,16 @@ struct Activations {
     from_f32: Option<FromF32Fn>,
     /// Bytes of one converted row.
     row: usize,
+    /// Set when the product runs on packed panels: converted rows are then panel columns (the
+    /// quantized row goes through thread scratch first), `row` is a column's size, and
+    /// `vdt_row` the size of the quantized row.
+    panel: Option<PanelKernels>,
+    /// Bytes of one row of the vec_dot type.
+    vdt_row: usize,
 }
+
+/// Fewest activation rows for which packing a panel of weights pays.
+const PANEL_MIN_COLS: usize = 8;
 
 fn plan_activations(op: GgmlOp, a: &Tv, b: &Tv) -> Result<(VecDotFn, Activations)> {
     let k = quant::kernels(a.dtype());
@@ -38,12 +50,12 @@ fn plan_activations(op: GgmlOp, a: &Tv, b: &Tv) -> Result<(VecDotFn, Activations
         k.vec_dot.ok_or_else(|| types_err(op, format!("no vec_dot kernel for src0 {}", a.dtype())))?;
     let vdt = k.vec_dot_type;
     let k_len = a.ne[0];
-    if k_len % vdt.blck_size() != 0 {
+    if !k_len.is_multiple_of(vdt.blck_size()) {
         return Err(shape_err(op, format!("K = {k_len} is not a multiple of the {vdt} block")));
     }
     let row = vdt.row_size(k_len as u64).ok_or_else(|| shape_err(op, "row size overflows"))? as usize;
     if b.dtype() == vdt && b.packed {
-        return Ok((vec_dot, Activations { convert: false, from_f32: None, row }));
+        return Ok((vec_dot, Activations { convert: false, from_f32: None, row, panel: None, vdt_row: row }));
     }
     if !b.can_load() || !matches!(b.dtype(), GgmlType::F32 | GgmlType::F16 | GgmlType::BF16) {
         return Err(types_err(op, format!("src1 {} cannot be converted to {vdt}", b.dtype())));
@@ -53,7 +65,21 @@ fn plan_activations(op: GgmlOp, a: &Tv, b: &Tv) -> Result<(VecDotFn, Activations
     } else {
         Some(quant::kernels(vdt).from_f32.ok_or(Error::MissingKernel { dtype: vdt, kernel: "from_f32" })?)
     };
-    Ok((vec_dot, Activations { convert: true, from_f32, row }))
+    Ok((vec_dot, Activations { convert: true, from_f32, row, panel: None, vdt_row: row }))
+}
+
+/// Switches a converted product to packed panels when the weight type has them and there are
+/// enough activation rows; returns the f32 scratch each thread needs for them.
+fn plan_panel(a: &Tv, b: &Tv, act: &mut Activations) -> usize {
+    let Some(p) = quant::kernels(a.dtype()).panel else { return 0 };
+    if !act.convert || act.from_f32.is_none() || b.ne[1] < PANEL_MIN_COLS {
+        return 0;
+    }
+    let k = a.ne[0];
+    act.panel = Some(p);
+    act.row = p.format.col_bytes(k);
+    // Phase 0: the f32 row, then the quantized row; phase 1: the weight panel.
+    (k + act.vdt_row.div_ceil(4)).max(p.format.panel_bytes(k).div_ceil(4))
 }
 
 /// Phase 0: converts the rows `rows` (flat indices over `b`) into shared scratch.
@@ -65,6 +91,13 @@ fn convert_rows(b: &Tv, act: &Activations, rows: std::ops::Range<usize>, ctx: &m
         b.load_row(i1, i2, i3, local);
         let sh = ctx.sh;
         let out = sh.bytes_mut(r * act.row, act.row);
+        if let (Some(p), Some(f)) = (act.panel, act.from_f32) {
+            let (row, rest) = ctx.local.split_at_mut(k);
+            let q = &mut bytemuck::cast_slice_mut::<f32, u8>(rest)[..act.vdt_row];
+            f(row, q);
+            (p.pack_col)(k, q, out);
+            continue;
+        }
         match act.from_f32 {
             Some(f) => f(local, out),
             None => {
@@ -123,7 +156,7 @@ pub(crate) unsafe fn prepare_mul_mat(n: &Node) -> Result<Plan> {
     }
     check_overlap(op, &dst, &a, Alias::Never)?;
     check_overlap(op, &dst, &b, Alias::Never)?;
-    let (vec_dot, act) = plan_activations(op, &a, &b)?;
+    let (vec_dot, mut act) = plan_activations(op, &a, &b)?;
     // ggml multiplies F16 weights (and F32 weights by contiguous F32 activations) with its float GEMM
     // when there are two or more activation rows, and with `vec_dot` otherwise; use the same arithmetic
     // so results match a llama.cpp CPU backend bit for bit.
@@ -146,8 +179,14 @@ pub(crate) unsafe fn prepare_mul_mat(n: &Node) -> Result<Plan> {
     } else {
         0
     };
+    let panel_local = if gemm.is_none() { plan_panel(&a, &b, &mut act) } else { 0 };
+    let shared_bytes = if act.panel.is_some() {
+        b.nrows().checked_mul(act.row).ok_or_else(|| shape_err(op, "scratch size overflows"))?
+    } else {
+        shared_bytes
+    };
     let phases = if act.convert { 2 } else { 1 };
-    let local = if act.convert { a.ne[0] } else { 0 };
+    let local = if act.convert { a.ne[0].max(panel_local) } else { 0 };
     let work = b.ne[2] * b.ne[3] * a.ne[1].div_ceil(ROW_BLOCK);
     let units = if act.convert { [b.nrows().clamp(1, super::MAX_UNITS), work] } else { [work, 0] };
     Ok(Plan {
@@ -181,6 +220,10 @@ impl MulMat {
         let r0 = rb * ROW_BLOCK;
         let nr = ROW_BLOCK.min(m - r0);
         let xs: [&[u8]; ROW_BLOCK] = std::array::from_fn(|i| a.row_bytes(r0 + i.min(nr - 1), i02, i03));
+        if let Some(p) = self.act.panel {
+            self.run_panel(p, &xs, r0, nr, (i12, i13), ctx);
+            return;
+        }
         let mut out = [0.0f32; ROW_BLOCK * COL_BLOCK];
         let mut c0 = 0;
         while c0 < n {
@@ -190,6 +233,44 @@ impl MulMat {
             self.k.products(a.ne[0], &xs[..nr], &ys[..nc], &mut out[..nr * nc]);
             for (j, col) in out[..nr * nc].chunks_exact(nr).enumerate() {
                 dst.store_f32s(r0, c0 + j, i12, i13, col);
+            }
+            c0 += nc;
+        }
+    }
+}
+
+impl MulMat {
+    /// One unit on packed panels: the unit's weight rows are packed once into this thread's
+    /// scratch, then meet every activation column, [`PANEL_COLS`] at a time.
+    fn run_panel(
+        &self,
+        p: PanelKernels,
+        xs: &[&[u8]; ROW_BLOCK],
+        r0: usize,
+        nr: usize,
+        (i12, i13): (usize, usize),
+        ctx: &mut Ctx<'_>,
+    ) {
+        let (b, dst) = (&self.b, &self.dst);
+        let k = self.a.ne[0];
+        let bytes = p.format.panel_bytes(k);
+        // Panels exist only for converted activations, which live in shared scratch.
+        let sh = ctx.sh;
+        let panel = &mut bytemuck::cast_slice_mut::<f32, u8>(ctx.local)[..bytes];
+        (p.pack_rows)(k, xs, panel);
+        let n = b.ne[1];
+        let col = |i1: usize| sh.bytes((i1 + b.ne[1] * (i12 + b.ne[2] * i13)) * self.act.row, self.act.row);
+        let mut out = [0.0f32; PANEL_ROWS * PANEL_COLS];
+        let mut c0 = 0;
+        while c0 < n {
+            let nc = PANEL_COLS.min(n - c0);
+            let mut ys: [&[u8]; PANEL_COLS] = [&[]; PANEL_COLS];
+            for (j, y) in ys.iter_mut().enumerate().take(nc) {
+                *y = col(c0 + j);
+            }
+            (p.run)(p.format, k, panel, &ys[..nc], &mut out[..nc * PANEL_ROWS]);
+            for (j, o) in out[..nc * PANEL_ROWS].chunks_exact(PANEL_ROWS).enumerate() {
+                dst.store_f32s(r0, c0 + j, i12, i13, &o[..nr]);
             }
             c0 += nc;
         }

@@ -299,7 +299,7 @@ pub(crate) fn run(n: &Node, plan: &Plan, phase: u8, ctx: &mut Ctx<'_>) {
         Kind::MulMat(p) => p.run(phase, ctx),
         Kind::MulMatId(p) => p.run(n.op, phase, ctx),
         Kind::GetRows(p) => p.run(n.op, ctx),
-        Kind::SetRows(p) => p.run(n.op, ctx),
+        Kind::SetRows(p) => p.run(n.op, phase, ctx),
         Kind::Copy(p) => p.run(ctx),
         Kind::Binary(p) => p.run(ctx),
         Kind::AddId(p) => p.run(n.op, ctx),

@@ -96,11 +96,23 @@ impl GetRows {
     }
 }
 
+/// Units of SET_ROWS's write phase.
+const SET_ROWS_UNITS: usize = 8;
+
 /// A planned SET_ROWS.
+///
+/// Two phases. Phase 0 checks, in parallel, whether every index row is strictly increasing and
+/// in range (the KV cache's case), one flag per unit in shared scratch. Then phase 1 splits the
+/// source rows across units when all flags are set (no two source rows share a destination), and
+/// otherwise splits the destination rows, each unit scanning every index so that duplicates are
+/// written in source order by one unit (the last one wins, as in a sequential run) and bad
+/// indices are counted once.
 pub(crate) struct SetRows {
     rows: Tv,
     idx: Tv,
     dst: Tv,
+    /// Units of phase 0 (flags in shared scratch).
+    check_units: usize,
 }
 
 /// Validates SET_ROWS (src0 = rows, src1 = indices, dst = view of the destination).
@@ -133,11 +145,95 @@ pub(crate) unsafe fn prepare_set_rows(n: &Node) -> Result<Plan> {
     }
     check_overlap(op, &dst, &rows, Alias::Never)?;
     check_overlap(op, &dst, &idx, Alias::Never)?;
-    Ok(super::simple(Kind::SetRows(SetRows { rows, idx, dst }), dst.ne[0]))
+    let check_units = (rows.ne[1] / 1024).clamp(1, super::MAX_UNITS);
+    let set = SetRows { rows, idx, dst, check_units };
+    // Few units in phase 1: when the indices are not increasing (the transposed V cache stores
+    // token after token, channel by channel), every unit scans all of them.
+    let units = [check_units, dst.ne[1].clamp(1, SET_ROWS_UNITS)];
+    Ok(Plan { phases: 2, units, shared_bytes: check_units, local_f32: dst.ne[0], kind: Kind::SetRows(set) })
+}
+
+/// One row of an I32 or I64 index tensor, read without per-element shape checks.
+struct IndexRow<'a> {
+    /// The row's bytes when its elements are packed (else read through `Tv::get_index`).
+    bytes: Option<&'a [u8]>,
+    wide: bool,
+    idx: &'a Tv,
+    i1: usize,
+    i2: usize,
+}
+
+impl<'a> IndexRow<'a> {
+    fn new(idx: &'a Tv, i1: usize, i2: usize) -> IndexRow<'a> {
+        let bytes = idx.packed.then(|| idx.row_bytes(i1, i2, 0));
+        IndexRow { bytes, wide: idx.dtype() == GgmlType::I64, idx, i1, i2 }
+    }
+
+    /// Index `i` (below `ne[0]` of the index tensor).
+    #[inline(always)]
+    fn get(&self, i: usize) -> i64 {
+        match self.bytes {
+            Some(b) if self.wide => i64::from_le_bytes(b[8 * i..8 * i + 8].try_into().expect("8 bytes")),
+            Some(b) => i32::from_le_bytes(b[4 * i..4 * i + 4].try_into().expect("4 bytes")) as i64,
+            None => self.idx.get_index(i, self.i1, self.i2, 0),
+        }
+    }
 }
 
 impl SetRows {
-    pub(crate) fn run(&self, op: GgmlOp, ctx: &mut Ctx<'_>) {
+    pub(crate) fn run(&self, op: GgmlOp, phase: u8, ctx: &mut Ctx<'_>) {
+        if phase == 0 {
+            let ok = self.increasing_in_range(ctx.range(self.rows.ne[1]));
+            ctx.sh.bytes_mut(ctx.unit, 1)[0] = ok as u8;
+            return;
+        }
+        if ctx.shared(0, self.check_units).iter().all(|&f| f == 1) {
+            self.run_by_source(ctx);
+        } else {
+            self.run_by_destination(op, ctx);
+        }
+    }
+
+    /// Whether indices `range` (and the one before it) of every index row are strictly increasing
+    /// and inside the destination.
+    fn increasing_in_range(&self, range: std::ops::Range<usize>) -> bool {
+        let (idx, dst) = (&self.idx, &self.dst);
+        let first = range.start.saturating_sub(1);
+        for i3 in 0..idx.ne[2] {
+            for i2 in 0..idx.ne[1] {
+                let ids = IndexRow::new(idx, i2, i3);
+                let mut prev = -1i64;
+                for i in first..range.end {
+                    let r = ids.get(i);
+                    if r <= prev || r >= dst.ne[1] as i64 {
+                        return false;
+                    }
+                    prev = r;
+                }
+            }
+        }
+        true
+    }
+
+    /// Source rows split across units (every index distinct and in range, checked in phase 0).
+    fn run_by_source(&self, ctx: &mut Ctx<'_>) {
+        let (rows, dst, idx) = (&self.rows, &self.dst, &self.idx);
+        let n = rows.ne[1];
+        let single = rows.ne[0] == 1 && is_elem_type(rows.dtype()) && is_elem_type(dst.dtype());
+        for flat in ctx.range(n * dst.ne[2] * dst.ne[3]) {
+            let (i, i2, i3) = (flat % n, (flat / n) % dst.ne[2], flat / (n * dst.ne[2]));
+            let r = IndexRow::new(idx, i2 % idx.ne[1], i3 % idx.ne[2]).get(i) as usize;
+            if single {
+                dst.set_f32(0, r, i2, i3, rows.get_f32(0, i, i2, i3));
+            } else {
+                rows.load_row(i, i2, i3, ctx.local);
+                dst.store_row(r, i2, i3, ctx.local);
+            }
+        }
+    }
+
+    /// Destination rows split across units; each unit scans every index.
+    fn run_by_destination(&self, op: GgmlOp, ctx: &mut Ctx<'_>) {
         let (rows, dst, idx) = (&self.rows, &self.dst, &self.idx);
         // Each thread owns a range of destination rows, so duplicate indices are written in
         // source order by one thread (the last one wins, as in a sequential run).
@@ -148,8 +244,11 @@ impl SetRows {
         let mut bad = 0usize;
         for i3 in 0..dst.ne[3] {
             for i2 in 0..dst.ne[2] {
+                // The index row read straight from its bytes: every thread scans all of it (the
+                // transposed V cache has one index per element), so this loop must stay cheap.
+                let ids = IndexRow::new(idx, i2 % idx.ne[1], i3 % idx.ne[2]);
                 for i in 0..rows.ne[1] {
-                    let r = idx.get_index(i, i2 % idx.ne[1], i3 % idx.ne[2], 0);
+                    let r = ids.get(i);
                     if r < 0 || r as usize >= dst.ne[1] {
                         bad += 1;
                         continue;

@@ -139,6 +139,16 @@ impl Kernels {
         self.types[t as usize].gemm = Some(f);
     }
 
+    /// Sets the panel product of `t` (see [`super::panel`]), with the type's packers; does nothing
+    /// for a type without panel packers.
+    #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
+    pub(crate) fn set_panel(&mut self, t: GgmlType, run: super::panel::PanelRunFn) {
+        if let Some((format, pack_rows, pack_col)) = super::panel::packers(t) {
+            self.types[t as usize].panel =
+                Some(super::panel::PanelKernels { format, pack_rows, pack_col, run });
+        }
+    }
+
     /// Sets the GEMM-order dot product of `t` (see [`TypeKernels::vec_dot_gemm`]).
     #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
     pub(crate) fn set_vec_dot_gemm(&mut self, t: GgmlType, f: VecDotFn) {
@@ -195,6 +205,7 @@ fn entry(to: ToF32Fn, from: Option<FromF32Fn>, dot: Option<VecDotFn>, vdt: GgmlT
         vec_dot_2x2: None,
         vec_dot_gemm: None,
         gemm: None,
+        panel: None,
     }
 }
 
@@ -210,6 +221,7 @@ fn build_scalar() -> Kernels {
         vec_dot_2x2: None,
         vec_dot_gemm: None,
         gemm: None,
+        panel: None,
     };
     let mut t = [empty; GGML_TYPE_COUNT as usize];
     // ref: ggml-compute-semantics.md §2.3, the vec_dot_type table.

@@ -28,6 +28,11 @@
 //! their quantized kernels and dequantizers equal the scalar reference bit for bit (see
 //! `quant::aarch64`).
 //!
+//! [`TypeKernels::panel`] (16 weight rows unpacked once into a packed panel, activations into
+//! per-sub-block records, one `vpdpbusd` per four elements of 16 rows) exists on AVX-512 VNNI for
+//! Q4_0, Q5_0, Q8_0, Q4_K, Q5_K and Q6_K; it has its own summation order (see [`panel`]), equal to
+//! [`panel::run_reference`] bit for bit.
+//!
 //! Row arguments are checked with `assert!` before any vector code runs: a short row panics in the
 //! kernel rather than reading out of bounds, so callers validate shapes first.
 
@@ -38,6 +43,7 @@
 pub mod aarch64;
 pub mod blocks;
 pub mod dispatch;
+pub mod panel;
 pub mod scalar;
 #[cfg(test)]
 mod tests;
@@ -100,6 +106,9 @@ pub struct TypeKernels {
     /// Optional register-tiled matrix × matrix form of `vec_dot` (`None`: call `vec_dot_x4` /
     /// `vec_dot` per row).
     pub gemm: Option<GemmFn>,
+    /// Optional packed-panel product (see [`panel`]): faster than `gemm` for many activation rows,
+    /// but in its own summation order, so only where no bit-exact ggml parity is promised.
+    pub panel: Option<panel::PanelKernels>,
 }
 
 /// The kernel table of `t`, for the instruction set chosen at start-up.

@@ -87,6 +87,9 @@ fn mul_mat_every_weight_type() {
         mul_mat_case(t, 256, 7, 1, [1, 1, 1, 1], seed);
         mul_mat_case(t, 512, 33, 19, [1, 1, 1, 1], seed + 1000);
         mul_mat_case(t, 256, 5, 3, [2, 1, 6, 2], seed + 2000);
+        // Eight or more activation rows: packed panels where the kernel set has them, with a
+        // partial panel of rows and broadcast batches.
+        mul_mat_case(t, 256, 21, 9, [2, 1, 4, 2], seed + 3000);
     }
     eprintln!("mul_mat covered: {covered:?}");
 }

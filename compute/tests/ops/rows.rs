@@ -142,6 +142,45 @@ fn set_rows_transposed_v_cache_elementwise() {
 }
 
 #[test]
+fn set_rows_many_indices_increasing_duplicated_and_out_of_range() {
+    // Enough indices for several check units: increasing indices take the split by source rows,
+    // a duplicate or an unordered pair the split by destination rows (last write wins).
+    let (n, cells) = (5000usize, 12000u64);
+    let src_v: Vec<f32> = (0..2 * n).map(|v| v as f32).collect();
+    let src = T::from_f32(GgmlType::F32, [1, n as u64, 2, 1], &src_v);
+    let increasing: Vec<i64> = (0..n as i64).map(|i| 2 * i + 1).collect();
+    let mut duplicated = increasing.clone();
+    duplicated[n - 1] = duplicated[10];
+    let mut unordered = increasing.clone();
+    unordered.swap(100, 4000);
+    for (name, ids) in [("increasing", &increasing), ("duplicated", &duplicated), ("unordered", &unordered)] {
+        for threads in [1, 3] {
+            let cache = T::new(GgmlType::F16, [1, cells, 2, 1]);
+            let idx = T::i64s([n as u64, 1, 1, 1], ids);
+            run(vec![node(GgmlOp::SetRows, cache.t(), &[src.t(), idx.t(), cache.t()])], threads).unwrap();
+            let got = cache.values();
+            let mut want = vec![0.0f64; 2 * cells as usize];
+            for plane in 0..2 {
+                for (i, &c) in ids.iter().enumerate() {
+                    // f16 holds these integers exactly up to 2048, then rounds to even steps.
+                    want[plane * cells as usize + c as usize] =
+                        half::f16::from_f32(src_v[plane * n + i]).to_f64();
+                }
+            }
+            assert_eq!(got, want, "{name}, {threads} threads");
+        }
+    }
+    // An index past the end among increasing ones is reported, and the others are written.
+    let mut bad = increasing.clone();
+    bad[n - 1] = cells as i64;
+    let cache = T::new(GgmlType::F16, [1, cells, 2, 1]);
+    let idx = T::i64s([n as u64, 1, 1, 1], &bad);
+    let r = run(vec![node(GgmlOp::SetRows, cache.t(), &[src.t(), idx.t(), cache.t()])], 2);
+    assert!(matches!(r, Err(Error::IndexOutOfRange { .. })), "{r:?}");
+    assert_eq!(cache.values()[bad[7] as usize], 7.0);
+}
+
+#[test]
 fn set_rows_refuses_escaping_strides_and_reports_bad_ids() {
     // §14 item 10: dst.ne[2] = 1 with a huge nb[2] while the rows claim ne2 = 4.
     let cache = T::new(GgmlType::F32, [8, 4, 1, 1]);

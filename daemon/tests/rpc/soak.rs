@@ -90,7 +90,7 @@ fn client(mut c: RpcClient, seed: u64, stop: Arc<AtomicBool>) -> Tally {
     let mut step = |tally: &mut Tally| -> Result<(), String> {
         let it = Instant::now();
         // Mostly small graphs; every 16th iteration uploads 1 MiB per input.
-        let n: u32 = if rng.next() % 16 == 0 { 1 << 18 } else { 16 + (rng.next() % 4096) as u32 };
+        let n: u32 = if rng.next().is_multiple_of(16) { 1 << 18 } else { 16 + (rng.next() % 4096) as u32 };
         let size = 16 * n as u64;
         let t0 = Instant::now();
         let r = c.alloc_buffer(0, size).map_err(|e| format!("ALLOC_BUFFER: {e}"))?;

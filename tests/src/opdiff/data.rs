@@ -58,7 +58,7 @@ pub fn convert(dtype: GgmlType, ne0: usize, values: &[f32]) -> Result<Vec<u8>> {
         quant::kernels(dtype).from_f32.ok_or_else(|| Error::Case(format!("{dtype} has no quantizer")))?;
     let row =
         dtype.row_size(ne0 as u64).ok_or_else(|| Error::Case(format!("{dtype} row of {ne0}")))? as usize;
-    if ne0 == 0 || values.len() % ne0 != 0 {
+    if ne0 == 0 || !values.len().is_multiple_of(ne0) {
         return Err(Error::Case(format!("{} values are not rows of {ne0}", values.len())));
     }
     let mut out = vec![0u8; values.len() / ne0 * row];

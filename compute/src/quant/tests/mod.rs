@@ -6,6 +6,7 @@ mod dequant;
 mod dot;
 #[cfg(target_arch = "aarch64")]
 mod neon;
+mod panel;
 mod prop;
 mod quantize;
 mod simd;

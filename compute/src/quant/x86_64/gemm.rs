@@ -654,7 +654,7 @@ fn drive_f16<const TR: usize, const TC: usize>(
 ) {
     let (m, nc) = (x.len(), y.len());
     assert!(out.len() >= m * nc, "gemm: {} outputs for {m} x {nc}", out.len());
-    if n % 8 != 0 {
+    if !n.is_multiple_of(8) {
         for j in 0..nc {
             for i in 0..m {
                 out[j * m + i] = fallback(n, x[i], y[j]);

@@ -44,6 +44,7 @@ macro_rules! block_loop2 {
 mod avx2;
 mod avx512;
 mod gemm;
+mod panel;
 
 use super::dispatch::Kernels;
 
@@ -71,4 +72,5 @@ pub fn install_avx2(k: &mut Kernels) {
 pub fn install_avx512(k: &mut Kernels) {
     avx512::install(k);
     gemm::install(k);
+    panel::install(k);
 }

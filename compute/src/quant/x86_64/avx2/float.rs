@@ -155,7 +155,7 @@ pub(super) fn vec_dot_f16_f16(n: usize, x: &[u8], y: &[u8]) -> f32 {
 /// f32 · f32 in ggml's GEMM order (one accumulator; `n % 8 == 0`, else as [`vec_dot_f32_f32`]).
 pub(super) fn vec_dot_f32_f32_gemm(n: usize, x: &[u8], y: &[u8]) -> f32 {
     check(n, x, y, 4);
-    if n % 8 != 0 {
+    if !n.is_multiple_of(8) {
         return vec_dot_f32_f32(n, x, y);
     }
     // SAFETY: installed only after AVX2/FMA/F16C detection; lengths checked above.
@@ -165,7 +165,7 @@ pub(super) fn vec_dot_f32_f32_gemm(n: usize, x: &[u8], y: &[u8]) -> f32 {
 /// f16 · f16 in ggml's GEMM order (one accumulator; `n % 8 == 0`, else as [`vec_dot_f16_f16`]).
 pub(in crate::quant::x86_64) fn vec_dot_f16_f16_gemm(n: usize, x: &[u8], y: &[u8]) -> f32 {
     check(n, x, y, 2);
-    if n % 8 != 0 {
+    if !n.is_multiple_of(8) {
         return vec_dot_f16_f16(n, x, y);
     }
     // SAFETY: installed only after AVX2/FMA/F16C detection; lengths checked above.
