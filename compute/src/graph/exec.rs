@@ -43,14 +43,22 @@ impl std::ops::Deref for Padded {
     }
 }
 
-/// Units a thread claims at once: about four claims per thread per phase, so a phase of many small
-/// units (a generation step's matmul has one per 16 weight rows) costs a few contended atomics
-/// instead of two per unit, while the last claims still even out the threads' finish times.
-fn grain(units: usize, nth: usize) -> usize {
-    if nth <= 1 {
-        units.max(1)
-    } else {
-        (units / (4 * nth)).max(1)
+/// Claims the next units of a phase: guided self-scheduling, each claim a `1 / (2·nth)` share of
+/// what is left (at least one unit). A phase of many small units (a generation step's matmul has
+/// one per 16 weight rows) then costs a few dozen contended atomics instead of two per unit, and
+/// the last claims are small, so the threads' finish times even out (fixed grains of a quarter of
+/// a thread's share left one thread waiting up to a grain at the end of every large product).
+fn claim(claimed: &AtomicUsize, units: usize, nth: usize) -> Option<(usize, usize)> {
+    let mut cur = claimed.load(Ordering::Relaxed);
+    loop {
+        if cur >= units {
+            return None;
+        }
+        let g = if nth <= 1 { units - cur } else { ((units - cur) / (2 * nth)).max(1) };
+        match claimed.compare_exchange_weak(cur, cur + g, Ordering::Relaxed, Ordering::Relaxed) {
+            Ok(_) => return Some((cur, cur + g)),
+            Err(now) => cur = now,
+        }
     }
 }
 
@@ -185,13 +193,8 @@ impl Executor {
                     let ps = &sync[k];
                     k += 1;
                     let units = plan.units[phase as usize];
-                    let g = grain(units, nth);
                     loop {
-                        let first = ps.claimed.fetch_add(g, Ordering::Relaxed);
-                        if first >= units {
-                            break;
-                        }
-                        let end = (first + g).min(units);
+                        let Some((first, end)) = claim(&ps.claimed, units, nth) else { break };
                         for u in first..end {
                             ctx.unit = u;
                             ctx.units = units;

@@ -11,8 +11,10 @@ fn dot_throughput() {
     if std::env::var("LLAMAD_SLOW_TESTS").as_deref() != Ok("1") {
         return;
     }
-    let n = 4096;
-    let rows = 64;
+    // LLAMAD_BENCH_SHAPE=K,ROWS measures another shape (e.g. 576,16384: rows out of cache).
+    let shape = std::env::var("LLAMAD_BENCH_SHAPE").ok();
+    let mut dims = shape.iter().flat_map(|s| s.split(',')).filter_map(|v| v.parse::<usize>().ok());
+    let (n, rows) = (dims.next().unwrap_or(4096), dims.next().unwrap_or(64));
     let s = scalar_table();
     let mut r = rng(1);
     let types = [
