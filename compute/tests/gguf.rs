@@ -145,6 +145,13 @@ fn round_trip_every_value_and_tensor_type() {
             let m = unsafe { Gguf::open(&p) }.unwrap();
             assert_eq!(m.metadata(), g.metadata());
             assert_eq!(m.tensor("q4_K.2d").unwrap().data, g.tensor("q4_K.2d").unwrap().data);
+            // And through a private copy in anonymous memory (llamactl's in-process runs).
+            let r = Gguf::load_resident(&p).unwrap();
+            assert_eq!(r.bytes(), &file[..]);
+            assert_eq!(r.metadata(), g.metadata());
+            for t in g.tensors() {
+                assert_eq!(r.tensor(&t.name).unwrap().data, g.tensor(&t.name).unwrap().data, "{}", t.name);
+            }
         }
     }
 }

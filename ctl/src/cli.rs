@@ -139,6 +139,10 @@ pub struct RunArgs {
     /// every hash is computed from the weights.
     #[arg(long = "no-hash-memo")]
     pub no_hash_memo: bool,
+    /// In-process runs: read the weights straight from the file's mapping (the page cache)
+    /// instead of a private copy on huge pages, which generation reads faster.
+    #[arg(long)]
+    pub mmap: bool,
     /// No progress bars, even on a terminal.
     #[arg(long = "no-progress")]
     pub no_progress: bool,
@@ -215,6 +219,10 @@ pub struct BenchArgs {
     /// Do not use the memo of the model's wire hashes (as `llamactl run`).
     #[arg(long = "no-hash-memo")]
     pub no_hash_memo: bool,
+    /// In-process runs: read the weights from the file's mapping (as `llamactl run --mmap`;
+    /// llama-bench's `-mmp 1`).
+    #[arg(long)]
+    pub mmap: bool,
     /// Seed of the random tokens.
     #[arg(long, default_value_t = 1234)]
     pub seed: u32,

@@ -115,6 +115,29 @@ impl Gguf {
         })
     }
 
+    /// Reads the whole file at `path` into anonymous memory with transparent huge pages requested,
+    /// and parses it (no file mapping, so no contract). Generation streams every weight once per
+    /// token; from 2 MiB pages it reads them faster than from the page cache's 4 KiB pages (the
+    /// hardware prefetcher stops at every page and the TLB misses less), at the cost of a private
+    /// copy of the file.
+    pub fn load_resident(path: impl AsRef<Path>) -> Result<Gguf> {
+        use std::io::Read;
+        let path = path.as_ref();
+        let io = |source| Error::Io { path: path.display().to_string(), source };
+        let mut file = File::open(path).map_err(io)?;
+        let len = usize::try_from(file.metadata().map_err(io)?.len())
+            .map_err(|_| Error::Gguf(format!("{}: too large for this machine", path.display())))?;
+        let mut map = memmap2::MmapMut::map_anon(len.max(1)).map_err(io)?;
+        #[cfg(unix)]
+        let _ = map.advise(memmap2::Advice::HugePage);
+        file.read_exact(&mut map[..len]).map_err(io)?;
+        let map = map.make_read_only().map_err(io)?;
+        Self::parse(Backing::Mmap(map)).map_err(|e| match e {
+            Error::Gguf(m) => Error::Gguf(format!("{}: {m}", path.display())),
+            e => e,
+        })
+    }
+
     /// Reads the whole file at `path` into memory and parses it (no mapping, so no contract).
     pub fn read(path: impl AsRef<Path>) -> Result<Gguf> {
         let path = path.as_ref();

@@ -334,10 +334,8 @@ pub fn run(args: &BenchArgs) -> Result<()> {
         bail!("model file {} does not exist", path.display());
     }
     let identity = FileIdentity::of(path).ok();
-    // SAFETY: the model file is mapped read-only; llamactl never writes it, and the user is told
-    // (README) not to replace a model file while a run uses it.
     let gguf = Arc::new(
-        unsafe { Gguf::open(path) }
+        super::open_gguf(path, !args.mmap && args.workers.iter().all(|a| a.trim().is_empty()))
             .with_context(|| format!("{} is not a readable GGUF file", path.display()))?,
     );
     let model = super::open_model(path, &gguf)?;

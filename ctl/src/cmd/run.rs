@@ -33,10 +33,8 @@ pub fn run(args: &RunArgs) -> Result<()> {
     }
     // Taken before the mapping, so that the hash memo can tell whether the file moved under it.
     let identity = FileIdentity::of(path).ok();
-    // SAFETY: the model file is mapped read-only; llamactl never writes it, and the user is told
-    // (README) not to replace a model file while a run uses it.
     let gguf = Arc::new(
-        unsafe { Gguf::open(path) }
+        super::open_gguf(path, !args.mmap && args.workers.is_empty())
             .with_context(|| format!("{} is not a readable GGUF file", path.display()))?,
     );
     let text = match (&args.prompt, &args.file) {
