@@ -193,8 +193,7 @@ impl Executor {
                     let ps = &sync[k];
                     k += 1;
                     let units = plan.units[phase as usize];
-                    loop {
-                        let Some((first, end)) = claim(&ps.claimed, units, nth) else { break };
+                    while let Some((first, end)) = claim(&ps.claimed, units, nth) {
                         for u in first..end {
                             ctx.unit = u;
                             ctx.units = units;
