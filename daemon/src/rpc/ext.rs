@@ -308,11 +308,16 @@ fn exchange(
         links.get(&r).ok_or_else(|| Error::Refused(format!("no link to rank {r}")))
     }
     let send = |links: &HashMap<u32, TcpStream>| -> Result<()> {
+        // A small partial goes out as one write with its header: one segment, so the peer wakes
+        // once (with TCP_NODELAY, two writes were two segments and often two wake-ups).
+        let joined = (mine.len() <= INLINE_SEND).then(|| [&header[..], mine].concat());
         for r in peers() {
             let mut s = link(links, r)?;
-            s.write_all(&header)
-                .and_then(|()| s.write_all(mine))
-                .map_err(|e| Error::Refused(format!("sending phase {phase} to rank {r}: {e}")))?;
+            match &joined {
+                Some(m) => s.write_all(m),
+                None => s.write_all(&header).and_then(|()| s.write_all(mine)),
+            }
+            .map_err(|e| Error::Refused(format!("sending phase {phase} to rank {r}: {e}")))?;
         }
         Ok(())
     };
