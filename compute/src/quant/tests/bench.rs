@@ -31,6 +31,10 @@ fn dot_throughput() {
         GgmlType::F16,
     ];
     for t in types {
+        if !n.is_multiple_of(t.blck_size()) {
+            eprintln!("{t:>7}: skipped (K = {n} is not a whole number of blocks)");
+            continue;
+        }
         let x = gaussian(&mut r, n * rows);
         let qx = quantize(&s, t, &x);
         let vt = s.get(t).vec_dot_type;

@@ -23,6 +23,7 @@ pub fn install(k: &mut Kernels) {
     }
     k.set_vec_dot(GgmlType::Q4_0, vec_dot_q4_0_q8_0);
     k.set_vec_dot(GgmlType::Q4_1, vec_dot_q4_1_q8_1);
+    k.set_vec_dot(GgmlType::Q5_0, vec_dot_q5_0_q8_0);
     k.set_vec_dot(GgmlType::Q8_0, vec_dot_q8_0_q8_0);
     k.set_vec_dot(GgmlType::IQ4_NL, vec_dot_iq4_nl_q8_0);
     k.set_vec_dot_x4(GgmlType::Q4_0, vec_dot_q4_0_q8_0_x4);
@@ -78,6 +79,7 @@ macro_rules! wrapper {
 
 wrapper!(vec_dot_q4_0_q8_0, q4_0_q8_0, BlockQ4_0, BlockQ8_0);
 wrapper!(vec_dot_q4_1_q8_1, q4_1_q8_1, BlockQ4_1, BlockQ8_1);
+wrapper!(vec_dot_q5_0_q8_0, q5_0_q8_0, BlockQ5_0, BlockQ8_0);
 wrapper!(vec_dot_q8_0_q8_0, q8_0_q8_0, BlockQ8_0, BlockQ8_0);
 wrapper!(vec_dot_iq4_nl_q8_0, iq4_nl_q8_0, BlockIq4Nl, BlockQ8_0);
 
@@ -92,6 +94,26 @@ unsafe fn q4_0_q8_0(xs: &[BlockQ4_0], ys: &[BlockQ8_0]) -> f32 {
             let v = _mm256_sub_epi32(
                 dpbusd(_mm256_setzero_si256(), nibbles32(&bx.qs), y),
                 dpbusd(_mm256_setzero_si256(), eight, y),
+            );
+            (f16_mul(bx.d, by.d), _mm256_cvtepi32_ps(v))
+        })
+    }
+}
+
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512vl,avx512vnni")]
+unsafe fn q5_0_q8_0(xs: &[BlockQ5_0], ys: &[BlockQ8_0]) -> f32 {
+    // SAFETY: register arithmetic and whole-block reads; features enabled on this fn.
+    unsafe {
+        let (b4, sixteen) = (_mm256_set1_epi8(0x10), _mm256_set1_epi8(16));
+        block_loop!(xs, ys, |bx, by| {
+            // Σ (q - 16)·y = Σ q·y - Σ 16·y with the unsigned 5-bit q = nib | hi<<4: AVX2's exact
+            // lane sums, one vpdpbusd each.
+            let hi = _mm256_and_si256(bytes_from_bits(u32::from_le_bytes(bx.qh)), b4);
+            let q = _mm256_or_si256(nibbles32(&bx.qs), hi);
+            let y = load32(&by.qs);
+            let v = _mm256_sub_epi32(
+                dpbusd(_mm256_setzero_si256(), q, y),
+                dpbusd(_mm256_setzero_si256(), sixteen, y),
             );
             (f16_mul(bx.d, by.d), _mm256_cvtepi32_ps(v))
         })
