@@ -13,6 +13,7 @@ use crate::error::{Error, Result};
 use crate::graph::Node;
 use crate::op::GgmlOp;
 use crate::quant::panel::{PanelKernels, PANEL_COLS, PANEL_ROWS};
+use crate::quant::prepared::PreparedDot;
 use crate::quant::{self, FromF32Fn, GemmFn, VecDot2x2Fn, VecDotFn, VecDotX4Fn};
 
 use super::access::{self, Tv};
@@ -39,7 +40,14 @@ struct Activations {
     panel: Option<PanelKernels>,
     /// Bytes of one row of the vec_dot type.
     vdt_row: usize,
+    /// Set when converted rows are prepared for the type's prepared dot (generation): the
+    /// quantized row goes through thread scratch, `row` is a prepared row's size.
+    prepared: Option<PreparedDot>,
 }
+
+/// Most activation rows for which the prepared dot is used (one preparation per activation row
+/// pays when every weight row meets few of them).
+const PREPARED_MAX_COLS: usize = 2;
 
 /// Fewest activation rows for which packing a panel of weights pays.
 const PANEL_MIN_COLS: usize = 8;
@@ -55,7 +63,10 @@ fn plan_activations(op: GgmlOp, a: &Tv, b: &Tv) -> Result<(VecDotFn, Activations
     }
     let row = vdt.row_size(k_len as u64).ok_or_else(|| shape_err(op, "row size overflows"))? as usize;
     if b.dtype() == vdt && b.packed {
-        return Ok((vec_dot, Activations { convert: false, from_f32: None, row, panel: None, vdt_row: row }));
+        return Ok((
+            vec_dot,
+            Activations { convert: false, from_f32: None, row, panel: None, vdt_row: row, prepared: None },
+        ));
     }
     if !b.can_load() || !matches!(b.dtype(), GgmlType::F32 | GgmlType::F16 | GgmlType::BF16) {
         return Err(types_err(op, format!("src1 {} cannot be converted to {vdt}", b.dtype())));
@@ -65,7 +76,24 @@ fn plan_activations(op: GgmlOp, a: &Tv, b: &Tv) -> Result<(VecDotFn, Activations
     } else {
         Some(quant::kernels(vdt).from_f32.ok_or(Error::MissingKernel { dtype: vdt, kernel: "from_f32" })?)
     };
-    Ok((vec_dot, Activations { convert: true, from_f32, row, panel: None, vdt_row: row }))
+    Ok((vec_dot, Activations { convert: true, from_f32, row, panel: None, vdt_row: row, prepared: None }))
+}
+
+/// Switches a converted product with few activation rows to prepared rows when the weight type
+/// has a prepared dot; returns the f32 scratch each thread needs for the conversion.
+fn plan_prepared(a: &Tv, b: &Tv, act: &mut Activations) -> usize {
+    let k = quant::kernels(a.dtype());
+    let Some(p) = k.vec_dot_prepared else { return 0 };
+    if !act.convert
+        || act.from_f32.is_none()
+        || k.vec_dot_type != GgmlType::Q8_0
+        || b.ne[1] > PREPARED_MAX_COLS
+    {
+        return 0;
+    }
+    act.prepared = Some(p);
+    act.row = quant::prepared::row_bytes(a.ne[0]);
+    a.ne[0] + act.vdt_row.div_ceil(4)
 }
 
 /// Switches a converted product to packed panels when the weight type has them and there are
@@ -91,6 +119,13 @@ fn convert_rows(b: &Tv, act: &Activations, rows: std::ops::Range<usize>, ctx: &m
         b.load_row(i1, i2, i3, local);
         let sh = ctx.sh;
         let out = sh.bytes_mut(r * act.row, act.row);
+        if let (Some(p), Some(f)) = (act.prepared, act.from_f32) {
+            let (row, rest) = ctx.local.split_at_mut(k);
+            let q = &mut bytemuck::cast_slice_mut::<f32, u8>(rest)[..act.vdt_row];
+            f(row, q);
+            quant::prepared::prepare(k, p.bias, q, out);
+            continue;
+        }
         if let (Some(p), Some(f)) = (act.panel, act.from_f32) {
             let (row, rest) = ctx.local.split_at_mut(k);
             let q = &mut bytemuck::cast_slice_mut::<f32, u8>(rest)[..act.vdt_row];
@@ -180,13 +215,19 @@ pub(crate) unsafe fn prepare_mul_mat(n: &Node) -> Result<Plan> {
         0
     };
     let panel_local = if gemm.is_none() { plan_panel(&a, &b, &mut act) } else { 0 };
-    let shared_bytes = if act.panel.is_some() {
+    let prepared_local = if gemm.is_none() { plan_prepared(&a, &b, &mut act) } else { 0 };
+    let k = match act.prepared {
+        // Few columns: only the one-column dot runs, on prepared rows.
+        Some(p) => DotKernels { vec_dot: p.dot, vec_dot_x4: None, gemm: None, vec_dot_2x2: None },
+        None => k,
+    };
+    let shared_bytes = if act.panel.is_some() || act.prepared.is_some() {
         b.nrows().checked_mul(act.row).ok_or_else(|| shape_err(op, "scratch size overflows"))?
     } else {
         shared_bytes
     };
     let phases = if act.convert { 2 } else { 1 };
-    let local = if act.convert { a.ne[0].max(panel_local) } else { 0 };
+    let local = if act.convert { a.ne[0].max(panel_local).max(prepared_local) } else { 0 };
     let work = b.ne[2] * b.ne[3] * a.ne[1].div_ceil(ROW_BLOCK);
     let units = if act.convert { [b.nrows().clamp(1, super::MAX_UNITS), work] } else { [work, 0] };
     Ok(Plan {

@@ -139,6 +139,12 @@ impl Kernels {
         self.types[t as usize].gemm = Some(f);
     }
 
+    /// Sets the prepared-activation dot of `t`.
+    #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
+    pub(crate) fn set_vec_dot_prepared(&mut self, t: GgmlType, bias: i32, dot: VecDotFn) {
+        self.types[t as usize].vec_dot_prepared = Some(super::prepared::PreparedDot { bias, dot });
+    }
+
     /// Sets the panel product of `t` (see [`super::panel`]), with the type's packers; does nothing
     /// for a type without panel packers.
     #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
@@ -205,6 +211,7 @@ fn entry(to: ToF32Fn, from: Option<FromF32Fn>, dot: Option<VecDotFn>, vdt: GgmlT
         vec_dot_2x2: None,
         vec_dot_gemm: None,
         gemm: None,
+        vec_dot_prepared: None,
         panel: None,
     }
 }
@@ -221,6 +228,7 @@ fn build_scalar() -> Kernels {
         vec_dot_2x2: None,
         vec_dot_gemm: None,
         gemm: None,
+        vec_dot_prepared: None,
         panel: None,
     };
     let mut t = [empty; GGML_TYPE_COUNT as usize];

@@ -44,6 +44,7 @@ pub mod aarch64;
 pub mod blocks;
 pub mod dispatch;
 pub mod panel;
+pub mod prepared;
 pub mod scalar;
 #[cfg(test)]
 mod tests;
@@ -106,6 +107,8 @@ pub struct TypeKernels {
     /// Optional register-tiled matrix × matrix form of `vec_dot` (`None`: call `vec_dot_x4` /
     /// `vec_dot` per row).
     pub gemm: Option<GemmFn>,
+    /// Optional dot against a prepared activation row (see [`prepared`]), for generation.
+    pub vec_dot_prepared: Option<prepared::PreparedDot>,
     /// Optional packed-panel product (see [`panel`]): faster than `gemm` for many activation rows,
     /// but in its own summation order, so only where no bit-exact ggml parity is promised.
     pub panel: Option<panel::PanelKernels>,

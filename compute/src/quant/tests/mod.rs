@@ -7,6 +7,7 @@ mod dot;
 #[cfg(target_arch = "aarch64")]
 mod neon;
 mod panel;
+mod prepared;
 mod prop;
 mod quantize;
 mod simd;

@@ -15,6 +15,7 @@ use super::avx2::x4::{hsum4, rows4};
 use crate::dtype::GgmlType;
 use crate::quant::blocks::*;
 use crate::quant::dispatch::Kernels;
+use crate::quant::prepared::PreparedQ8;
 
 /// Installs the VNNI kernels into `k` (on top of AVX2's); does nothing without the features.
 pub fn install(k: &mut Kernels) {
@@ -26,6 +27,9 @@ pub fn install(k: &mut Kernels) {
     k.set_vec_dot(GgmlType::Q5_0, vec_dot_q5_0_q8_0);
     k.set_vec_dot(GgmlType::Q8_0, vec_dot_q8_0_q8_0);
     k.set_vec_dot(GgmlType::IQ4_NL, vec_dot_iq4_nl_q8_0);
+    k.set_vec_dot_prepared(GgmlType::Q4_0, 8, vec_dot_q4_0_prepared);
+    k.set_vec_dot_prepared(GgmlType::Q5_0, 16, vec_dot_q5_0_prepared);
+    k.set_vec_dot_prepared(GgmlType::Q8_0, 128, vec_dot_q8_0_prepared);
     k.set_vec_dot_x4(GgmlType::Q4_0, vec_dot_q4_0_q8_0_x4);
     k.set_vec_dot_x4(GgmlType::Q4_1, vec_dot_q4_1_q8_1_x4);
     k.set_vec_dot_x4(GgmlType::Q5_0, vec_dot_q5_0_q8_0_x4);
@@ -80,6 +84,77 @@ macro_rules! wrapper {
 wrapper!(vec_dot_q4_0_q8_0, q4_0_q8_0, BlockQ4_0, BlockQ8_0);
 wrapper!(vec_dot_q4_1_q8_1, q4_1_q8_1, BlockQ4_1, BlockQ8_1);
 wrapper!(vec_dot_q5_0_q8_0, q5_0_q8_0, BlockQ5_0, BlockQ8_0);
+wrapper!(vec_dot_q4_0_prepared, q4_0_prepared, BlockQ4_0, PreparedQ8);
+wrapper!(vec_dot_q5_0_prepared, q5_0_prepared, BlockQ5_0, PreparedQ8);
+wrapper!(vec_dot_q8_0_prepared, q8_0_prepared, BlockQ8_0, PreparedQ8);
+
+/// `f32(d_x) · d_y` for a weight block whose first two bytes are its f16 scale and a prepared
+/// f32 activation scale: `f16_mul`'s value (both convert exactly, then one f32 multiply).
+#[inline(always)]
+unsafe fn scale_prepared<B: bytemuck::Pod>(bx: &B, by: &PreparedQ8) -> f32 {
+    let b = bytemuck::bytes_of(bx);
+    assert!(b.len() >= 8);
+    let x: __m128;
+    // SAFETY: reads 8 bytes of the block (checked above); F16C is enabled by every caller.
+    // Converting from memory: an intrinsic on a 16-bit value compiled to an insert into the
+    // accumulator's register, a false dependency that serialised the block loop.
+    unsafe {
+        asm!(
+            "vcvtph2ps {x}, qword ptr [{p}]",
+            p = in(reg) b.as_ptr(),
+            x = out(xmm_reg) x,
+            options(pure, readonly, nostack, preserves_flags)
+        );
+        _mm_cvtss_f32(x) * f32::from_le_bytes(by.d)
+    }
+}
+
+/// The prepared lanes `-bias · Σ y` as the accumulator a block's `vpdpbusd` starts from.
+#[inline(always)]
+unsafe fn offsets(by: &PreparedQ8) -> __m256i {
+    // SAFETY: reads the 32 bytes of the block's offset field.
+    unsafe { _mm256_loadu_si256(by.off.as_ptr().cast()) }
+}
+
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512vl,avx512vnni")]
+unsafe fn q4_0_prepared(xs: &[BlockQ4_0], ys: &[PreparedQ8]) -> f32 {
+    // SAFETY: register arithmetic and whole-block reads; features enabled on this fn.
+    unsafe {
+        block_loop!(xs, ys, |bx, by| {
+            // Σ (q - 8)·y per lane = -8·Σ y (prepared) + Σ q·y: `q4_0_q8_0`'s lanes.
+            let v = dpbusd(offsets(by), nibbles32(&bx.qs), load32(&by.qs));
+            (scale_prepared(bx, by), _mm256_cvtepi32_ps(v))
+        })
+    }
+}
+
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512vl,avx512vnni")]
+unsafe fn q5_0_prepared(xs: &[BlockQ5_0], ys: &[PreparedQ8]) -> f32 {
+    // SAFETY: register arithmetic and whole-block reads; features enabled on this fn.
+    unsafe {
+        let b4 = _mm256_set1_epi8(0x10);
+        block_loop!(xs, ys, |bx, by| {
+            let hi = _mm256_and_si256(bytes_from_bits(u32::from_le_bytes(bx.qh)), b4);
+            let q = _mm256_or_si256(nibbles32(&bx.qs), hi);
+            let v = dpbusd(offsets(by), q, load32(&by.qs));
+            (scale_prepared(bx, by), _mm256_cvtepi32_ps(v))
+        })
+    }
+}
+
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512vl,avx512vnni")]
+unsafe fn q8_0_prepared(xs: &[BlockQ8_0], ys: &[PreparedQ8]) -> f32 {
+    // SAFETY: register arithmetic and whole-block reads; features enabled on this fn.
+    unsafe {
+        let flip = _mm256_set1_epi8(-128);
+        block_loop!(xs, ys, |bx, by| {
+            // Σ q·y = Σ (q + 128)·y - 128·Σ y, exact per lane: `q8_0_q8_0`'s lanes.
+            let q = _mm256_xor_si256(load32(&bx.qs), flip);
+            let v = dpbusd(offsets(by), q, load32(&by.qs));
+            (scale_prepared(bx, by), _mm256_cvtepi32_ps(v))
+        })
+    }
+}
 wrapper!(vec_dot_q8_0_q8_0, q8_0_q8_0, BlockQ8_0, BlockQ8_0);
 wrapper!(vec_dot_iq4_nl_q8_0, iq4_nl_q8_0, BlockIq4Nl, BlockQ8_0);
 
