@@ -40,6 +40,8 @@ struct Activations {
     panel: Option<PanelKernels>,
     /// Bytes of one row of the vec_dot type.
     vdt_row: usize,
+    /// The vec_dot type.
+    vdt: GgmlType,
     /// Set when converted rows are prepared for the type's prepared dot (generation): the
     /// quantized row goes through thread scratch, `row` is a prepared row's size.
     prepared: Option<PreparedDot>,
@@ -65,7 +67,15 @@ fn plan_activations(op: GgmlOp, a: &Tv, b: &Tv) -> Result<(VecDotFn, Activations
     if b.dtype() == vdt && b.packed {
         return Ok((
             vec_dot,
-            Activations { convert: false, from_f32: None, row, panel: None, vdt_row: row, prepared: None },
+            Activations {
+                convert: false,
+                from_f32: None,
+                row,
+                panel: None,
+                vdt_row: row,
+                vdt,
+                prepared: None,
+            },
         ));
     }
     if !b.can_load() || !matches!(b.dtype(), GgmlType::F32 | GgmlType::F16 | GgmlType::BF16) {
@@ -76,7 +86,10 @@ fn plan_activations(op: GgmlOp, a: &Tv, b: &Tv) -> Result<(VecDotFn, Activations
     } else {
         Some(quant::kernels(vdt).from_f32.ok_or(Error::MissingKernel { dtype: vdt, kernel: "from_f32" })?)
     };
-    Ok((vec_dot, Activations { convert: true, from_f32, row, panel: None, vdt_row: row, prepared: None }))
+    Ok((
+        vec_dot,
+        Activations { convert: true, from_f32, row, panel: None, vdt_row: row, vdt, prepared: None },
+    ))
 }
 
 /// Switches a converted product with few activation rows to prepared rows when the weight type
@@ -123,7 +136,7 @@ fn convert_rows(b: &Tv, act: &Activations, rows: std::ops::Range<usize>, ctx: &m
             let (row, rest) = ctx.local.split_at_mut(k);
             let q = &mut bytemuck::cast_slice_mut::<f32, u8>(rest)[..act.vdt_row];
             f(row, q);
-            quant::prepared::prepare(k, p.bias, q, out);
+            quant::prepared::prepare(k, act.vdt, p.bias, q, out);
             continue;
         }
         if let (Some(p), Some(f)) = (act.panel, act.from_f32) {

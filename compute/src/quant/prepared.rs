@@ -1,4 +1,4 @@
-//! Prepared activations for generation: a Q8_0 activation row is met by every weight row of a
+//! Prepared activations for generation: a Q8_0 (or Q8_1) activation row is met by every weight row of a
 //! matrix, so what the one-column dot recomputes per weight row from the activation alone (its
 //! f16 scale as f32, the offset term `-bias · Σ y` of the weights' stored bias, per four-element
 //! lane) is computed once per row here. The prepared dots form the same exact integer lanes and
@@ -8,8 +8,9 @@
 
 use bytemuck::{Pod, Zeroable};
 
-use super::blocks::{f16le, take_blocks, BlockQ8_0, QK};
+use super::blocks::{f16le, take_blocks, BlockQ8_0, BlockQ8_1, QK};
 use super::VecDotFn;
+use crate::dtype::GgmlType;
 
 /// One block of a prepared Q8_0 row.
 #[repr(C)]
@@ -21,9 +22,11 @@ pub struct PreparedQ8 {
     pub off: [[u8; 4]; 8],
     /// The block's scale as f32 (little-endian).
     pub d: [u8; 4],
+    /// Q8_1 rows: the block's `d · Σ y` as f32 (little-endian), next to `d`; 0 for Q8_0 rows.
+    pub s: [u8; 4],
 }
 
-const _: () = assert!(std::mem::size_of::<PreparedQ8>() == 68 && std::mem::align_of::<PreparedQ8>() == 1);
+const _: () = assert!(std::mem::size_of::<PreparedQ8>() == 72 && std::mem::align_of::<PreparedQ8>() == 1);
 
 /// A type's prepared dot: the weights' stored bias (`q + bias` unsigned) and the dot of a weight
 /// row with a prepared row.
@@ -40,19 +43,32 @@ pub const fn row_bytes(k: usize) -> usize {
     k / QK * std::mem::size_of::<PreparedQ8>()
 }
 
-/// Prepares a Q8_0 row of `k` elements for weights stored with `bias` (`out` holds
-/// [`row_bytes`]).
-pub fn prepare(k: usize, bias: i32, q8: &[u8], out: &mut [u8]) {
+/// Prepares a row of `k` elements of `vdt` (Q8_0 or Q8_1) for weights stored with `bias`
+/// (`out` holds [`row_bytes`]).
+pub fn prepare(k: usize, vdt: GgmlType, bias: i32, q8: &[u8], out: &mut [u8]) {
     assert_eq!(k % QK, 0, "prepare: k = {k} is not a whole number of blocks");
     assert!(out.len() >= row_bytes(k), "prepare: {} bytes for a row of {k}", out.len());
-    let blocks = take_blocks::<BlockQ8_0>(q8, k / QK);
     let outs: &mut [PreparedQ8] = bytemuck::cast_slice_mut(&mut out[..row_bytes(k)]);
-    for (b, o) in blocks.iter().zip(outs.iter_mut()) {
-        o.qs = b.qs;
+    let fill = |o: &mut PreparedQ8, qs: &[i8; QK], d: f32, s: f32| {
+        o.qs = *qs;
         for (l, off) in o.off.iter_mut().enumerate() {
-            let s: i32 = b.qs[4 * l..4 * l + 4].iter().map(|&v| v as i32).sum();
-            *off = (-bias * s).to_le_bytes();
+            let sum: i32 = qs[4 * l..4 * l + 4].iter().map(|&v| v as i32).sum();
+            *off = (-bias * sum).to_le_bytes();
         }
-        o.d = f16le(b.d).to_le_bytes();
+        o.d = d.to_le_bytes();
+        o.s = s.to_le_bytes();
+    };
+    match vdt {
+        GgmlType::Q8_0 => {
+            for (b, o) in take_blocks::<BlockQ8_0>(q8, k / QK).iter().zip(outs.iter_mut()) {
+                fill(o, &b.qs, f16le(b.d), 0.0);
+            }
+        }
+        GgmlType::Q8_1 => {
+            for (b, o) in take_blocks::<BlockQ8_1>(q8, k / QK).iter().zip(outs.iter_mut()) {
+                fill(o, &b.qs, f16le(b.d), f16le(b.s));
+            }
+        }
+        other => panic!("prepare: {other} rows are not prepared"),
     }
 }

@@ -11,7 +11,7 @@ fn prepared_dots_equal_vec_dot_bit_for_bit() {
     let mut tested = 0;
     for isa in Isa::all_available() {
         let k = Kernels::build(isa);
-        for t in [GgmlType::Q4_0, GgmlType::Q5_0, GgmlType::Q8_0] {
+        for t in [GgmlType::Q4_0, GgmlType::Q4_1, GgmlType::Q5_0, GgmlType::Q8_0] {
             let Some(p) = k.get(t).vec_dot_prepared else { continue };
             let dot = k.get(t).vec_dot.unwrap();
             for nb in [1usize, 8, 19] {
@@ -32,9 +32,10 @@ fn prepared_dots_equal_vec_dot_bit_for_bit() {
                     xs.push(q);
                 }
                 for y in activations(&mut r, n) {
-                    let q8 = quantize(&s, GgmlType::Q8_0, &y);
+                    let vdt = s.get(t).vec_dot_type;
+                    let q8 = quantize(&s, vdt, &y);
                     let mut py = vec![0u8; prepared::row_bytes(n)];
-                    prepared::prepare(n, p.bias, &q8, &mut py);
+                    prepared::prepare(n, vdt, p.bias, &q8, &mut py);
                     for x in &xs {
                         let (got, want) = ((p.dot)(n, x, &py), dot(n, x, &q8));
                         assert_eq!(

@@ -29,6 +29,7 @@ pub fn install(k: &mut Kernels) {
     k.set_vec_dot(GgmlType::IQ4_NL, vec_dot_iq4_nl_q8_0);
     k.set_vec_dot_prepared(GgmlType::Q4_0, 8, vec_dot_q4_0_prepared);
     k.set_vec_dot_prepared(GgmlType::Q5_0, 16, vec_dot_q5_0_prepared);
+    k.set_vec_dot_prepared(GgmlType::Q4_1, 0, vec_dot_q4_1_prepared);
     k.set_vec_dot_prepared(GgmlType::Q8_0, 128, vec_dot_q8_0_prepared);
     k.set_vec_dot_x4(GgmlType::Q4_0, vec_dot_q4_0_q8_0_x4);
     k.set_vec_dot_x4(GgmlType::Q4_1, vec_dot_q4_1_q8_1_x4);
@@ -86,18 +87,18 @@ wrapper!(vec_dot_q4_1_q8_1, q4_1_q8_1, BlockQ4_1, BlockQ8_1);
 wrapper!(vec_dot_q5_0_q8_0, q5_0_q8_0, BlockQ5_0, BlockQ8_0);
 wrapper!(vec_dot_q4_0_prepared, q4_0_prepared, BlockQ4_0, PreparedQ8);
 wrapper!(vec_dot_q5_0_prepared, q5_0_prepared, BlockQ5_0, PreparedQ8);
+wrapper!(vec_dot_q4_1_prepared, q4_1_prepared, BlockQ4_1, PreparedQ8);
 wrapper!(vec_dot_q8_0_prepared, q8_0_prepared, BlockQ8_0, PreparedQ8);
 
-/// `f32(d_x) · d_y` for a weight block whose first two bytes are its f16 scale and a prepared
-/// f32 activation scale: `f16_mul`'s value (both convert exactly, then one f32 multiply).
+/// The first four f16 values at the start of a block as f32, converted from memory: an intrinsic
+/// on a 16-bit value compiled to an insert into the accumulator's register, a false dependency
+/// that serialised the block loop.
 #[inline(always)]
-unsafe fn scale_prepared<B: bytemuck::Pod>(bx: &B, by: &PreparedQ8) -> f32 {
+unsafe fn f16x4_at<B: bytemuck::Pod>(bx: &B) -> __m128 {
     let b = bytemuck::bytes_of(bx);
     assert!(b.len() >= 8);
     let x: __m128;
     // SAFETY: reads 8 bytes of the block (checked above); F16C is enabled by every caller.
-    // Converting from memory: an intrinsic on a 16-bit value compiled to an insert into the
-    // accumulator's register, a false dependency that serialised the block loop.
     unsafe {
         asm!(
             "vcvtph2ps {x}, qword ptr [{p}]",
@@ -105,8 +106,16 @@ unsafe fn scale_prepared<B: bytemuck::Pod>(bx: &B, by: &PreparedQ8) -> f32 {
             x = out(xmm_reg) x,
             options(pure, readonly, nostack, preserves_flags)
         );
-        _mm_cvtss_f32(x) * f32::from_le_bytes(by.d)
     }
+    x
+}
+
+/// `f32(d_x) · d_y` for a weight block whose first two bytes are its f16 scale and a prepared
+/// f32 activation scale: `f16_mul`'s value (both convert exactly, then one f32 multiply).
+#[inline(always)]
+unsafe fn scale_prepared<B: bytemuck::Pod>(bx: &B, by: &PreparedQ8) -> f32 {
+    // SAFETY: as f16x4_at.
+    unsafe { _mm_cvtss_f32(f16x4_at(bx)) * f32::from_le_bytes(by.d) }
 }
 
 /// The prepared lanes `-bias · Σ y` as the accumulator a block's `vpdpbusd` starts from.
@@ -125,6 +134,23 @@ unsafe fn q4_0_prepared(xs: &[BlockQ4_0], ys: &[PreparedQ8]) -> f32 {
             let v = dpbusd(offsets(by), nibbles32(&bx.qs), load32(&by.qs));
             (scale_prepared(bx, by), _mm256_cvtepi32_ps(v))
         })
+    }
+}
+
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512vl,avx512vnni")]
+unsafe fn q4_1_prepared(xs: &[BlockQ4_1], ys: &[PreparedQ8]) -> f32 {
+    // SAFETY: register arithmetic and whole-block reads; features enabled on this fn.
+    unsafe {
+        let mut ms = _mm_setzero_ps();
+        let dot = block_loop!(xs, ys, |bx, by| {
+            // [d_x·d_y, m_x·s_y]: `dm_products`' values, with the prepared f32 d_y and s_y.
+            let dys = _mm_castsi128_ps(_mm_loadl_epi64(by.d.as_ptr().cast()));
+            let p = _mm_mul_ps(f16x4_at(bx), dys);
+            ms = _mm_add_ps(ms, p);
+            let v = dpbusd(_mm256_setzero_si256(), nibbles32(&bx.qs), load32(&by.qs));
+            (_mm_cvtss_f32(p), _mm256_cvtepi32_ps(v))
+        });
+        dot + _mm_cvtss_f32(_mm_movehdup_ps(ms))
     }
 }
 
