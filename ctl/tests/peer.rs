@@ -44,8 +44,23 @@ fn start_peer() -> Peer {
     start_peer_with(&[])
 }
 
+/// A port below the ephemeral range (32768+) that nothing listens on now, as the interop tests
+/// choose theirs: a port from `bind(0)` is one the masters' own short connections may be using.
+fn free_port() -> u16 {
+    let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().subsec_nanos();
+    let mut x = (std::process::id() as u64) << 32 | nanos as u64;
+    for _ in 0..500 {
+        x = x.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+        let port = 20000 + ((x >> 33) % 12000) as u16;
+        if TcpListener::bind(("127.0.0.1", port)).is_ok() {
+            return port;
+        }
+    }
+    panic!("no free port below 32768");
+}
+
 fn start_peer_with(extra: &[&str]) -> Peer {
-    let port = TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let port = free_port();
     let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../tests/peer/ggml-rpc-server");
     let child = Command::new(script)
         .args(["-H", "127.0.0.1", "-p", &port.to_string(), "-t", "1"])
@@ -57,7 +72,9 @@ fn start_peer_with(extra: &[&str]) -> Peer {
     let addr = format!("127.0.0.1:{port}");
     let t0 = Instant::now();
     // The reference serves one connection at a time; a probe connection closes at once.
+    let mut child = child;
     while TcpStream::connect(&addr).is_err() {
+        assert!(child.try_wait().unwrap().is_none(), "reference server on {addr} exited at start");
         assert!(t0.elapsed() < Duration::from_secs(60), "reference server did not start on {addr}");
         std::thread::sleep(Duration::from_millis(100));
     }

@@ -237,22 +237,33 @@ async fn shutdown_interrupts_the_running_job_and_closes_streams() {
     }))
     .unwrap();
     let id = state.jobs().submit(req, state.workers()).unwrap().id;
-    // An SSE client over a real socket, reading until the server closes the stream.
+    // An SSE client over a real socket, reading until the server closes the stream. It says when
+    // the stream has delivered a token, so the shutdown below cannot come before it connected.
+    let (live_tx, live_rx) = tokio::sync::oneshot::channel::<()>();
     let reader = tokio::task::spawn_blocking(move || {
         let mut s = std::net::TcpStream::connect(addr).unwrap();
         write!(s, "GET /v1/jobs/{id}/events HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {token}\r\n\r\n")
             .unwrap();
         let mut buf = Vec::new();
-        let _ = s.read_to_end(&mut buf);
+        let mut live = Some(live_tx);
+        let mut chunk = [0u8; 4096];
+        loop {
+            match s.read(&mut chunk) {
+                Ok(0) | Err(_) => break,
+                Ok(n) => buf.extend_from_slice(&chunk[..n]),
+            }
+            if live.is_some() && String::from_utf8_lossy(&buf).contains("event: token") {
+                let _ = live.take().map(|t| t.send(()));
+            }
+        }
         String::from_utf8_lossy(&buf).into_owned()
     });
     let id = state.jobs().list()[0].id.clone();
-    for _ in 0..600 {
-        if state.jobs().get(&id).unwrap().generated_tokens > 0 {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    tokio::time::timeout(Duration::from_secs(20), live_rx)
+        .await
+        .expect("the stream delivers a token")
+        .unwrap();
+    assert!(state.jobs().get(&id).unwrap().generated_tokens > 0);
     stop.send(()).unwrap();
     tokio::time::timeout(Duration::from_secs(20), server).await.expect("serve drains").unwrap().unwrap();
     let body = tokio::time::timeout(Duration::from_secs(20), reader).await.unwrap().unwrap();
