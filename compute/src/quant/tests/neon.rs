@@ -4,7 +4,7 @@
 
 use std::arch::is_aarch64_feature_detected as has;
 
-use super::simd::{activations, f16_fields, random_row};
+use super::simd::{activations, f16_fields, filled_row, random_row};
 use super::*;
 
 /// Bit-for-bit equal, where any NaN equals any NaN: Rust (like LLVM) leaves NaN payloads and signs
@@ -73,15 +73,7 @@ fn levels_install_their_kernels() {
 fn weight_rows(r: &mut StdRng, t: GgmlType, nb: usize) -> Vec<Vec<u8>> {
     let mut rows = vec![random_row(r, t, nb, 1.5), random_row(r, t, nb, -1e3), random_row(r, t, nb, 0.0)];
     for fill in [0x00u8, 0xFF] {
-        let mut q = random_row(r, t, nb, 1.0);
-        for b in q.chunks_exact_mut(t.type_size()) {
-            let keep: Vec<(usize, [u8; 2])> = f16_fields(t).iter().map(|&o| (o, [b[o], b[o + 1]])).collect();
-            b.fill(fill);
-            for (o, v) in keep {
-                b[o..o + 2].copy_from_slice(&v);
-            }
-        }
-        rows.push(q);
+        rows.push(filled_row(r, t, nb, fill));
     }
     rows
 }

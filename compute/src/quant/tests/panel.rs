@@ -1,7 +1,7 @@
 //! The panel product (`quant::panel`): the scalar reference against an f64 product of the
 //! dequantized operands, and every SIMD panel kernel against the reference bit for bit.
 
-use super::simd::{activations, f16_fields, random_row};
+use super::simd::{activations, filled_row, random_row};
 use super::*;
 use crate::quant::panel::{self, PanelKernels, PANEL_COLS, PANEL_ROWS};
 
@@ -17,17 +17,20 @@ fn weight_rows(r: &mut StdRng, t: GgmlType, nb: usize) -> Vec<Vec<u8>> {
     let mut rows: Vec<Vec<u8>> =
         (0..PANEL_ROWS - 2).map(|i| random_row(r, t, nb, [1.5, 1e3, -2.0][i % 3])).collect();
     for fill in [0xFFu8, 0x00] {
-        let mut q = random_row(r, t, nb, 1.0);
-        for b in q.chunks_exact_mut(t.type_size()) {
-            let keep: Vec<(usize, [u8; 2])> = f16_fields(t).iter().map(|&o| (o, [b[o], b[o + 1]])).collect();
-            b.fill(fill);
-            for (o, v) in keep {
-                b[o..o + 2].copy_from_slice(&v);
-            }
-        }
-        rows.push(q);
+        rows.push(filled_row(r, t, nb, fill));
     }
     rows
+}
+
+/// [`PANEL_COLS`] activation rows of `n` elements quantized to `vt`.
+fn activation_rows(r: &mut StdRng, vt: GgmlType, n: usize) -> Vec<Vec<u8>> {
+    let s = scalar_table();
+    let mut ys: Vec<Vec<u8>> = Vec::new();
+    while ys.len() < PANEL_COLS {
+        ys.extend(activations(r, n).iter().map(|y| quantize(&s, vt, y)));
+    }
+    ys.truncate(PANEL_COLS);
+    ys
 }
 
 /// Packs `rows` and `ys` with the packers of `p`.
@@ -65,11 +68,7 @@ fn reference_matches_f64_product_of_dequantized_operands() {
         for nb in block_counts(t) {
             let n = nb * t.blck_size();
             let rows = weight_rows(&mut r, t, nb);
-            let mut ys: Vec<Vec<u8>> = Vec::new();
-            while ys.len() < PANEL_COLS {
-                ys.extend(activations(&mut r, n).iter().map(|y| quantize(&s, vt, y)));
-            }
-            ys.truncate(PANEL_COLS);
+            let ys = activation_rows(&mut r, vt, n);
             let (panel_bytes, cols) = pack(&p, n, &rows, &ys);
             let col_refs: Vec<&[u8]> = cols.iter().map(|c| c.as_slice()).collect();
             let mut out = vec![f32::NAN; PANEL_COLS * PANEL_ROWS];
@@ -120,10 +119,7 @@ fn simd_panels_equal_the_reference_bit_for_bit() {
             for nb in block_counts(t) {
                 let n = nb * t.blck_size();
                 let rows = weight_rows(&mut r, t, nb);
-                let mut ys: Vec<Vec<u8>> = Vec::new();
-                while ys.len() < PANEL_COLS {
-                    ys.extend(activations(&mut r, n).iter().map(|y| quantize(&s, vt, y)));
-                }
+                let ys = activation_rows(&mut r, vt, n);
                 let (panel_bytes, cols) = pack(&p, n, &rows, &ys);
                 for nc in 1..=PANEL_COLS {
                     let col_refs: Vec<&[u8]> = cols[cols.len() - nc..].iter().map(|c| c.as_slice()).collect();

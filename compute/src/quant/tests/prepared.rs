@@ -1,6 +1,6 @@
 //! Prepared-activation dots (`quant::prepared`) against their kernel set's `vec_dot`, bit for bit.
 
-use super::simd::{activations, f16_fields, random_row};
+use super::simd::{activations, filled_row, random_row};
 use super::*;
 use crate::quant::prepared;
 
@@ -20,16 +20,7 @@ fn prepared_dots_equal_vec_dot_bit_for_bit() {
                     (0..3).map(|i| random_row(&mut r, t, nb, [1.5, 1e3, -2.0][i])).collect();
                 // Extreme codes (every quant byte 0xFF or 0x00) with random scales.
                 for fill in [0xFFu8, 0x00] {
-                    let mut q = random_row(&mut r, t, nb, 1.0);
-                    for b in q.chunks_exact_mut(t.type_size()) {
-                        let keep: Vec<(usize, [u8; 2])> =
-                            f16_fields(t).iter().map(|&o| (o, [b[o], b[o + 1]])).collect();
-                        b.fill(fill);
-                        for (o, v) in keep {
-                            b[o..o + 2].copy_from_slice(&v);
-                        }
-                    }
-                    xs.push(q);
+                    xs.push(filled_row(&mut r, t, nb, fill));
                 }
                 for y in activations(&mut r, n) {
                     let vdt = s.get(t).vec_dot_type;

@@ -53,6 +53,20 @@ pub(super) fn random_row(r: &mut StdRng, t: GgmlType, nb: usize, scale: f32) -> 
     }
 }
 
+/// A random row of `nb` blocks of `t` whose quant bytes are all `fill` (extreme codes), with
+/// random finite scales.
+pub(super) fn filled_row(r: &mut StdRng, t: GgmlType, nb: usize, fill: u8) -> Vec<u8> {
+    let mut q = random_row(r, t, nb, 1.0);
+    for b in q.chunks_exact_mut(t.type_size()) {
+        let keep: Vec<(usize, [u8; 2])> = f16_fields(t).iter().map(|&o| (o, [b[o], b[o + 1]])).collect();
+        b.fill(fill);
+        for (o, v) in keep {
+            b[o..o + 2].copy_from_slice(&v);
+        }
+    }
+    q
+}
+
 /// Activation rows: random, all zero, negative-heavy, large.
 pub(super) fn activations(r: &mut StdRng, n: usize) -> Vec<Vec<f32>> {
     vec![
@@ -236,16 +250,7 @@ fn vec_dot_x4_bitwise_equals_vec_dot() {
                 let mut xrows = vec![random_row(&mut r, t, nb, 1.5), random_row(&mut r, t, nb, 1e3)];
                 // Edge weights: every quant byte 0xFF / 0x00 (extreme codes), scales kept finite.
                 for fill in [0xFFu8, 0x00] {
-                    let mut q = random_row(&mut r, t, nb, 1.0);
-                    for b in q.chunks_exact_mut(t.type_size()) {
-                        let keep: Vec<(usize, [u8; 2])> =
-                            f16_fields(t).iter().map(|&o| (o, [b[o], b[o + 1]])).collect();
-                        b.fill(fill);
-                        for (o, v) in keep {
-                            b[o..o + 2].copy_from_slice(&v);
-                        }
-                    }
-                    xrows.push(q);
+                    xrows.push(filled_row(&mut r, t, nb, fill));
                 }
                 let ys: Vec<Vec<u8>> = activations(&mut r, n).iter().map(|y| quantize(&s, vt, y)).collect();
                 for qx in &xrows {
