@@ -109,10 +109,7 @@ impl Gguf {
         // SAFETY: the caller promises the file is not modified while mapped (this function's
         // contract); the map is only ever read.
         let mmap = unsafe { Mmap::map(&file) }.map_err(io)?;
-        Self::parse(Backing::Mmap(mmap)).map_err(|e| match e {
-            Error::Gguf(m) => Error::Gguf(format!("{}: {m}", path.display())),
-            e => e,
-        })
+        Self::parse(Backing::Mmap(mmap)).map_err(|e| ctx(e, &path.display().to_string()))
     }
 
     /// Reads the whole file at `path` into anonymous memory with transparent huge pages requested,
@@ -132,10 +129,7 @@ impl Gguf {
         let _ = map.advise(memmap2::Advice::HugePage);
         file.read_exact(&mut map[..len]).map_err(io)?;
         let map = map.make_read_only().map_err(io)?;
-        Self::parse(Backing::Mmap(map)).map_err(|e| match e {
-            Error::Gguf(m) => Error::Gguf(format!("{}: {m}", path.display())),
-            e => e,
-        })
+        Self::parse(Backing::Mmap(map)).map_err(|e| ctx(e, &path.display().to_string()))
     }
 
     /// Reads the whole file at `path` into memory and parses it (no mapping, so no contract).

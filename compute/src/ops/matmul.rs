@@ -17,7 +17,7 @@ use crate::quant::prepared::PreparedDot;
 use crate::quant::{self, FromF32Fn, GemmFn, VecDot2x2Fn, VecDotFn, VecDotX4Fn};
 
 use super::access::{self, Tv};
-use super::{check_overlap, shape_err, src, tv, types_err, Alias, Ctx, Kind, Plan};
+use super::{check_overlap, shape_err, src, tv, types_err, Alias, Ctx, Kind, Plan, SharedScratch};
 
 /// Weight rows per work unit.
 const ROW_BLOCK: usize = 16;
@@ -34,17 +34,22 @@ struct Activations {
     from_f32: Option<FromF32Fn>,
     /// Bytes of one converted row.
     row: usize,
-    /// Set when the product runs on packed panels: converted rows are then panel columns (the
-    /// quantized row goes through thread scratch first), `row` is a column's size, and
-    /// `vdt_row` the size of the quantized row.
-    panel: Option<PanelKernels>,
+    /// Set when quantized rows are repacked for a kernel (the quantized row then goes through
+    /// thread scratch, and `row` is the repacked row's size).
+    repack: Option<Repack>,
     /// Bytes of one row of the vec_dot type.
     vdt_row: usize,
     /// The vec_dot type.
     vdt: GgmlType,
-    /// Set when converted rows are prepared for the type's prepared dot (generation): the
-    /// quantized row goes through thread scratch, `row` is a prepared row's size.
-    prepared: Option<PreparedDot>,
+}
+
+/// How converted activation rows are repacked after quantization.
+#[derive(Clone, Copy)]
+enum Repack {
+    /// Into panel columns: the product runs on packed panels (many activation rows).
+    Panel(PanelKernels),
+    /// Into prepared rows for the type's prepared dot (generation: few activation rows).
+    Prepared(PreparedDot),
 }
 
 /// Most activation rows for which the prepared dot is used (one preparation per activation row
@@ -67,15 +72,7 @@ fn plan_activations(op: GgmlOp, a: &Tv, b: &Tv) -> Result<(VecDotFn, Activations
     if b.dtype() == vdt && b.packed {
         return Ok((
             vec_dot,
-            Activations {
-                convert: false,
-                from_f32: None,
-                row,
-                panel: None,
-                vdt_row: row,
-                vdt,
-                prepared: None,
-            },
+            Activations { convert: false, from_f32: None, row, repack: None, vdt_row: row, vdt },
         ));
     }
     if !b.can_load() || !matches!(b.dtype(), GgmlType::F32 | GgmlType::F16 | GgmlType::BF16) {
@@ -86,41 +83,34 @@ fn plan_activations(op: GgmlOp, a: &Tv, b: &Tv) -> Result<(VecDotFn, Activations
     } else {
         Some(quant::kernels(vdt).from_f32.ok_or(Error::MissingKernel { dtype: vdt, kernel: "from_f32" })?)
     };
-    Ok((
-        vec_dot,
-        Activations { convert: true, from_f32, row, panel: None, vdt_row: row, vdt, prepared: None },
-    ))
+    Ok((vec_dot, Activations { convert: true, from_f32, row, repack: None, vdt_row: row, vdt }))
 }
 
-/// Switches a converted product with few activation rows to prepared rows when the weight type
-/// has a prepared dot; returns the f32 scratch each thread needs for the conversion.
-fn plan_prepared(a: &Tv, b: &Tv, act: &mut Activations) -> usize {
-    let k = quant::kernels(a.dtype());
-    let Some(p) = k.vec_dot_prepared else { return 0 };
-    if !act.convert
-        || act.from_f32.is_none()
-        || k.vec_dot_type != GgmlType::Q8_0
-        || b.ne[1] > PREPARED_MAX_COLS
-    {
+/// Chooses a repacking of the converted rows: panels for many activation rows, prepared rows for
+/// few, when the weight type has the kernels; returns the f32 scratch each thread then needs
+/// (0 without one).
+fn plan_repack(a: &Tv, b: &Tv, act: &mut Activations) -> usize {
+    if !act.convert || act.from_f32.is_none() {
         return 0;
     }
-    act.prepared = Some(p);
-    act.row = quant::prepared::row_bytes(a.ne[0]);
-    a.ne[0] + act.vdt_row.div_ceil(4)
-}
-
-/// Switches a converted product to packed panels when the weight type has them and there are
-/// enough activation rows; returns the f32 scratch each thread needs for them.
-fn plan_panel(a: &Tv, b: &Tv, act: &mut Activations) -> usize {
-    let Some(p) = quant::kernels(a.dtype()).panel else { return 0 };
-    if !act.convert || act.from_f32.is_none() || b.ne[1] < PANEL_MIN_COLS {
-        return 0;
-    }
+    let kern = quant::kernels(a.dtype());
     let k = a.ne[0];
-    act.panel = Some(p);
-    act.row = p.format.col_bytes(k);
-    // Phase 0: the f32 row, then the quantized row; phase 1: the weight panel.
-    (k + act.vdt_row.div_ceil(4)).max(p.format.panel_bytes(k).div_ceil(4))
+    // Phase 0 holds the f32 row, then the quantized row.
+    let convert = k + act.vdt_row.div_ceil(4);
+    match (kern.panel, kern.vec_dot_prepared) {
+        (Some(p), _) if b.ne[1] >= PANEL_MIN_COLS => {
+            act.repack = Some(Repack::Panel(p));
+            act.row = p.format.col_bytes(k);
+            // Phase 1 holds the unit's weight panel.
+            convert.max(p.format.panel_bytes(k).div_ceil(4))
+        }
+        (_, Some(p)) if b.ne[1] <= PREPARED_MAX_COLS => {
+            act.repack = Some(Repack::Prepared(p));
+            act.row = quant::prepared::row_bytes(k);
+            convert
+        }
+        _ => 0,
+    }
 }
 
 /// Phase 0: converts the rows `rows` (flat indices over `b`) into shared scratch.
@@ -132,18 +122,14 @@ fn convert_rows(b: &Tv, act: &Activations, rows: std::ops::Range<usize>, ctx: &m
         b.load_row(i1, i2, i3, local);
         let sh = ctx.sh;
         let out = sh.bytes_mut(r * act.row, act.row);
-        if let (Some(p), Some(f)) = (act.prepared, act.from_f32) {
+        if let (Some(repack), Some(f)) = (act.repack, act.from_f32) {
             let (row, rest) = ctx.local.split_at_mut(k);
             let q = &mut bytemuck::cast_slice_mut::<f32, u8>(rest)[..act.vdt_row];
             f(row, q);
-            quant::prepared::prepare(k, act.vdt, p.bias, q, out);
-            continue;
-        }
-        if let (Some(p), Some(f)) = (act.panel, act.from_f32) {
-            let (row, rest) = ctx.local.split_at_mut(k);
-            let q = &mut bytemuck::cast_slice_mut::<f32, u8>(rest)[..act.vdt_row];
-            f(row, q);
-            (p.pack_col)(k, q, out);
+            match repack {
+                Repack::Panel(p) => (p.pack_col)(k, q, out),
+                Repack::Prepared(p) => quant::prepared::prepare(k, act.vdt, p.bias, q, out),
+            }
             continue;
         }
         match act.from_f32 {
@@ -158,10 +144,17 @@ fn convert_rows(b: &Tv, act: &Activations, rows: std::ops::Range<usize>, ctx: &m
 }
 
 /// Activation row `(i1, i2, i3)` of `b`, converted or in place.
-fn act_row<'c>(b: &'c Tv, act: &Activations, ctx: &'c Ctx<'_>, i1: usize, i2: usize, i3: usize) -> &'c [u8] {
+fn act_row<'c>(
+    b: &'c Tv,
+    act: &Activations,
+    sh: &'c SharedScratch,
+    i1: usize,
+    i2: usize,
+    i3: usize,
+) -> &'c [u8] {
     if act.convert {
         let r = i1 + b.ne[1] * (i2 + b.ne[2] * i3);
-        ctx.shared(r * act.row, act.row)
+        sh.bytes(r * act.row, act.row)
     } else {
         b.row_bytes(i1, i2, i3)
     }
@@ -222,25 +215,21 @@ pub(crate) unsafe fn prepare_mul_mat(n: &Node) -> Result<Plan> {
         },
         None => DotKernels::new(a.dtype(), vec_dot),
     };
+    let repack_local = if gemm.is_none() { plan_repack(&a, &b, &mut act) } else { 0 };
+    let k = match act.repack {
+        // Few columns: only the one-column dot runs, on prepared rows.
+        Some(Repack::Prepared(p)) => {
+            DotKernels { vec_dot: p.dot, vec_dot_x4: None, gemm: None, vec_dot_2x2: None }
+        }
+        _ => k,
+    };
     let shared_bytes = if act.convert {
         b.nrows().checked_mul(act.row).ok_or_else(|| shape_err(op, "scratch size overflows"))?
     } else {
         0
     };
-    let panel_local = if gemm.is_none() { plan_panel(&a, &b, &mut act) } else { 0 };
-    let prepared_local = if gemm.is_none() { plan_prepared(&a, &b, &mut act) } else { 0 };
-    let k = match act.prepared {
-        // Few columns: only the one-column dot runs, on prepared rows.
-        Some(p) => DotKernels { vec_dot: p.dot, vec_dot_x4: None, gemm: None, vec_dot_2x2: None },
-        None => k,
-    };
-    let shared_bytes = if act.panel.is_some() || act.prepared.is_some() {
-        b.nrows().checked_mul(act.row).ok_or_else(|| shape_err(op, "scratch size overflows"))?
-    } else {
-        shared_bytes
-    };
     let phases = if act.convert { 2 } else { 1 };
-    let local = if act.convert { a.ne[0].max(panel_local).max(prepared_local) } else { 0 };
+    let local = if act.convert { a.ne[0].max(repack_local) } else { 0 };
     let work = b.ne[2] * b.ne[3] * a.ne[1].div_ceil(ROW_BLOCK);
     let units = if act.convert { [b.nrows().clamp(1, super::MAX_UNITS), work] } else { [work, 0] };
     Ok(Plan {
@@ -274,7 +263,7 @@ impl MulMat {
         let r0 = rb * ROW_BLOCK;
         let nr = ROW_BLOCK.min(m - r0);
         let xs: [&[u8]; ROW_BLOCK] = std::array::from_fn(|i| a.row_bytes(r0 + i.min(nr - 1), i02, i03));
-        if let Some(p) = self.act.panel {
+        if let Some(Repack::Panel(p)) = self.act.repack {
             self.run_panel(p, &xs, r0, nr, (i12, i13), ctx);
             return;
         }
@@ -283,7 +272,7 @@ impl MulMat {
         while c0 < n {
             let nc = COL_BLOCK.min(n - c0);
             let ys: [&[u8]; COL_BLOCK] =
-                std::array::from_fn(|j| act_row(b, &self.act, ctx, c0 + j.min(nc - 1), i12, i13));
+                std::array::from_fn(|j| act_row(b, &self.act, &ctx.sh, c0 + j.min(nc - 1), i12, i13));
             self.k.products(a.ne[0], &xs[..nr], &ys[..nc], &mut out[..nr * nc]);
             for (j, col) in out[..nr * nc].chunks_exact(nr).enumerate() {
                 dst.store_f32s(r0, c0 + j, i12, i13, col);
@@ -308,19 +297,17 @@ impl MulMat {
         let (b, dst) = (&self.b, &self.dst);
         let k = self.a.ne[0];
         let bytes = p.format.panel_bytes(k);
-        // Panels exist only for converted activations, which live in shared scratch.
         let sh = ctx.sh;
         let panel = &mut bytemuck::cast_slice_mut::<f32, u8>(ctx.local)[..bytes];
         (p.pack_rows)(k, xs, panel);
         let n = b.ne[1];
-        let col = |i1: usize| sh.bytes((i1 + b.ne[1] * (i12 + b.ne[2] * i13)) * self.act.row, self.act.row);
         let mut out = [0.0f32; PANEL_ROWS * PANEL_COLS];
         let mut c0 = 0;
         while c0 < n {
             let nc = PANEL_COLS.min(n - c0);
             let mut ys: [&[u8]; PANEL_COLS] = [&[]; PANEL_COLS];
             for (j, y) in ys.iter_mut().enumerate().take(nc) {
-                *y = col(c0 + j);
+                *y = act_row(b, &self.act, &sh, c0 + j, i12, i13);
             }
             (p.run)(p.format, k, panel, &ys[..nc], &mut out[..nc * PANEL_ROWS]);
             for (j, o) in out[..nc * PANEL_ROWS].chunks_exact(PANEL_ROWS).enumerate() {
@@ -524,7 +511,7 @@ impl MulMatId {
                 };
                 let ys: [&[u8]; COL_BLOCK] = std::array::from_fn(|j| {
                     let (slot, t) = pair(j.min(nc - 1));
-                    act_row(b, &self.act, ctx, slot % b.ne[1], t, 0)
+                    act_row(b, &self.act, &ctx.sh, slot % b.ne[1], t, 0)
                 });
                 self.k.products(k, &xs[..nr], &ys[..nc], &mut out[..nr * nc]);
                 for (j, col) in out[..nr * nc].chunks_exact(nr).enumerate() {

@@ -220,9 +220,16 @@ impl SetRows {
         let (rows, dst, idx) = (&self.rows, &self.dst, &self.idx);
         let n = rows.ne[1];
         let single = rows.ne[0] == 1 && is_elem_type(rows.dtype()) && is_elem_type(dst.dtype());
+        let mut slice: Option<(usize, IndexRow<'_>)> = None;
         for flat in ctx.range(n * dst.ne[2] * dst.ne[3]) {
-            let (i, i2, i3) = (flat % n, (flat / n) % dst.ne[2], flat / (n * dst.ne[2]));
-            let r = IndexRow::new(idx, i2 % idx.ne[1], i3 % idx.ne[2]).get(i) as usize;
+            let (i, plane) = (flat % n, flat / n);
+            let (i2, i3) = (plane % dst.ne[2], plane / dst.ne[2]);
+            // The index row of this (i2, i3) plane, looked up once per plane.
+            let ids = match &slice {
+                Some((p, ids)) if *p == plane => ids,
+                _ => &slice.insert((plane, IndexRow::new(idx, i2 % idx.ne[1], i3 % idx.ne[2]))).1,
+            };
+            let r = ids.get(i) as usize;
             if single {
                 dst.set_f32(0, r, i2, i3, rows.get_f32(0, i, i2, i3));
             } else {

@@ -14,7 +14,7 @@
 //!
 //! The value of output `(r, c)` is, sub-block after sub-block,
 //! `acc = fma(f32(off + Σ w·y), sx[r] · sy, acc)` and, with a min term, `acc = fma(mx[r], ty, acc)`.
-//! [`run_scalar`] is that definition; the SIMD kernels equal it bit for bit (tested). It is not
+//! [`run_reference`] is that definition; the SIMD kernels equal it bit for bit (tested). It is not
 //! ggml's AVX2 summation order, so the panel kernels are only installed where no bit-exact ggml
 //! parity is promised (the AVX-512 set, for Q4_0, Q5_0, Q8_0, Q4_K, Q5_K and Q6_K); against the
 //! one-column `vec_dot` they agree to float rounding (tested against an f64 reference).

@@ -333,15 +333,15 @@ pub fn run(args: &BenchArgs) -> Result<()> {
     if !path.is_file() {
         bail!("model file {} does not exist", path.display());
     }
+    let workers: Vec<String> =
+        args.workers.iter().map(|a| a.trim().to_string()).filter(|a| !a.is_empty()).collect();
     let identity = FileIdentity::of(path).ok();
     let gguf = Arc::new(
-        super::open_gguf(path, !args.mmap && args.workers.iter().all(|a| a.trim().is_empty()))
+        super::open_gguf(path, !args.mmap && workers.is_empty())
             .with_context(|| format!("{} is not a readable GGUF file", path.display()))?,
     );
     let model = super::open_model(path, &gguf)?;
     let info = ModelInfo::of(path, &gguf, &model);
-    let workers: Vec<String> =
-        args.workers.iter().map(|a| a.trim().to_string()).filter(|a| !a.is_empty()).collect();
     let n_ctx = ctx_for(&tests);
     let flash_attn = args.flash_attn == FlashAttn::On;
     let mut out = crate::output::stdout();
