@@ -42,6 +42,16 @@ pub struct Tensor {
     pub data: *mut u8,
 }
 
+/// An interleaved copy of a MUL_MAT node's weights (see [`crate::quant::interleave`]): generation
+/// steps (one or two activation rows) read it instead of the weight rows, with the same results.
+#[derive(Clone, Copy, Debug)]
+pub struct Interleaved {
+    /// Address of the copy.
+    pub data: *const u8,
+    /// Its length in bytes.
+    pub len: usize,
+}
+
 /// One node: an op, its parameters, its destination and its sources.
 #[derive(Clone, Debug)]
 pub struct Node {
@@ -93,11 +103,25 @@ impl Graph {
     /// writes for as long as the graph exists, and nothing else may access that memory while
     /// [`Executor::compute`] runs the graph.
     pub unsafe fn new(nodes: Vec<Node>) -> Result<Graph> {
+        // SAFETY: forwarded contract; no interleaved copies.
+        unsafe { Graph::with_interleaved(nodes, &[]) }
+    }
+
+    /// As [`Graph::new`], with interleaved copies of weights: `interleaved[i]` belongs to node `i`
+    /// (a MUL_MAT whose src0 it interleaves; nodes past the slice's end have none). A copy is used
+    /// where the node's shapes and kernels allow it and ignored elsewhere.
+    ///
+    /// # Safety
+    /// As [`Graph::new`]; besides, every copy's `[data, data + len)` must stay valid for reads and
+    /// unchanged for as long as the graph exists. A copy that does not hold
+    /// `interleave::interleave` of its node's src0 gives wrong results, never an access outside it.
+    pub unsafe fn with_interleaved(nodes: Vec<Node>, interleaved: &[Option<Interleaved>]) -> Result<Graph> {
         let mut plans = Vec::new();
         let (mut shared_bytes, mut local_f32) = (0usize, 0usize);
         for (i, n) in nodes.iter().enumerate().filter(|(_, n)| n.runs()) {
+            let il = interleaved.get(i).copied().flatten();
             // SAFETY: forwarded contract of this function.
-            let plan = unsafe { ops::prepare(n)? };
+            let plan = unsafe { ops::prepare(n, il)? };
             shared_bytes = shared_bytes.max(plan.shared_bytes);
             local_f32 = local_f32.max(plan.local_f32);
             if plan.phases > 0 {

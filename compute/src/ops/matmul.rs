@@ -10,8 +10,10 @@
 
 use crate::dtype::GgmlType;
 use crate::error::{Error, Result};
+use crate::graph::Interleaved;
 use crate::graph::Node;
 use crate::op::GgmlOp;
+use crate::quant::interleave::{self, InterleavedDotFn};
 use crate::quant::panel::{PanelKernels, PANEL_COLS, PANEL_ROWS};
 use crate::quant::prepared::PreparedDot;
 use crate::quant::{self, FromF32Fn, GemmFn, VecDot2x2Fn, VecDotFn, VecDotX4Fn};
@@ -167,13 +169,32 @@ pub(crate) struct MulMat {
     dst: Tv,
     k: DotKernels,
     act: Activations,
+    /// The interleaved copy of `a` (whole groups of its rows) and its kernel, for generation.
+    interleaved: Option<(*const u8, InterleavedDotFn)>,
+}
+
+/// The interleaved copy of `a` and its kernel, when the product can read it: a 2-D matrix of a
+/// type with an interleaved kernel, whose rows form whole groups, and a copy that holds them all.
+fn plan_interleaved(a: &Tv, il: Interleaved) -> Option<(*const u8, InterleavedDotFn)> {
+    let t = a.dtype();
+    let kern = quant::kernels(t);
+    let f = kern.interleaved_dot?;
+    let (k, m) = (a.ne[0], a.ne[1]);
+    let whole = interleave::supported(t)
+        && kern.vec_dot_prepared.map(|p| p.bias) == Some(interleave::bias(t))
+        && m.is_multiple_of(interleave::ROWS)
+        && a.ne[2] == 1
+        && a.ne[3] == 1
+        && k.is_multiple_of(t.blck_size());
+    let need = (m / interleave::ROWS).checked_mul(interleave::group_bytes(t, k))?;
+    (whole && !il.data.is_null() && il.len >= need).then_some((il.data, f))
 }
 
 /// Validates MUL_MAT.
 ///
 /// # Safety
 /// As `ops::prepare`.
-pub(crate) unsafe fn prepare_mul_mat(n: &Node) -> Result<Plan> {
+pub(crate) unsafe fn prepare_mul_mat(n: &Node, interleaved: Option<Interleaved>) -> Result<Plan> {
     let op = n.op;
     // SAFETY: forwarded contract.
     let (a, b, dst) = unsafe { (tv(src(n, 0)?)?, tv(src(n, 1)?)?, tv(&n.dst)?) };
@@ -223,6 +244,11 @@ pub(crate) unsafe fn prepare_mul_mat(n: &Node) -> Result<Plan> {
         }
         _ => k,
     };
+    // Generation steps read the interleaved copy when there is one (the same values).
+    let interleaved = match (act.repack, interleaved) {
+        (Some(Repack::Prepared(_)), Some(il)) => plan_interleaved(&a, il),
+        _ => None,
+    };
     let shared_bytes = if act.convert {
         b.nrows().checked_mul(act.row).ok_or_else(|| shape_err(op, "scratch size overflows"))?
     } else {
@@ -237,7 +263,7 @@ pub(crate) unsafe fn prepare_mul_mat(n: &Node) -> Result<Plan> {
         units,
         shared_bytes,
         local_f32: local,
-        kind: Kind::MulMat(MulMat { a, b, dst, k, act }),
+        kind: Kind::MulMat(MulMat { a, b, dst, k, act, interleaved }),
     })
 }
 
@@ -261,6 +287,10 @@ impl MulMat {
         let (i12, i13) = (batch % b.ne[2], batch / b.ne[2]);
         let (i02, i03) = (i12 / r2, i13 / r3);
         let r0 = rb * ROW_BLOCK;
+        if let Some((data, f)) = self.interleaved {
+            self.run_interleaved(data, f, r0, (i12, i13), ctx);
+            return;
+        }
         let nr = ROW_BLOCK.min(m - r0);
         let xs: [&[u8]; ROW_BLOCK] = std::array::from_fn(|i| a.row_bytes(r0 + i.min(nr - 1), i02, i03));
         if let Some(Repack::Panel(p)) = self.act.repack {
@@ -283,6 +313,33 @@ impl MulMat {
 }
 
 impl MulMat {
+    /// One unit on the interleaved copy: the group of rows `r0..r0 + 16` against the one or two
+    /// prepared activation rows.
+    fn run_interleaved(
+        &self,
+        data: *const u8,
+        f: InterleavedDotFn,
+        r0: usize,
+        (i12, i13): (usize, usize),
+        ctx: &mut Ctx<'_>,
+    ) {
+        let (a, b, dst) = (&self.a, &self.b, &self.dst);
+        let k = a.ne[0];
+        let gb = interleave::group_bytes(a.dtype(), k);
+        // SAFETY: `plan_interleaved` checked that the copy holds every group of `a`'s rows (r0 is
+        // a multiple of 16 below ne1), and the contract of `Graph::with_interleaved` keeps it valid
+        // and unchanged while the graph exists.
+        let group = unsafe { std::slice::from_raw_parts(data.add(r0 / interleave::ROWS * gb), gb) };
+        let n = b.ne[1];
+        let ys: [&[u8]; interleave::MAX_COLS] =
+            std::array::from_fn(|j| act_row(b, &self.act, &ctx.sh, j.min(n - 1), i12, i13));
+        let mut out = [0.0f32; interleave::MAX_COLS * interleave::ROWS];
+        f(k, group, &ys[..n], &mut out[..n * interleave::ROWS]);
+        for (j, col) in out[..n * interleave::ROWS].chunks_exact(interleave::ROWS).enumerate() {
+            dst.store_f32s(r0, j, i12, i13, col);
+        }
+    }
+
     /// One unit on packed panels: the unit's weight rows are packed once into this thread's
     /// scratch, then meet every activation column, [`PANEL_COLS`] at a time.
     fn run_panel(

@@ -26,7 +26,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Mutex;
 
 use crate::error::{Error, Result};
-use crate::graph::Node;
+use crate::graph::{Interleaved, Node};
 use crate::op::GgmlOp;
 use access::Tv;
 
@@ -224,8 +224,9 @@ pub(crate) fn check_overlap(op: GgmlOp, dst: &Tv, s: &Tv, alias: Alias) -> Resul
 /// Validates and plans one node that will run.
 ///
 /// # Safety
-/// Every tensor of `n` must satisfy the contract of `Graph::new`.
-pub(crate) unsafe fn prepare(n: &Node) -> Result<Plan> {
+/// Every tensor of `n` must satisfy the contract of `Graph::new`, and `interleaved` that of
+/// `Graph::with_interleaved`.
+pub(crate) unsafe fn prepare(n: &Node, interleaved: Option<Interleaved>) -> Result<Plan> {
     if n.op.carries_function_pointer() {
         return Err(Error::UnsupportedOp {
             op: n.op,
@@ -241,7 +242,7 @@ pub(crate) unsafe fn prepare(n: &Node) -> Result<Plan> {
         ));
     }
     // SAFETY: forwarded contract (every prepare_* only wraps the node's tensors).
-    let mut plan = unsafe { prepare_op(n)? };
+    let mut plan = unsafe { prepare_op(n, interleaved)? };
     // A node with an empty destination has nothing to write (its inputs were still validated).
     if dst.is_empty() {
         return Ok(Plan { phases: 0, units: [0; 2], shared_bytes: 0, local_f32: 0, kind: Kind::Nop });
@@ -258,11 +259,11 @@ pub(crate) unsafe fn prepare(n: &Node) -> Result<Plan> {
 ///
 /// # Safety
 /// As [`prepare`].
-unsafe fn prepare_op(n: &Node) -> Result<Plan> {
+unsafe fn prepare_op(n: &Node, interleaved: Option<Interleaved>) -> Result<Plan> {
     // SAFETY: forwarded contract (every prepare_* only wraps the node's tensors).
     unsafe {
         match n.op {
-            GgmlOp::MulMat => matmul::prepare_mul_mat(n),
+            GgmlOp::MulMat => matmul::prepare_mul_mat(n, interleaved),
             GgmlOp::MulMatId => matmul::prepare_mul_mat_id(n),
             GgmlOp::GetRows => rows::prepare_get_rows(n),
             GgmlOp::SetRows => rows::prepare_set_rows(n),

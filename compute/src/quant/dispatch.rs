@@ -155,6 +155,12 @@ impl Kernels {
         }
     }
 
+    /// Sets the interleaved-weight product of `t` (see [`super::interleave`]).
+    #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
+    pub(crate) fn set_interleaved_dot(&mut self, t: GgmlType, f: super::interleave::InterleavedDotFn) {
+        self.types[t as usize].interleaved_dot = Some(f);
+    }
+
     /// Sets the GEMM-order dot product of `t` (see [`TypeKernels::vec_dot_gemm`]).
     #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
     pub(crate) fn set_vec_dot_gemm(&mut self, t: GgmlType, f: VecDotFn) {
@@ -213,6 +219,7 @@ fn entry(to: ToF32Fn, from: Option<FromF32Fn>, dot: Option<VecDotFn>, vdt: GgmlT
         gemm: None,
         vec_dot_prepared: None,
         panel: None,
+        interleaved_dot: None,
     }
 }
 
@@ -230,6 +237,7 @@ fn build_scalar() -> Kernels {
         gemm: None,
         vec_dot_prepared: None,
         panel: None,
+        interleaved_dot: None,
     };
     let mut t = [empty; GGML_TYPE_COUNT as usize];
     // ref: ggml-compute-semantics.md §2.3, the vec_dot_type table.

@@ -33,6 +33,10 @@
 //! Q4_0, Q5_0, Q8_0, Q4_K, Q5_K and Q6_K; it has its own summation order (see [`panel`]), equal to
 //! [`panel::run_reference`] bit for bit.
 //!
+//! [`TypeKernels::interleaved_dot`] (AVX-512 VNNI, Q4_0/Q4_1/Q8_0) multiplies weights stored
+//! interleaved in groups of 16 rows (see [`interleave`]; the in-process model backend makes such
+//! copies) with one or two prepared activation rows: the prepared `vec_dot`'s values bit for bit.
+//!
 //! Row arguments are checked with `assert!` before any vector code runs: a short row panics in the
 //! kernel rather than reading out of bounds, so callers validate shapes first.
 
@@ -43,6 +47,7 @@
 pub mod aarch64;
 pub mod blocks;
 pub mod dispatch;
+pub mod interleave;
 pub mod panel;
 pub mod prepared;
 pub mod scalar;
@@ -112,6 +117,9 @@ pub struct TypeKernels {
     /// Optional packed-panel product (see [`panel`]): faster than `gemm` for many activation rows,
     /// but in its own summation order, so only where no bit-exact ggml parity is promised.
     pub panel: Option<panel::PanelKernels>,
+    /// Optional product of interleaved weights (see [`interleave`]) with 1..=2 prepared activation
+    /// rows: `vec_dot_prepared`'s values bit for bit, 16 rows at a time.
+    pub interleaved_dot: Option<interleave::InterleavedDotFn>,
 }
 
 /// The kernel table of `t`, for the instruction set chosen at start-up.

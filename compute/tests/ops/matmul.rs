@@ -217,3 +217,66 @@ fn mul_mat_half_precision_activations() {
         check(&format!("mul_mat {wt} x {at}"), &d.values(), &want, bound(wt).max(1e-10));
     }
 }
+
+/// Runs one MUL_MAT with an interleaved copy of `a` (`il`, possibly short or misplaced).
+fn run_interleaved(d: &T, a: &T, b: &T, il: &[u8], nth: usize) {
+    let n = node(GgmlOp::MulMat, d.t(), &[a.t(), b.t()]);
+    let copy = compute::graph::Interleaved { data: il.as_ptr(), len: il.len() };
+    // SAFETY: every tensor points into a live owned buffer; `il` outlives the graph.
+    let g = unsafe { compute::graph::Graph::with_interleaved(vec![n], &[Some(copy)]).unwrap() };
+    compute::graph::Executor::new(nth).compute(&g).unwrap();
+}
+
+#[test]
+fn mul_mat_on_interleaved_weights_equals_the_rows_bit_for_bit() {
+    use compute::quant::interleave;
+    let mut tested = 0;
+    for (i, t) in [GgmlType::Q4_0, GgmlType::Q4_1, GgmlType::Q8_0].into_iter().enumerate() {
+        let mut r = rng(900 + i as u64);
+        let (k, m) = (320u64, 48u64);
+        let a = T::from_f32(t, [k, m, 1, 1], &randv(&mut r, (k * m) as usize, 1.0));
+        let bytes = a.slice_mut(0, t.row_size(k).unwrap() as usize * m as usize).to_vec();
+        let mut il = vec![0u8; bytes.len()];
+        interleave::interleave(t, k as usize, m as usize, &bytes, &mut il);
+        // Generation shapes (one and two activation rows, broadcast batches) and one that the
+        // interleaved kernel does not take (three rows).
+        for (n, ne2) in [(1u64, 1u64), (2, 1), (1, 3), (3, 1)] {
+            let b = T::from_f32(GgmlType::F32, [k, n, ne2, 1], &randv(&mut r, (k * n * ne2) as usize, 1.0));
+            let rows = T::new(GgmlType::F32, [m, n, ne2, 1]);
+            run(vec![node(GgmlOp::MulMat, rows.t(), &[a.t(), b.t()])], 1).unwrap();
+            check(&format!("{t} n{n}"), &rows.values(), &reference(&a.t(), &b.t()), bound(t));
+            for nth in [1, 2] {
+                let got = T::new(GgmlType::F32, [m, n, ne2, 1]);
+                run_interleaved(&got, &a, &b, &il, nth);
+                let (g, w) = (got.values(), rows.values());
+                assert!(
+                    g.iter().zip(&w).all(|(x, y)| x.to_bits() == y.to_bits()),
+                    "{t} n{n} ne2 {ne2} nth{nth}"
+                );
+            }
+            // A copy one byte short is not used (the rows are): same values, no read past it.
+            let short = T::new(GgmlType::F32, [m, n, ne2, 1]);
+            run_interleaved(&short, &a, &b, &il[..il.len() - 1], 2);
+            assert_eq!(short.values(), rows.values(), "{t}: a short copy");
+            tested += 1;
+        }
+        // The kernel is really used where it exists: a copy of other bytes changes the result.
+        if kernels(t).interleaved_dot.is_some() {
+            let b = T::from_f32(GgmlType::F32, [k, 1, 1, 1], &randv(&mut r, k as usize, 1.0));
+            let rows = T::new(GgmlType::F32, [m, 1, 1, 1]);
+            run(vec![node(GgmlOp::MulMat, rows.t(), &[a.t(), b.t()])], 1).unwrap();
+            let mut other = il.clone();
+            interleave::interleave(
+                t,
+                k as usize,
+                m as usize,
+                &bytes.iter().map(|v| v ^ 0x11).collect::<Vec<_>>(),
+                &mut other,
+            );
+            let got = T::new(GgmlType::F32, [m, 1, 1, 1]);
+            run_interleaved(&got, &a, &b, &other, 1);
+            assert_ne!(got.values(), rows.values(), "{t}: the interleaved copy was not read");
+        }
+    }
+    assert!(tested > 0);
+}

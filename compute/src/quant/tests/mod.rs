@@ -4,6 +4,7 @@
 mod bench;
 mod dequant;
 mod dot;
+mod interleave;
 #[cfg(target_arch = "aarch64")]
 mod neon;
 mod panel;

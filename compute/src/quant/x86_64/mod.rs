@@ -44,6 +44,7 @@ macro_rules! block_loop2 {
 mod avx2;
 mod avx512;
 mod gemm;
+mod interleave;
 mod panel;
 
 use super::dispatch::Kernels;
@@ -73,4 +74,5 @@ pub fn install_avx512(k: &mut Kernels) {
     avx512::install(k);
     gemm::install(k);
     panel::install(k);
+    interleave::install(k);
 }

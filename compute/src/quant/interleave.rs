@@ -1,0 +1,201 @@
+//! Interleaved weights for generation: 16 rows of a Q4_0, Q4_1 or Q8_0 matrix stored block column
+//! by block column, so that one 512-bit register holds the same four elements of all 16 rows.
+//!
+//! A generation step meets every weight row with one or two activation rows. Row by row, each
+//! block costs a nibble unpack, a load of the activation block and one `vpdpbusd` for 32 products,
+//! and the loads of the activation dominate. Interleaved, one `vpdpbusd` forms four products of 16
+//! rows against one broadcast activation group, and a 16-row group is one sequential stream.
+//!
+//! The layout, per group of 16 rows (`r`) and per block column `b` (elements `32b..32b + 32`):
+//!
+//! * Q4_0 and Q4_1: 4 chunks `c` of `16 × 4` bytes, row `r` holding bytes `4c..4c + 4` of its
+//!   block's `qs` (low nibbles: elements `4c..4c + 4`, high nibbles: elements `16 + 4c..`);
+//! * Q8_0: 8 chunks `g` of `16 × 4` bytes, row `r` holding its quants `4g..4g + 4` plus 128
+//!   (unsigned);
+//! * then the 16 rows' `d` (f16), and for Q4_1 the 16 rows' `m` (f16).
+//!
+//! A group is exactly as large as the 16 rows it holds, so an interleaved matrix is as large as the
+//! original.
+//!
+//! The arithmetic is the one-column `vec_dot`'s of the AVX2/AVX-512 kernel sets, lane for lane: per
+//! block, lane `l` (elements `4l..4l + 4`) forms its exact integer sum (from the prepared row's
+//! offset `-bias · Σ y`, see [`super::prepared`]), and `acc[l] = fma(f32(d_x) · d_y, f32(sum),
+//! acc[l])`; at the end the eight lanes are added as `hsum_ps` adds them, and Q4_1 adds its
+//! `Σ f32(m_x) · s_y` (accumulated block by block). [`dot_reference`] is that definition; the SIMD
+//! kernel equals it bit for bit, and both equal the prepared `vec_dot` of the de-interleaved rows
+//! (tested), so a model computes the same tokens with or without interleaved weights.
+//! ref: ggml-compute-semantics.md §2.2 (block layouts), §2.3.
+
+use super::blocks::{f16le, take_blocks, BlockQ4_0, BlockQ4_1, BlockQ8_0, QK};
+use super::prepared::PreparedQ8;
+use crate::dtype::GgmlType;
+
+/// Rows per interleaved group.
+pub const ROWS: usize = 16;
+
+/// Most activation rows one kernel call takes.
+pub const MAX_COLS: usize = 2;
+
+/// The interleaved product of one group of [`ROWS`] rows of `k` elements with 1..=[`MAX_COLS`]
+/// prepared activation rows: `out[j * ROWS + r]` = row `r` · column `j`.
+pub type InterleavedDotFn = fn(k: usize, group: &[u8], cols: &[&[u8]], out: &mut [f32]);
+
+/// Whether `t` has an interleaved layout.
+pub fn supported(t: GgmlType) -> bool {
+    matches!(t, GgmlType::Q4_0 | GgmlType::Q4_1 | GgmlType::Q8_0)
+}
+
+/// The bias of the prepared activation rows the kernels take (`-bias · Σ y` per lane; see
+/// [`super::prepared`]): the weights' stored offset.
+pub fn bias(t: GgmlType) -> i32 {
+    match t {
+        GgmlType::Q4_0 => 8,
+        GgmlType::Q8_0 => 128,
+        _ => 0,
+    }
+}
+
+/// Bytes of the quants of one block column (before the scales).
+fn quant_bytes(t: GgmlType) -> usize {
+    if t == GgmlType::Q8_0 {
+        QK * ROWS
+    } else {
+        QK / 2 * ROWS
+    }
+}
+
+/// Bytes of one block column of a group (equal to 16 blocks of `t`).
+pub fn block_bytes(t: GgmlType) -> usize {
+    debug_assert!(supported(t));
+    ROWS * t.type_size()
+}
+
+/// Bytes of one group of rows of `k` elements.
+pub fn group_bytes(t: GgmlType, k: usize) -> usize {
+    k / QK * block_bytes(t)
+}
+
+/// Interleaves `rows` contiguous rows of `k` elements of `t` (`rows` a multiple of [`ROWS`]) from
+/// `src` into `out` (the same number of bytes).
+pub fn interleave(t: GgmlType, k: usize, rows: usize, src: &[u8], out: &mut [u8]) {
+    assert!(supported(t), "interleave: {t} has no interleaved layout");
+    assert!(k.is_multiple_of(QK) && rows.is_multiple_of(ROWS), "interleave: {rows} rows of {k} elements");
+    let row = k / QK * t.type_size();
+    let (gb, bb, qb) = (group_bytes(t, k), block_bytes(t), quant_bytes(t));
+    assert!(src.len() >= rows * row && out.len() >= rows * row, "interleave: short buffers");
+    for (g, dst) in out[..rows * row].chunks_exact_mut(gb).enumerate() {
+        let src = &src[g * ROWS * row..(g + 1) * ROWS * row];
+        for b in 0..k / QK {
+            let o = &mut dst[b * bb..(b + 1) * bb];
+            for r in 0..ROWS {
+                let blk = &src[r * row + b * t.type_size()..][..t.type_size()];
+                let (d, m, qs): (&[u8], &[u8], &[u8]) = match t {
+                    GgmlType::Q4_0 => (&blk[0..2], &[], &blk[2..18]),
+                    GgmlType::Q4_1 => (&blk[0..2], &blk[2..4], &blk[4..20]),
+                    _ => (&blk[0..2], &[], &blk[2..34]),
+                };
+                for c in 0..qs.len() / 4 {
+                    let at = c * 4 * ROWS + r * 4;
+                    for e in 0..4 {
+                        let q = qs[4 * c + e];
+                        o[at + e] = if t == GgmlType::Q8_0 { (q as i8 as i16 + 128) as u8 } else { q };
+                    }
+                }
+                o[qb + 2 * r..qb + 2 * r + 2].copy_from_slice(d);
+                if !m.is_empty() {
+                    o[qb + 2 * ROWS + 2 * r..qb + 2 * ROWS + 2 * r + 2].copy_from_slice(m);
+                }
+            }
+        }
+    }
+}
+
+/// Row `r` of a group, back in `t`'s own block layout (the inverse of [`interleave`]).
+pub fn deinterleave_row(t: GgmlType, k: usize, group: &[u8], r: usize, out: &mut [u8]) {
+    assert!(supported(t) && k.is_multiple_of(QK) && r < ROWS, "deinterleave_row: {t}, k {k}, row {r}");
+    let (bb, qb, ts) = (block_bytes(t), quant_bytes(t), t.type_size());
+    assert!(group.len() >= group_bytes(t, k) && out.len() >= k / QK * ts, "deinterleave_row: short");
+    for b in 0..k / QK {
+        let g = &group[b * bb..(b + 1) * bb];
+        let o = &mut out[b * ts..(b + 1) * ts];
+        o[0..2].copy_from_slice(&g[qb + 2 * r..qb + 2 * r + 2]);
+        let q0 = match t {
+            GgmlType::Q4_1 => {
+                o[2..4].copy_from_slice(&g[qb + 2 * ROWS + 2 * r..qb + 2 * ROWS + 2 * r + 2]);
+                4
+            }
+            _ => 2,
+        };
+        for c in 0..qb / (4 * ROWS) {
+            for e in 0..4 {
+                let w = g[c * 4 * ROWS + r * 4 + e];
+                o[q0 + 4 * c + e] = if t == GgmlType::Q8_0 { (w as i16 - 128) as i8 as u8 } else { w };
+            }
+        }
+    }
+}
+
+/// Panics unless the arguments fit (before any kernel reads them).
+pub fn check_args(t: GgmlType, k: usize, group: &[u8], cols: &[&[u8]], out: &[f32]) {
+    assert!(supported(t) && k.is_multiple_of(QK), "interleaved dot: {t}, k = {k}");
+    assert!(group.len() >= group_bytes(t, k), "interleaved dot: {} bytes for k = {k}", group.len());
+    assert!((1..=MAX_COLS).contains(&cols.len()), "interleaved dot: {} columns", cols.len());
+    let row = super::prepared::row_bytes(k);
+    assert!(cols.iter().all(|c| c.len() >= row), "interleaved dot: a column is short for k = {k}");
+    assert!(out.len() >= cols.len() * ROWS, "interleaved dot: {} outputs", out.len());
+}
+
+/// The reference interleaved product of type `t` (the definition in the module docs).
+pub fn dot_reference(t: GgmlType, k: usize, group: &[u8], cols: &[&[u8]], out: &mut [f32]) {
+    check_args(t, k, group, cols, out);
+    let (bb, qb) = (block_bytes(t), quant_bytes(t));
+    let nb = k / QK;
+    for (j, col) in cols.iter().enumerate() {
+        let ys = take_blocks::<PreparedQ8>(col, nb);
+        for r in 0..ROWS {
+            let mut acc = [0.0f32; 8];
+            let mut ms = 0.0f32;
+            for (b, y) in ys.iter().enumerate() {
+                let g = &group[b * bb..(b + 1) * bb];
+                let dx = f16le([g[qb + 2 * r], g[qb + 2 * r + 1]]);
+                let d = dx * f32::from_le_bytes(y.d);
+                for (l, a) in acc.iter_mut().enumerate() {
+                    let mut isum = i32::from_le_bytes(y.off[l]);
+                    for e in 0..4 {
+                        let w = weight(t, g, l, r, e);
+                        isum += w as i32 * y.qs[4 * l + e] as i32;
+                    }
+                    *a = d.mul_add(isum as f32, *a);
+                }
+                if t == GgmlType::Q4_1 {
+                    let mx = f16le([g[qb + 2 * ROWS + 2 * r], g[qb + 2 * ROWS + 2 * r + 1]]);
+                    ms += mx * f32::from_le_bytes(y.s);
+                }
+            }
+            let s: [f32; 4] = std::array::from_fn(|i| acc[i] + acc[i + 4]);
+            let v = (s[0] + s[2]) + (s[1] + s[3]);
+            out[j * ROWS + r] = if t == GgmlType::Q4_1 { v + ms } else { v };
+        }
+    }
+}
+
+/// The stored (unsigned) weight of element `4l + e` of row `r` in block column `g`.
+fn weight(t: GgmlType, g: &[u8], l: usize, r: usize, e: usize) -> u8 {
+    if t == GgmlType::Q8_0 {
+        g[l * 4 * ROWS + r * 4 + e]
+    } else {
+        let w = g[(l % 4) * 4 * ROWS + r * 4 + e];
+        if l < 4 {
+            w & 0xF
+        } else {
+            w >> 4
+        }
+    }
+}
+
+/// The block types this layout is defined over (a compile-time check of their sizes).
+const _: () = {
+    assert!(std::mem::size_of::<BlockQ4_0>() == 18);
+    assert!(std::mem::size_of::<BlockQ4_1>() == 20);
+    assert!(std::mem::size_of::<BlockQ8_0>() == 34);
+};
