@@ -53,6 +53,9 @@ pub struct RawServer {
     pub device: Option<String>,
     /// Enable the tensor cache (SET_TENSOR_HASH). Default false.
     pub cache: Option<bool>,
+    /// Keep interleaved copies of the Q4_0/Q4_1/Q8_0 weight matrices graphs multiply by (faster
+    /// generation, as much memory again as those matrices, from the same budget). Default true.
+    pub interleave: Option<bool>,
     /// Memory budget for all buffers of all connections. Default: the machine's available memory.
     pub mem: Option<RawSize>,
     /// Peers allowed to connect: CIDR networks or addresses, `loopback`, `any`; a list or one
@@ -167,6 +170,8 @@ pub struct Overrides {
     pub device: Option<String>,
     /// `-c/--cache`.
     pub cache: bool,
+    /// `--no-interleave`.
+    pub no_interleave: bool,
     /// `--mem`.
     pub mem: Option<String>,
     /// `--cache-dir`.
@@ -202,6 +207,8 @@ pub struct Config {
     pub devices: Vec<String>,
     /// Tensor cache enabled.
     pub cache: bool,
+    /// Interleaved weight copies for generation (see `rpc::weight_copy`).
+    pub interleave: bool,
     /// Memory budget in bytes; `None` = the machine's available memory.
     pub mem: Option<u64>,
     /// Largest buffered request payload.
@@ -244,6 +251,7 @@ impl Default for Config {
             threads: physical_cores(),
             devices: vec!["CPU".into()],
             cache: false,
+            interleave: true,
             mem: None,
             max_frame: 1 << 30,
             max_connections: 64,
@@ -315,6 +323,7 @@ impl Config {
         }
         let devices = parse_devices(flags.device.as_deref().or(s.device.as_deref()).unwrap_or("CPU"))?;
         let cache = flags.cache || s.cache.unwrap_or(false);
+        let interleave = !flags.no_interleave && s.interleave.unwrap_or(d.interleave);
         let mem = match (&flags.mem, &s.mem) {
             (Some(m), _) => Some(RawSize::Text(m.clone()).bytes("mem")?),
             (None, Some(m)) => Some(m.bytes("mem")?),
@@ -391,6 +400,7 @@ impl Config {
             threads,
             devices,
             cache,
+            interleave,
             mem,
             max_frame,
             max_connections,

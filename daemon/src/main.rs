@@ -28,6 +28,10 @@ struct Cli {
     /// Enable the tensor cache.
     #[arg(short, long, global = true)]
     cache: bool,
+    /// Read weight matrices row by row only: no interleaved copies for generation (saves as much
+    /// memory as the Q4_0/Q4_1/Q8_0 matrices take).
+    #[arg(long, global = true)]
+    no_interleave: bool,
     /// Memory budget for buffers (e.g. 8G) [default: available memory].
     #[arg(long, global = true, value_name = "SIZE")]
     mem: Option<String>,
@@ -111,6 +115,7 @@ fn real_main(cli: Cli) -> anyhow::Result<()> {
         threads: cli.threads,
         device: cli.device,
         cache: cli.cache,
+        no_interleave: cli.no_interleave,
         mem: cli.mem,
         cache_dir: cli.cache_dir,
         cache_max_size: cli.cache_max_size,

@@ -112,8 +112,9 @@ impl Graph {
     /// where the node's shapes and kernels allow it and ignored elsewhere.
     ///
     /// # Safety
-    /// As [`Graph::new`]; besides, every copy's `[data, data + len)` must stay valid for reads and
-    /// unchanged for as long as the graph exists. A copy that does not hold
+    /// As [`Graph::new`]; besides, every copy's `[data, data + len)` must stay valid for reads for
+    /// as long as the graph exists, and nothing may write it while [`Executor::compute`] runs the
+    /// graph. A copy that does not hold
     /// `interleave::interleave` of its node's src0 gives wrong results, never an access outside it.
     pub unsafe fn with_interleaved(nodes: Vec<Node>, interleaved: &[Option<Interleaved>]) -> Result<Graph> {
         let mut plans = Vec::new();

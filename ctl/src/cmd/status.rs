@@ -27,10 +27,11 @@ pub fn run(c: &Client, mode: OutputMode, out: &mut dyn Write) -> Result<Outcome>
         .row(vec![
             "memory".into(),
             format!(
-                "{} free of {}, {} held by RPC buffers",
+                "{} free of {}, {} held by RPC buffers ({} of it interleaved weight copies)",
                 size(s.memory.free),
                 size(s.memory.total),
-                size(s.memory.allocated_rpc)
+                size(s.memory.allocated_rpc),
+                size(s.memory.interleaved)
             ),
         ])
         .row(vec![

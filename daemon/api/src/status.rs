@@ -54,6 +54,10 @@ pub struct MemoryStatus {
     pub free: u64,
     /// Bytes held by buffers that RPC peers allocated.
     pub allocated_rpc: u64,
+    /// Bytes of `allocated_rpc` held by interleaved copies of weight matrices (see llamad's
+    /// `server.interleave`).
+    #[serde(default)]
+    pub interleaved: u64,
 }
 
 /// RPC traffic since start.

@@ -56,7 +56,12 @@ pub async fn status(State(st): State<AdminState>) -> Json<Status> {
             .enumerate()
             .map(|(i, n)| DeviceStatus { index: i as u32, name: n.clone() })
             .collect(),
-        memory: MemoryStatus { total: mem.total, free: mem.free, allocated_rpc: rpc.memory.allocated() },
+        memory: MemoryStatus {
+            total: mem.total,
+            free: mem.free,
+            allocated_rpc: rpc.memory.allocated(),
+            interleaved: rpc.memory.interleaved(),
+        },
         threads: rpc.cfg.threads as u64,
         rpc: RpcStatus {
             open_connections: s.active.load(Ordering::Relaxed),

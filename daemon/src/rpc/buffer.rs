@@ -7,8 +7,12 @@
 
 use std::alloc::Layout as AllocLayout;
 use std::ptr::NonNull;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+
+use compute::Layout;
+
+use super::weight_copy::WeightCopy;
 
 /// Alignment advertised by GET_ALIGNMENT (the CPU backend's value).
 pub const ADVERTISED_ALIGNMENT: u64 = 32;
@@ -29,6 +33,8 @@ const FIRST_BASE: u64 = 0x0000_1000_0000_0000;
 pub struct MemoryAccount {
     budget: Option<u64>,
     allocated: AtomicU64,
+    /// Bytes of `allocated` held by interleaved weight copies.
+    interleaved: AtomicU64,
     next_base: AtomicU64,
     next_handle: AtomicU64,
 }
@@ -48,6 +54,7 @@ impl MemoryAccount {
         MemoryAccount {
             budget,
             allocated: AtomicU64::new(0),
+            interleaved: AtomicU64::new(0),
             next_base: AtomicU64::new(FIRST_BASE),
             next_handle: AtomicU64::new(1),
         }
@@ -56,6 +63,20 @@ impl MemoryAccount {
     /// Bytes held by live buffers of all connections.
     pub fn allocated(&self) -> u64 {
         self.allocated.load(Ordering::Relaxed)
+    }
+
+    /// Bytes of [`MemoryAccount::allocated`] held by interleaved weight copies.
+    pub fn interleaved(&self) -> u64 {
+        self.interleaved.load(Ordering::Relaxed)
+    }
+
+    /// Counts `size` bytes of copies made (`true`) or freed.
+    pub(super) fn count_interleaved(&self, size: u64, made: bool) {
+        if made {
+            self.interleaved.fetch_add(size, Ordering::AcqRel);
+        } else {
+            self.interleaved.fetch_sub(size, Ordering::AcqRel);
+        }
     }
 
     /// Largest single buffer (GET_MAX_SIZE): the budget, or the machine's total memory.
@@ -153,6 +174,10 @@ pub struct Buffer {
     ptr: NonNull<u8>,
     memory: Memory,
     account: Arc<MemoryAccount>,
+    /// Interleaved copies of weight matrices in this buffer (see [`super::weight_copy`]).
+    copies: Mutex<Vec<Arc<WeightCopy>>>,
+    /// Whether `copies` is non-empty (writes skip the lock when it is not).
+    has_copies: AtomicBool,
 }
 
 // SAFETY: the buffer owns its allocation; all access to the bytes goes through raw regions whose
@@ -182,7 +207,64 @@ impl Buffer {
         };
         let handle =
             account.next_handle.fetch_add(1, Ordering::Relaxed).wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
-        Some(Buffer { handle, base, size, ptr, memory, account: account.clone() })
+        Some(Buffer {
+            handle,
+            base,
+            size,
+            ptr,
+            memory,
+            account: account.clone(),
+            copies: Mutex::new(Vec::new()),
+            has_copies: AtomicBool::new(false),
+        })
+    }
+
+    /// The interleaved copy of the matrix `layout` at `off`, made now if there is none; `None` when
+    /// the matrix is not eligible, the budget says no, or the copies would outgrow the buffer.
+    ///
+    /// # Safety
+    /// The caller holds the buffer exclusively: no graph of the connection is running and no other
+    /// command touches it (a new copy reads the matrix's bytes).
+    pub unsafe fn weight_copy(&self, off: u64, layout: Layout) -> Option<Arc<WeightCopy>> {
+        if !WeightCopy::eligible(&layout) {
+            return None;
+        }
+        let mut list = self.copies.lock().ok()?;
+        if let Some(c) = list.iter().find(|c| c.matches(off, &layout)) {
+            return Some(c.clone());
+        }
+        let held: u64 = list.iter().map(|c| c.size()).sum();
+        if held.checked_add(layout.nbytes()?)? > self.size {
+            return None;
+        }
+        // SAFETY: forwarded contract.
+        let c = Arc::new(unsafe { WeightCopy::make(self, &self.account, off, layout)? });
+        list.push(c.clone());
+        self.has_copies.store(true, Ordering::Release);
+        Some(c)
+    }
+
+    /// Marks the copies that overlap `[off, off + len)` stale: a write is changing those bytes.
+    pub fn invalidate(&self, off: u64, len: u64) {
+        if !self.has_copies.load(Ordering::Acquire) {
+            return;
+        }
+        let list = self.copies.lock().unwrap_or_else(|p| p.into_inner());
+        for c in list.iter().filter(|c| c.overlaps(off, len)) {
+            c.mark_stale();
+        }
+    }
+
+    /// [`Buffer::invalidate`] for a region of this buffer (a region of another buffer is ignored).
+    pub fn invalidate_region(&self, r: &Region) {
+        if let Some(off) = (r.ptr as usize).checked_sub(self.ptr.as_ptr() as usize) {
+            self.invalidate(off as u64, r.len as u64);
+        }
+    }
+
+    /// Bytes held by this buffer's interleaved copies.
+    pub fn copies_size(&self) -> u64 {
+        self.copies.lock().map(|l| l.iter().map(|c| c.size()).sum()).unwrap_or(0)
     }
 
     /// The opaque non-zero handle.

@@ -9,18 +9,23 @@
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
-use compute::graph::{Executor, Graph, Node, Tensor};
+use compute::graph::{Executor, Graph, Interleaved, Node, Tensor};
 use compute::{GgmlOp, Layout};
 use llamad_proto::{GraphBlob, RpcTensor};
 
 use crate::error::{refuse, Error, Result};
 use crate::rpc::buffer::Buffer;
+use crate::rpc::weight_copy::WeightCopy;
 
 /// A graph ready to run, holding the buffers it points into so they outlive any run.
 pub struct StoredGraph {
     // A Mutex makes the stored graph shareable (`Graph` is Send, not Sync); runs are serialised anyway.
     graph: Mutex<Graph>,
     _buffers: Vec<Arc<Buffer>>,
+    /// Interleaved weight copies the graph reads, with the buffer each was made from.
+    copies: Vec<(Arc<Buffer>, Arc<WeightCopy>)>,
+    /// What the graph writes: each executed node's destination (buffer, offset, bytes).
+    writes: Vec<(Arc<Buffer>, u64, u64)>,
     /// Nodes sent by the peer.
     pub n_nodes: usize,
     /// Nodes that will be evaluated.
@@ -33,8 +38,23 @@ impl StoredGraph {
     pub fn run_blocking(&self, executor: &SharedExecutor) -> Result<()> {
         let mut ex = executor.lock().map_err(|_| Error::Refused("compute executor poisoned".into()))?;
         let g = self.graph.lock().map_err(|_| Error::Refused("stored graph poisoned".into()))?;
-        ex.compute(&g)?;
+        for (buf, c) in &self.copies {
+            // SAFETY: the session runs one command at a time and awaits this run, so nothing writes
+            // the buffer meanwhile, and no other graph runs (the executor is held).
+            unsafe { c.refresh(buf) };
+        }
+        let r = ex.compute(&g);
+        // Whatever ran (even a failed run may have written some), copies of those bytes are stale.
+        for (buf, off, len) in &self.writes {
+            buf.invalidate(*off, *len);
+        }
+        r?;
         Ok(())
+    }
+
+    /// Bytes of the interleaved weight copies the graph reads.
+    pub fn copies_size(&self) -> u64 {
+        self.copies.iter().map(|(_, c)| c.size()).sum()
     }
 }
 
@@ -50,8 +70,12 @@ struct Placed {
 /// The process-wide executor, used by one graph at a time.
 pub type SharedExecutor = Arc<Mutex<Executor>>;
 
-/// Builds the graph of `blob` against this connection's `buffers`.
-pub fn build(blob: &GraphBlob, buffers: &HashMap<u64, Arc<Buffer>>) -> Result<StoredGraph> {
+/// Builds the graph of `blob` against this connection's `buffers`; with `interleave`, MUL_MAT
+/// nodes whose weights qualify read interleaved copies of them (see [`crate::rpc::weight_copy`]).
+///
+/// The caller must hold the connection's buffers exclusively (no graph running, one command at a
+/// time): new weight copies read the buffers.
+pub fn build(blob: &GraphBlob, buffers: &HashMap<u64, Arc<Buffer>>, interleave: bool) -> Result<StoredGraph> {
     let table = &blob.tensors;
     // 1. Index the table; id 0 and duplicates are refused (§14 item 15).
     let mut index: HashMap<u64, usize> = HashMap::with_capacity(table.len());
@@ -159,6 +183,9 @@ pub fn build(blob: &GraphBlob, buffers: &HashMap<u64, Arc<Buffer>>) -> Result<St
     // 6. Nodes that run need storage for themselves and every source (§14 item 3), and an op we may run.
     let mut nodes = Vec::new();
     let mut keep: Vec<Arc<Buffer>> = Vec::new();
+    let mut writes: Vec<(Arc<Buffer>, u64, u64)> = Vec::new();
+    // MUL_MAT weights that may be read interleaved: (node position, buffer, offset, layout).
+    let mut weights: Vec<(usize, Arc<Buffer>, u64, Layout)> = Vec::new();
     for &i in &node_idx {
         let t = &table[i];
         let op = t.ggml_op().map_err(|e| Error::Refused(format!("graph: {e}")))?;
@@ -168,15 +195,45 @@ pub fn build(blob: &GraphBlob, buffers: &HashMap<u64, Arc<Buffer>>) -> Result<St
         }
         check_sub_op(t, op)?;
         let dst = tensor_of(t, get(i)?, &mut keep)?;
+        if let Some((b, off)) = &get(i)?.storage {
+            writes.push((b.clone(), *off, get(i)?.nbytes));
+        }
         let mut src: [Option<Tensor>; compute::graph::MAX_SRC] = [None; compute::graph::MAX_SRC];
         for (j, &sid) in t.src.iter().enumerate() {
             if sid == 0 {
                 continue;
             }
             let si = lookup(sid, "source")?;
-            src[j] = Some(tensor_of(&table[si], get(si)?, &mut keep)?);
+            let p = get(si)?;
+            src[j] = Some(tensor_of(&table[si], p, &mut keep)?);
+        }
+        // Only generation-shaped products (one or two activation rows) read a copy.
+        let generation = src[1].is_some_and(|b| b.layout.ne[1] <= 2);
+        if let (true, GgmlOp::MulMat, true, true) = (interleave, op, generation, src[0].is_some()) {
+            let p = get(lookup(t.src[0], "source")?)?;
+            if let (Some((b, off)), true) = (&p.storage, WeightCopy::eligible(&p.layout)) {
+                weights.push((nodes.len(), b.clone(), *off, p.layout));
+            }
         }
         nodes.push(Node { op, op_params: t.op_params, flags: t.flags, dst, src });
+    }
+    // Weights this graph also writes are read from their rows (they change while it runs).
+    let mut interleaved: Vec<Option<Interleaved>> = Vec::new();
+    let mut copies = Vec::new();
+    for (pos, buf, off, layout) in weights {
+        let len = layout.nbytes().unwrap_or(u64::MAX);
+        let written = writes.iter().any(|(b, o, n)| {
+            Arc::ptr_eq(b, &buf) && *n > 0 && *o < off.saturating_add(len) && off < o.saturating_add(*n)
+        });
+        if written {
+            continue;
+        }
+        // SAFETY: the caller holds the buffers exclusively (this function's contract).
+        if let Some(c) = unsafe { buf.weight_copy(off, layout) } {
+            interleaved.resize(nodes.len(), None);
+            interleaved[pos] = Some(c.interleaved());
+            copies.push((buf, c));
+        }
     }
     keep.sort_by_key(|b| b.handle());
     keep.dedup_by_key(|b| b.handle());
@@ -185,15 +242,24 @@ pub fn build(blob: &GraphBlob, buffers: &HashMap<u64, Arc<Buffer>>) -> Result<St
     // SAFETY: every tensor of every node passed here resolves to `[data, data + nbytes)` inside a
     // live buffer of this connection (checked by `place` and `tensor_of`); the buffers are kept alive
     // by `keep`, stored next to the graph; and the session never touches buffer memory while the
-    // graph runs (it awaits every run before the next command).
-    let graph = unsafe { Graph::new(nodes) }.map_err(|e| {
+    // graph runs (it awaits every run before the next command). Each interleaved copy is owned by a
+    // buffer and held by `copies`, stored next to the graph; it is only written by `refresh`, before
+    // a run, from the very bytes its node's src0 holds.
+    let graph = unsafe { Graph::with_interleaved(nodes, &interleaved) }.map_err(|e| {
         Error::Refused(format!(
             "graph: compute refused it ({} runnable ops: {}): {e}",
             n_run,
             summarize(&first_ops)
         ))
     })?;
-    Ok(StoredGraph { graph: Mutex::new(graph), _buffers: keep, n_nodes: blob.nodes.len(), n_run })
+    Ok(StoredGraph {
+        graph: Mutex::new(graph),
+        _buffers: keep,
+        copies,
+        writes,
+        n_nodes: blob.nodes.len(),
+        n_run,
+    })
 }
 
 fn summarize(ops: &[&str]) -> String {

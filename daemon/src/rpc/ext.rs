@@ -251,11 +251,12 @@ impl Program {
         for (k, slot) in slots.iter().enumerate() {
             let head = k + 1 == n;
             let cur = if head || k + 2 == n { &mut x_out } else { &mut x };
-            let (_ib, input) = &slot.input;
+            let (ib, input) = &slot.input;
             if input.len() != cur.len() * 4 {
                 refuse!("EXT_TP_RUN slot {k}: input of {} bytes for {} values", input.len(), cur.len());
             }
-            // SAFETY: `input` lies inside the live buffer `_ib` (validated when the slot was stored and
+            ib.invalidate_region(input);
+            // SAFETY: `input` lies inside the live buffer `ib` (validated when the slot was stored and
             // held by it); this connection runs one command at a time, so nothing else touches it.
             let dst = unsafe { input.as_mut_slice() };
             for (d, v) in dst.chunks_exact_mut(4).zip(cur.iter()) {

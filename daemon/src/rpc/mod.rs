@@ -1,5 +1,5 @@
 //! The RPC server: accept loop ([`server`]), one task per connection ([`conn`]), per-connection
-//! command semantics ([`session`]), TLS on the port ([`tls`]), graph build and execution ([`exec`]), llamad's split-mode-row extension ([`ext`]), buffers ([`buffer`]), the cache hook
+//! command semantics ([`session`]), TLS on the port ([`tls`]), graph build and execution ([`exec`]), llamad's split-mode-row extension ([`ext`]), buffers ([`buffer`]) and their interleaved weight copies ([`weight_copy`]), the cache hook
 //! ([`cache`]) and counters ([`stats`]). The wire format itself lives in `llamad-proto`.
 
 pub mod access;
@@ -16,3 +16,4 @@ pub mod session;
 pub mod stats;
 pub mod store_cache;
 pub mod tls;
+pub mod weight_copy;

@@ -133,7 +133,7 @@ impl Session {
         };
         if byte == x::CMD_GRAPH_STORE {
             let st = GraphStore::decode(payload, &self.shared.limits)?;
-            let graph = exec::build(&st.blob, &self.buffers)?;
+            let graph = exec::build(&st.blob, &self.buffers, self.shared.cfg.interleave)?;
             let region = |t: &RpcTensor| -> Result<(Arc<Buffer>, Region)> {
                 let r = self.resolve(t)?;
                 self.tensor_region(t, 0, r.nbytes)
@@ -223,7 +223,9 @@ impl Session {
 
     /// Validates a SET_TENSOR header for `n` data bytes and returns where they go.
     pub fn set_tensor_target(&mut self, h: &SetTensorHeader, n: u64) -> Result<(Arc<Buffer>, Region)> {
-        self.tensor_region(&h.tensor, h.offset, n)
+        let (buf, r) = self.tensor_region(&h.tensor, h.offset, n)?;
+        buf.invalidate_region(&r);
+        Ok((buf, r))
     }
 
     /// Executes one command (SET_TENSOR only in its already-buffered form).
@@ -287,6 +289,7 @@ impl Session {
             Command::BufferClear { remote_ptr, value } => {
                 let b = self.buffer(remote_ptr)?;
                 let Some(r) = b.region(0, b.size()) else { refuse!("buffer region") };
+                b.invalidate(0, b.size());
                 Ok(Reply::Job(MemJob::Fill(b.clone(), r, value), None))
             }
             Command::SetTensor(h, data) => {
@@ -313,8 +316,8 @@ impl Session {
             Command::GetAllocSize(req) => self.get_alloc_size(&req),
             Command::GraphCompute(blob) => {
                 let d = self.device(blob.device)?;
-                let buffers = &self.buffers;
-                let g = self.built.get_or_build(&blob, |b| exec::build(b, buffers))?;
+                let (buffers, interleave) = (&self.buffers, self.shared.cfg.interleave);
+                let g = self.built.get_or_build(&blob, |b| exec::build(b, buffers, interleave))?;
                 debug!(nodes = g.n_nodes, run = g.n_run, tensors = blob.tensors.len(), "graph built");
                 self.graphs[d] = Some(g.clone());
                 Ok(Reply::Compute(g))
@@ -343,6 +346,7 @@ impl Session {
             return Ok(Reply::Bytes(vec![0]));
         }
         let (buf, region) = self.tensor_region(&req.tensor, req.offset, len)?;
+        buf.invalidate_region(&region);
         Ok(Reply::CacheLoad(cache, req.hash, buf, region))
     }
 
@@ -370,6 +374,7 @@ impl Session {
         let (Some(from), Some(to)) = (sbuf.region(soff, n), dbuf.region(doff, n)) else {
             refuse!("COPY_TENSOR region outside a buffer");
         };
+        dbuf.invalidate(doff, n);
         Ok(Reply::Job(MemJob::Copy(sbuf, from, dbuf, to), Some(vec![1])))
     }
 
@@ -381,6 +386,7 @@ impl Session {
         }
         let Some(start) = toff.checked_add(m.offset) else { refuse!("MEMSET_TENSOR offset overflows") };
         let Some(region) = buf.region(start, m.size) else { refuse!("MEMSET_TENSOR leaves the buffer") };
+        buf.invalidate(start, m.size);
         Ok(Reply::Job(MemJob::Fill(buf, region, m.value), None))
     }
 

@@ -12,6 +12,7 @@ mod concurrency;
 mod conformance;
 mod ext;
 mod faults;
+mod interleave;
 mod limits;
 mod negative;
 mod process;
