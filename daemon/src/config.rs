@@ -53,7 +53,7 @@ pub struct RawServer {
     pub device: Option<String>,
     /// Enable the tensor cache (SET_TENSOR_HASH). Default false.
     pub cache: Option<bool>,
-    /// Keep interleaved copies of the Q4_0/Q4_1/Q8_0 weight matrices graphs multiply by (faster
+    /// Keep interleaved copies of the Q4_0/Q4_1/Q5_0/Q8_0 weight matrices graphs multiply by (faster
     /// generation, as much memory again as those matrices, from the same budget). Default true.
     pub interleave: Option<bool>,
     /// Memory budget for all buffers of all connections. Default: the machine's available memory.

@@ -29,7 +29,7 @@ struct Cli {
     #[arg(short, long, global = true)]
     cache: bool,
     /// Read weight matrices row by row only: no interleaved copies for generation (saves as much
-    /// memory as the Q4_0/Q4_1/Q8_0 matrices take).
+    /// memory as the Q4_0/Q4_1/Q5_0/Q8_0 matrices take).
     #[arg(long, global = true)]
     no_interleave: bool,
     /// Memory budget for buffers (e.g. 8G) [default: available memory].

@@ -10,7 +10,7 @@
 //!   the graph output stay pinned. The arena only grows, so once the largest graph has been seen no
 //!   step allocates.
 //!
-//! * interleaved copies (`quant::interleave`) of the Q4_0, Q4_1 and Q8_0 matrices that MUL_MAT
+//! * interleaved copies (`quant::interleave`) of the Q4_0, Q4_1, Q5_0 and Q8_0 matrices that MUL_MAT
 //!   reads, made once on the first graph that uses them where the kernel set has the interleaved
 //!   product (AVX-512 VNNI): generation steps read them instead of the rows, with the same results
 //!   and a third of the instructions. They cost as much memory again as those matrices;

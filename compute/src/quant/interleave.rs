@@ -1,4 +1,4 @@
-//! Interleaved weights for generation: 16 rows of a Q4_0, Q4_1 or Q8_0 matrix stored block column
+//! Interleaved weights for generation: 16 rows of a Q4_0, Q4_1, Q5_0 or Q8_0 matrix stored block column
 //! by block column, so that one 512-bit register holds the same four elements of all 16 rows.
 //!
 //! A generation step meets every weight row with one or two activation rows. Row by row, each
@@ -8,8 +8,10 @@
 //!
 //! The layout, per group of 16 rows (`r`) and per block column `b` (elements `32b..32b + 32`):
 //!
-//! * Q4_0 and Q4_1: 4 chunks `c` of `16 × 4` bytes, row `r` holding bytes `4c..4c + 4` of its
+//! * Q4_0, Q4_1 and Q5_0: 4 chunks `c` of `16 × 4` bytes, row `r` holding bytes `4c..4c + 4` of its
 //!   block's `qs` (low nibbles: elements `4c..4c + 4`, high nibbles: elements `16 + 4c..`);
+//! * Q5_0 then: 8 masks `l` (u64, little-endian), bit `4r + e` holding the fifth bit of element
+//!   `4l + e` of row `r`;
 //! * Q8_0: 8 chunks `g` of `16 × 4` bytes, row `r` holding its quants `4g..4g + 4` plus 128
 //!   (unsigned);
 //! * then the 16 rows' `d` (f16), and for Q4_1 the 16 rows' `m` (f16).
@@ -26,7 +28,7 @@
 //! (tested), so a model computes the same tokens with or without interleaved weights.
 //! ref: ggml-compute-semantics.md §2.2 (block layouts), §2.3.
 
-use super::blocks::{f16le, take_blocks, BlockQ4_0, BlockQ4_1, BlockQ8_0, QK};
+use super::blocks::{f16le, take_blocks, BlockQ4_0, BlockQ4_1, BlockQ5_0, BlockQ8_0, QK};
 use super::prepared::PreparedQ8;
 use crate::dtype::GgmlType;
 
@@ -42,7 +44,7 @@ pub type InterleavedDotFn = fn(k: usize, group: &[u8], cols: &[&[u8]], out: &mut
 
 /// Whether `t` has an interleaved layout.
 pub fn supported(t: GgmlType) -> bool {
-    matches!(t, GgmlType::Q4_0 | GgmlType::Q4_1 | GgmlType::Q8_0)
+    matches!(t, GgmlType::Q4_0 | GgmlType::Q4_1 | GgmlType::Q5_0 | GgmlType::Q8_0)
 }
 
 /// The bias of the prepared activation rows the kernels take (`-bias · Σ y` per lane; see
@@ -50,19 +52,24 @@ pub fn supported(t: GgmlType) -> bool {
 pub fn bias(t: GgmlType) -> i32 {
     match t {
         GgmlType::Q4_0 => 8,
+        GgmlType::Q5_0 => 16,
         GgmlType::Q8_0 => 128,
         _ => 0,
     }
 }
 
-/// Bytes of the quants of one block column (before the scales).
-fn quant_bytes(t: GgmlType) -> usize {
-    if t == GgmlType::Q8_0 {
-        QK * ROWS
-    } else {
-        QK / 2 * ROWS
+/// Bytes of the quants of one block column (before the scales): the nibble chunks (and Q5_0's
+/// masks), or Q8_0's bytes.
+pub fn quant_bytes(t: GgmlType) -> usize {
+    match t {
+        GgmlType::Q8_0 => QK * ROWS,
+        GgmlType::Q5_0 => QK / 2 * ROWS + 8 * 8,
+        _ => QK / 2 * ROWS,
     }
 }
+
+/// Offset of Q5_0's high-bit masks in a block column.
+const MASKS: usize = QK / 2 * ROWS;
 
 /// Bytes of one block column of a group (equal to 16 blocks of `t`).
 pub fn block_bytes(t: GgmlType) -> usize {
@@ -87,13 +94,29 @@ pub fn interleave(t: GgmlType, k: usize, rows: usize, src: &[u8], out: &mut [u8]
         let src = &src[g * ROWS * row..(g + 1) * ROWS * row];
         for b in 0..k / QK {
             let o = &mut dst[b * bb..(b + 1) * bb];
+            if t == GgmlType::Q5_0 {
+                // The masks are built bit by bit below.
+                o[MASKS..qb].fill(0);
+            }
             for r in 0..ROWS {
                 let blk = &src[r * row + b * t.type_size()..][..t.type_size()];
                 let (d, m, qs): (&[u8], &[u8], &[u8]) = match t {
                     GgmlType::Q4_0 => (&blk[0..2], &[], &blk[2..18]),
                     GgmlType::Q4_1 => (&blk[0..2], &blk[2..4], &blk[4..20]),
+                    GgmlType::Q5_0 => (&blk[0..2], &[], &blk[6..22]),
                     _ => (&blk[0..2], &[], &blk[2..34]),
                 };
+                if t == GgmlType::Q5_0 {
+                    let qh = u32::from_le_bytes([blk[2], blk[3], blk[4], blk[5]]);
+                    for l in 0..8 {
+                        let at = MASKS + 8 * l;
+                        let mut mask = u64::from_le_bytes(o[at..at + 8].try_into().expect("8 bytes"));
+                        for e in 0..4 {
+                            mask |= (((qh >> (4 * l + e)) & 1) as u64) << (4 * r + e);
+                        }
+                        o[at..at + 8].copy_from_slice(&mask.to_le_bytes());
+                    }
+                }
                 for c in 0..qs.len() / 4 {
                     let at = c * 4 * ROWS + r * 4;
                     for e in 0..4 {
@@ -126,7 +149,18 @@ pub fn deinterleave_row(t: GgmlType, k: usize, group: &[u8], r: usize, out: &mut
             }
             _ => 2,
         };
-        for c in 0..qb / (4 * ROWS) {
+        let q0 = if t == GgmlType::Q5_0 {
+            let mut qh = 0u32;
+            for e in 0..QK {
+                qh |= (weight(t, g, e / 4, r, e % 4) as u32 >> 4) << e;
+            }
+            o[2..6].copy_from_slice(&qh.to_le_bytes());
+            6
+        } else {
+            q0
+        };
+        let chunks = if t == GgmlType::Q8_0 { 8 } else { 4 };
+        for c in 0..chunks {
             for e in 0..4 {
                 let w = g[c * 4 * ROWS + r * 4 + e];
                 o[q0 + 4 * c + e] = if t == GgmlType::Q8_0 { (w as i16 - 128) as i8 as u8 } else { w };
@@ -182,20 +216,21 @@ pub fn dot_reference(t: GgmlType, k: usize, group: &[u8], cols: &[&[u8]], out: &
 /// The stored (unsigned) weight of element `4l + e` of row `r` in block column `g`.
 fn weight(t: GgmlType, g: &[u8], l: usize, r: usize, e: usize) -> u8 {
     if t == GgmlType::Q8_0 {
-        g[l * 4 * ROWS + r * 4 + e]
-    } else {
-        let w = g[(l % 4) * 4 * ROWS + r * 4 + e];
-        if l < 4 {
-            w & 0xF
-        } else {
-            w >> 4
-        }
+        return g[l * 4 * ROWS + r * 4 + e];
     }
+    let w = g[(l % 4) * 4 * ROWS + r * 4 + e];
+    let nib = if l < 4 { w & 0xF } else { w >> 4 };
+    if t != GgmlType::Q5_0 {
+        return nib;
+    }
+    let mask = u64::from_le_bytes(g[MASKS + 8 * l..MASKS + 8 * l + 8].try_into().expect("8 bytes"));
+    nib | (((mask >> (4 * r + e)) & 1) as u8) << 4
 }
 
 /// The block types this layout is defined over (a compile-time check of their sizes).
 const _: () = {
     assert!(std::mem::size_of::<BlockQ4_0>() == 18);
     assert!(std::mem::size_of::<BlockQ4_1>() == 20);
+    assert!(std::mem::size_of::<BlockQ5_0>() == 22);
     assert!(std::mem::size_of::<BlockQ8_0>() == 34);
 };

@@ -33,7 +33,7 @@
 //! Q4_0, Q5_0, Q8_0, Q4_K, Q5_K and Q6_K; it has its own summation order (see [`panel`]), equal to
 //! [`panel::run_reference`] bit for bit.
 //!
-//! [`TypeKernels::interleaved_dot`] (AVX-512 VNNI, Q4_0/Q4_1/Q8_0) multiplies weights stored
+//! [`TypeKernels::interleaved_dot`] (AVX-512 VNNI, Q4_0/Q4_1/Q5_0/Q8_0) multiplies weights stored
 //! interleaved in groups of 16 rows (see [`interleave`]; the in-process model backend makes such
 //! copies) with one or two prepared activation rows: the prepared `vec_dot`'s values bit for bit.
 //!

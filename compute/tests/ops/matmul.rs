@@ -231,7 +231,7 @@ fn run_interleaved(d: &T, a: &T, b: &T, il: &[u8], nth: usize) {
 fn mul_mat_on_interleaved_weights_equals_the_rows_bit_for_bit() {
     use compute::quant::interleave;
     let mut tested = 0;
-    for (i, t) in [GgmlType::Q4_0, GgmlType::Q4_1, GgmlType::Q8_0].into_iter().enumerate() {
+    for (i, t) in [GgmlType::Q4_0, GgmlType::Q4_1, GgmlType::Q5_0, GgmlType::Q8_0].into_iter().enumerate() {
         let mut r = rng(900 + i as u64);
         let (k, m) = (320u64, 48u64);
         let a = T::from_f32(t, [k, m, 1, 1], &randv(&mut r, (k * m) as usize, 1.0));

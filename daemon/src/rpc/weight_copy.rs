@@ -1,5 +1,5 @@
 //! Interleaved copies of weight matrices (`compute::quant::interleave`): when a graph multiplies by a
-//! Q4_0, Q4_1 or Q8_0 matrix that lies in one of the connection's buffers, the buffer keeps a copy
+//! Q4_0, Q4_1, Q5_0 or Q8_0 matrix that lies in one of the connection's buffers, the buffer keeps a copy
 //! of that matrix in groups of 16 rows, which generation steps read instead of the rows (the same
 //! values bit for bit, a third of the instructions).
 //!

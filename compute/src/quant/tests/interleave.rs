@@ -8,7 +8,7 @@ use super::*;
 use crate::quant::interleave::{self, ROWS};
 use crate::quant::prepared;
 
-const TYPES: [GgmlType; 3] = [GgmlType::Q4_0, GgmlType::Q4_1, GgmlType::Q8_0];
+const TYPES: [GgmlType; 4] = [GgmlType::Q4_0, GgmlType::Q4_1, GgmlType::Q5_0, GgmlType::Q8_0];
 
 /// 16 rows of `nb` blocks: random codes at three scales, extreme codes, and one row of zero scales.
 fn rows(r: &mut rand::rngs::StdRng, t: GgmlType, nb: usize) -> Vec<u8> {

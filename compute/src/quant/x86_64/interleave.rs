@@ -22,6 +22,7 @@ pub fn install(k: &mut Kernels) {
     }
     k.set_interleaved_dot(GgmlType::Q4_0, dot_q4_0);
     k.set_interleaved_dot(GgmlType::Q4_1, dot_q4_1);
+    k.set_interleaved_dot(GgmlType::Q5_0, dot_q5_0);
     k.set_interleaved_dot(GgmlType::Q8_0, dot_q8_0);
 }
 
@@ -29,6 +30,7 @@ pub fn install(k: &mut Kernels) {
 const Q4_0: u8 = 0;
 const Q4_1: u8 = 1;
 const Q8_0: u8 = 2;
+const Q5_0: u8 = 3;
 
 /// Bytes of one prepared activation block (`PreparedQ8`): qs at 0, off at 32, d at 64, s at 68.
 const PBLOCK: usize = 72;
@@ -39,6 +41,10 @@ fn dot_q4_0(k: usize, group: &[u8], cols: &[&[u8]], out: &mut [f32]) {
 
 fn dot_q4_1(k: usize, group: &[u8], cols: &[&[u8]], out: &mut [f32]) {
     run::<Q4_1>(GgmlType::Q4_1, k, group, cols, out);
+}
+
+fn dot_q5_0(k: usize, group: &[u8], cols: &[&[u8]], out: &mut [f32]) {
+    run::<Q5_0>(GgmlType::Q5_0, k, group, cols, out);
 }
 
 fn dot_q8_0(k: usize, group: &[u8], cols: &[&[u8]], out: &mut [f32]) {
@@ -76,7 +82,12 @@ unsafe fn kernel<const T: u8, const C: usize>(
     cols: [*const u8; MAX_COLS],
     res: &mut [f32; MAX_COLS * ROWS],
 ) {
-    let qb = if T == Q8_0 { QK * ROWS } else { QK / 2 * ROWS };
+    let qb = match T {
+        Q8_0 => QK * ROWS,
+        Q5_0 => QK / 2 * ROWS + 64,
+        _ => QK / 2 * ROWS,
+    };
+    let high = _mm512_set1_epi8(0x10);
     let low = _mm512_set1_epi8(0x0F);
     let mut acc = [[_mm512_setzero_ps(); 8]; C];
     let mut ms = [_mm512_setzero_ps(); C];
@@ -95,6 +106,13 @@ unsafe fn kernel<const T: u8, const C: usize>(
                     let x = _mm512_loadu_si512(wb.add(c * 64) as *const _);
                     wv[c] = _mm512_and_si512(x, low);
                     wv[c + 4] = _mm512_and_si512(_mm512_srli_epi16::<4>(x), low);
+                }
+                if T == Q5_0 {
+                    // Group l's fifth bits: 0x10 in the bytes whose mask bit is set.
+                    for (l, v) in wv.iter_mut().enumerate() {
+                        let m = (wb.add(QK / 2 * ROWS + 8 * l) as *const u64).read_unaligned();
+                        *v = _mm512_or_si512(*v, _mm512_maskz_mov_epi8(m, high));
+                    }
                 }
             }
             let dx = _mm512_cvtph_ps(_mm256_loadu_si256(wb.add(qb) as *const _));
