@@ -220,8 +220,10 @@ pub struct LocalBackend {
     arena: AlignedBuf,
     exec: Executor,
     prepared: Option<Prepared>,
-    /// Interleaved copies of weight matrices, by weight name (see the module docs).
-    interleaved: HashMap<String, AlignedBuf>,
+    /// Interleaved copies of weight matrices, by weight name (see the module docs): anonymous
+    /// mappings on transparent huge pages where the system grants them (generation streams every
+    /// copy once per token).
+    interleaved: HashMap<String, memmap2::MmapMut>,
     /// Whether weights are interleaved at all (`LLAMAD_INTERLEAVE` is not `0`).
     interleave: bool,
     /// Number of graphs built (for tests of graph reuse and for logs).
@@ -246,7 +248,7 @@ impl LocalBackend {
 
     /// Bytes held by interleaved copies of weights.
     pub fn interleaved_bytes(&self) -> u64 {
-        self.interleaved.values().map(AlignedBuf::len).sum()
+        self.interleaved.values().map(|m| m.len() as u64).sum()
     }
 
     /// How many graphs have been built so far (a reused graph does not count).
@@ -383,13 +385,18 @@ impl LocalBackend {
             if (w.data.len() as u64) < bytes {
                 return Err(Error::Model(format!("tensor {name}: {} bytes, need {bytes}", w.data.len())));
             }
-            let mut buf = AlignedBuf::new(bytes)?;
-            interleave::interleave(l.dtype, k, m, w.data, buf.bytes_mut());
+            let len =
+                usize::try_from(bytes).map_err(|_| Error::Model(format!("tensor {name}: {bytes} bytes")))?;
+            let mut buf = memmap2::MmapMut::map_anon(len.max(1))
+                .map_err(|e| Error::Model(format!("cannot map {bytes} bytes for {name}: {e}")))?;
+            #[cfg(target_os = "linux")]
+            let _ = buf.advise(memmap2::Advice::HugePage);
+            interleave::interleave(l.dtype, k, m, w.data, &mut buf[..]);
             tracing::debug!(tensor = %name, bytes, "interleaved weight matrix");
             self.interleaved.insert(name.clone(), buf);
         }
-        let buf = &mut self.interleaved.get_mut(name).expect("inserted above");
-        Ok(Some(Interleaved { data: buf.ptr(), len: buf.len() as usize }))
+        let buf = &self.interleaved[name];
+        Ok(Some(Interleaved { data: buf.as_ptr(), len: buf.len() }))
     }
 
     fn convert(&mut self, g: &GraphDef, plan: &Plan) -> Result<Graph> {
