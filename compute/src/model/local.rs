@@ -391,7 +391,7 @@ impl LocalBackend {
                 .map_err(|e| Error::Model(format!("cannot map {bytes} bytes for {name}: {e}")))?;
             #[cfg(target_os = "linux")]
             let _ = buf.advise(memmap2::Advice::HugePage);
-            interleave::interleave(l.dtype, k, m, w.data, &mut buf[..]);
+            interleave::interleave_parallel(l.dtype, k, m, w.data, &mut buf[..], self.exec.n_threads());
             tracing::debug!(tensor = %name, bytes, "interleaved weight matrix");
             self.interleaved.insert(name.clone(), buf);
         }

@@ -90,47 +90,68 @@ pub fn interleave(t: GgmlType, k: usize, rows: usize, src: &[u8], out: &mut [u8]
     let row = k / QK * t.type_size();
     let (gb, bb, qb) = (group_bytes(t, k), block_bytes(t), quant_bytes(t));
     assert!(src.len() >= rows * row && out.len() >= rows * row, "interleave: short buffers");
+    let ts = t.type_size();
+    // Where a block keeps its scale, its min (Q4_1), its fifth bits (Q5_0) and its quants.
+    let (m_at, qh_at, qs_at) = match t {
+        GgmlType::Q4_0 => (None, None, 2),
+        GgmlType::Q4_1 => (Some(2), None, 4),
+        GgmlType::Q5_0 => (None, Some(2), 6),
+        _ => (None, None, 2),
+    };
+    // Q8_0's quants are stored plus 128: the sign bit of each byte flipped.
+    let flip = if t == GgmlType::Q8_0 { 0x8080_8080u32 } else { 0 };
+    let word = |b: &[u8], at: usize| u32::from_le_bytes([b[at], b[at + 1], b[at + 2], b[at + 3]]);
     for (g, dst) in out[..rows * row].chunks_exact_mut(gb).enumerate() {
         let src = &src[g * ROWS * row..(g + 1) * ROWS * row];
-        for b in 0..k / QK {
-            let o = &mut dst[b * bb..(b + 1) * bb];
-            if t == GgmlType::Q5_0 {
-                // The masks are built bit by bit below.
-                o[MASKS..qb].fill(0);
-            }
+        for (b, o) in dst.chunks_exact_mut(bb).enumerate() {
+            let mut masks = [0u64; 8];
             for r in 0..ROWS {
-                let blk = &src[r * row + b * t.type_size()..][..t.type_size()];
-                let (d, m, qs): (&[u8], &[u8], &[u8]) = match t {
-                    GgmlType::Q4_0 => (&blk[0..2], &[], &blk[2..18]),
-                    GgmlType::Q4_1 => (&blk[0..2], &blk[2..4], &blk[4..20]),
-                    GgmlType::Q5_0 => (&blk[0..2], &[], &blk[6..22]),
-                    _ => (&blk[0..2], &[], &blk[2..34]),
-                };
-                if t == GgmlType::Q5_0 {
-                    let qh = u32::from_le_bytes([blk[2], blk[3], blk[4], blk[5]]);
-                    for l in 0..8 {
-                        let at = MASKS + 8 * l;
-                        let mut mask = u64::from_le_bytes(o[at..at + 8].try_into().expect("8 bytes"));
-                        for e in 0..4 {
-                            mask |= (((qh >> (4 * l + e)) & 1) as u64) << (4 * r + e);
-                        }
-                        o[at..at + 8].copy_from_slice(&mask.to_le_bytes());
+                let blk = &src[r * row + b * ts..][..ts];
+                for c in 0..(ts - qs_at) / 4 {
+                    let v = word(blk, qs_at + 4 * c) ^ flip;
+                    o[c * 4 * ROWS + r * 4..][..4].copy_from_slice(&v.to_le_bytes());
+                }
+                o[qb + 2 * r..qb + 2 * r + 2].copy_from_slice(&blk[0..2]);
+                if let Some(m) = m_at {
+                    o[qb + 2 * ROWS + 2 * r..][..2].copy_from_slice(&blk[m..m + 2]);
+                }
+                if let Some(h) = qh_at {
+                    // Bits 4l..4l + 4 of the row's fifth bits go to bits 4r..4r + 4 of mask l.
+                    let qh = word(blk, h);
+                    for (l, mask) in masks.iter_mut().enumerate() {
+                        *mask |= (((qh >> (4 * l)) & 0xF) as u64) << (4 * r);
                     }
                 }
-                for c in 0..qs.len() / 4 {
-                    let at = c * 4 * ROWS + r * 4;
-                    for e in 0..4 {
-                        let q = qs[4 * c + e];
-                        o[at + e] = if t == GgmlType::Q8_0 { (q as i8 as i16 + 128) as u8 } else { q };
-                    }
-                }
-                o[qb + 2 * r..qb + 2 * r + 2].copy_from_slice(d);
-                if !m.is_empty() {
-                    o[qb + 2 * ROWS + 2 * r..qb + 2 * ROWS + 2 * r + 2].copy_from_slice(m);
+            }
+            if qh_at.is_some() {
+                for (l, mask) in masks.iter().enumerate() {
+                    o[MASKS + 8 * l..][..8].copy_from_slice(&mask.to_le_bytes());
                 }
             }
         }
     }
+}
+
+/// [`interleave`] on up to `threads` threads (scoped, each taking a contiguous run of groups):
+/// for large matrices, which are made when a model is first run.
+pub fn interleave_parallel(t: GgmlType, k: usize, rows: usize, src: &[u8], out: &mut [u8], threads: usize) {
+    assert!(supported(t), "interleave: {t} has no interleaved layout");
+    assert!(k.is_multiple_of(QK) && rows.is_multiple_of(ROWS), "interleave: {rows} rows of {k} elements");
+    let row = k / QK * t.type_size();
+    assert!(src.len() >= rows * row && out.len() >= rows * row, "interleave: short buffers");
+    let groups = rows / ROWS;
+    // Below a few MiB a thread costs more than it saves.
+    let threads = threads.clamp(1, groups.max(1)).min(((rows * row) >> 22).max(1));
+    if threads == 1 {
+        interleave(t, k, rows, src, out);
+        return;
+    }
+    let per = groups.div_ceil(threads) * ROWS * row;
+    std::thread::scope(|sc| {
+        for (s, o) in src[..rows * row].chunks(per).zip(out[..rows * row].chunks_mut(per)) {
+            sc.spawn(move || interleave(t, k, s.len() / row, s, o));
+        }
+    });
 }
 
 /// Row `r` of a group, back in `t`'s own block layout (the inverse of [`interleave`]).

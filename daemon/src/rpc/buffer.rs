@@ -219,13 +219,14 @@ impl Buffer {
         })
     }
 
-    /// The interleaved copy of the matrix `layout` at `off`, made now if there is none; `None` when
+    /// The interleaved copy of the matrix `layout` at `off`, made now (on up to `threads` threads,
+    /// as later refreshes are) if there is none; `None` when
     /// the matrix is not eligible, the budget says no, or the copies would outgrow the buffer.
     ///
     /// # Safety
     /// The caller holds the buffer exclusively: no graph of the connection is running and no other
     /// command touches it (a new copy reads the matrix's bytes).
-    pub unsafe fn weight_copy(&self, off: u64, layout: Layout) -> Option<Arc<WeightCopy>> {
+    pub unsafe fn weight_copy(&self, off: u64, layout: Layout, threads: usize) -> Option<Arc<WeightCopy>> {
         if !WeightCopy::eligible(&layout) {
             return None;
         }
@@ -238,7 +239,7 @@ impl Buffer {
             return None;
         }
         // SAFETY: forwarded contract.
-        let c = Arc::new(unsafe { WeightCopy::make(self, &self.account, off, layout)? });
+        let c = Arc::new(unsafe { WeightCopy::make(self, &self.account, off, layout, threads)? });
         list.push(c.clone());
         self.has_copies.store(true, Ordering::Release);
         Some(c)

@@ -70,12 +70,17 @@ struct Placed {
 /// The process-wide executor, used by one graph at a time.
 pub type SharedExecutor = Arc<Mutex<Executor>>;
 
-/// Builds the graph of `blob` against this connection's `buffers`; with `interleave`, MUL_MAT
-/// nodes whose weights qualify read interleaved copies of them (see [`crate::rpc::weight_copy`]).
+/// Builds the graph of `blob` against this connection's `buffers`; with `interleave` (the threads
+/// that may make copies), MUL_MAT nodes whose weights qualify read interleaved copies of them (see
+/// [`crate::rpc::weight_copy`]).
 ///
 /// The caller must hold the connection's buffers exclusively (no graph running, one command at a
 /// time): new weight copies read the buffers.
-pub fn build(blob: &GraphBlob, buffers: &HashMap<u64, Arc<Buffer>>, interleave: bool) -> Result<StoredGraph> {
+pub fn build(
+    blob: &GraphBlob,
+    buffers: &HashMap<u64, Arc<Buffer>>,
+    interleave: Option<usize>,
+) -> Result<StoredGraph> {
     let table = &blob.tensors;
     // 1. Index the table; id 0 and duplicates are refused (§14 item 15).
     let mut index: HashMap<u64, usize> = HashMap::with_capacity(table.len());
@@ -209,7 +214,7 @@ pub fn build(blob: &GraphBlob, buffers: &HashMap<u64, Arc<Buffer>>, interleave: 
         }
         // Only generation-shaped products (one or two activation rows) read a copy.
         let generation = src[1].is_some_and(|b| b.layout.ne[1] <= 2);
-        if let (true, GgmlOp::MulMat, true, true) = (interleave, op, generation, src[0].is_some()) {
+        if let (true, GgmlOp::MulMat, true, true) = (interleave.is_some(), op, generation, src[0].is_some()) {
             let p = get(lookup(t.src[0], "source")?)?;
             if let (Some((b, off)), true) = (&p.storage, WeightCopy::eligible(&p.layout)) {
                 weights.push((nodes.len(), b.clone(), *off, p.layout));
@@ -229,7 +234,7 @@ pub fn build(blob: &GraphBlob, buffers: &HashMap<u64, Arc<Buffer>>, interleave: 
             continue;
         }
         // SAFETY: the caller holds the buffers exclusively (this function's contract).
-        if let Some(c) = unsafe { buf.weight_copy(off, layout) } {
+        if let Some(c) = unsafe { buf.weight_copy(off, layout, interleave.unwrap_or(1)) } {
             interleaved.resize(nodes.len(), None);
             interleaved[pos] = Some(c.interleaved());
             copies.push((buf, c));

@@ -133,7 +133,7 @@ impl Session {
         };
         if byte == x::CMD_GRAPH_STORE {
             let st = GraphStore::decode(payload, &self.shared.limits)?;
-            let graph = exec::build(&st.blob, &self.buffers, self.shared.cfg.interleave)?;
+            let graph = exec::build(&st.blob, &self.buffers, self.interleave())?;
             let region = |t: &RpcTensor| -> Result<(Arc<Buffer>, Region)> {
                 let r = self.resolve(t)?;
                 self.tensor_region(t, 0, r.nbytes)
@@ -154,6 +154,11 @@ impl Session {
             x::CMD_TP_RUN => Ok(Reply::Blocking(ext.tp_run(payload, executor)?)),
             _ => refuse!("unknown extension command byte {byte}"),
         }
+    }
+
+    /// Whether graphs make interleaved weight copies, and on how many threads.
+    fn interleave(&self) -> Option<usize> {
+        self.shared.cfg.interleave.then_some(self.shared.cfg.threads)
     }
 
     /// Number of live buffers.
@@ -316,7 +321,7 @@ impl Session {
             Command::GetAllocSize(req) => self.get_alloc_size(&req),
             Command::GraphCompute(blob) => {
                 let d = self.device(blob.device)?;
-                let (buffers, interleave) = (&self.buffers, self.shared.cfg.interleave);
+                let (buffers, interleave) = (&self.buffers, self.interleave());
                 let g = self.built.get_or_build(&blob, |b| exec::build(b, buffers, interleave))?;
                 debug!(nodes = g.n_nodes, run = g.n_run, tensors = blob.tensors.len(), "graph built");
                 self.graphs[d] = Some(g.clone());

@@ -28,6 +28,8 @@ pub struct WeightCopy {
     nbytes: u64,
     copy: Buffer,
     account: Arc<MemoryAccount>,
+    /// Threads that interleave.
+    threads: usize,
     stale: AtomicBool,
 }
 
@@ -65,6 +67,7 @@ impl WeightCopy {
         account: &Arc<MemoryAccount>,
         off: u64,
         layout: Layout,
+        threads: usize,
     ) -> Option<Self> {
         if !Self::eligible(&layout) {
             return None;
@@ -73,8 +76,15 @@ impl WeightCopy {
         src.region(off, nbytes)?;
         let copy = Buffer::alloc(account, nbytes)?;
         account.count_interleaved(nbytes, true);
-        let c =
-            WeightCopy { off, layout, nbytes, copy, account: account.clone(), stale: AtomicBool::new(true) };
+        let c = WeightCopy {
+            off,
+            layout,
+            nbytes,
+            copy,
+            account: account.clone(),
+            threads,
+            stale: AtomicBool::new(true),
+        };
         // SAFETY: forwarded contract; the copy is new and private.
         unsafe { c.refresh(src) };
         Some(c)
@@ -127,7 +137,16 @@ impl WeightCopy {
         let (k, m) = (self.layout.ne[0] as usize, self.layout.ne[1] as usize);
         // SAFETY: both regions lie inside live buffers (`src` borrowed, the copy owned); the caller
         // guarantees nobody writes `src` or reads the copy meanwhile, and they do not overlap.
-        unsafe { interleave::interleave(self.layout.dtype, k, m, from.as_slice(), to.as_mut_slice()) };
+        unsafe {
+            interleave::interleave_parallel(
+                self.layout.dtype,
+                k,
+                m,
+                from.as_slice(),
+                to.as_mut_slice(),
+                self.threads,
+            )
+        };
         tracing::debug!(off = self.off, bytes = self.nbytes, dtype = %self.layout.dtype, "weight matrix interleaved");
     }
 }

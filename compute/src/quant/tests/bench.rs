@@ -89,3 +89,41 @@ fn dot_throughput() {
         }
     }
 }
+
+#[test]
+fn interleave_throughput() {
+    if std::env::var("LLAMAD_SLOW_TESTS").as_deref() != Ok("1") {
+        return;
+    }
+    // A SmolLM2-sized matrix (the LM head: 49152 rows of 576); GB/s of source bytes.
+    let (k, m) = (576usize, 49152usize);
+    let mut r = rng(5);
+    for t in [GgmlType::Q4_0, GgmlType::Q4_1, GgmlType::Q5_0, GgmlType::Q8_0] {
+        let src: Vec<u8> = (0..m * k / 32 * t.type_size()).map(|_| r.random()).collect();
+        let mut out = vec![0u8; src.len()];
+        let mut dt = f64::INFINITY;
+        for _ in 0..5 {
+            let t0 = Instant::now();
+            crate::quant::interleave::interleave(t, k, m, &src, &mut out);
+            dt = dt.min(t0.elapsed().as_secs_f64());
+        }
+        let mut back = vec![0u8; k / 32 * t.type_size()];
+        crate::quant::interleave::deinterleave_row(t, k, &out, 3, &mut back);
+        assert_eq!(back, src[3 * back.len()..4 * back.len()], "{t}");
+        let mut dt2 = f64::INFINITY;
+        let mut par = vec![0u8; src.len()];
+        for _ in 0..5 {
+            let t0 = Instant::now();
+            crate::quant::interleave::interleave_parallel(t, k, m, &src, &mut par, 2);
+            dt2 = dt2.min(t0.elapsed().as_secs_f64());
+        }
+        assert!(par == out, "{t}: the parallel interleave differs");
+        let gbs = |d: f64| src.len() as f64 / d / 1e9;
+        eprintln!(
+            "interleave {t:>5}: {:6.2} GB/s, 2 threads {:6.2} GB/s ({} MB)",
+            gbs(dt),
+            gbs(dt2),
+            src.len() / 1_000_000
+        );
+    }
+}

@@ -140,3 +140,15 @@ fn a_short_group_is_refused_before_the_kernel_reads_it() {
     let mut out = [0.0f32; ROWS];
     interleave::dot_reference(GgmlType::Q4_0, k, &group, &[&col], &mut out);
 }
+
+#[test]
+fn parallel_interleave_equals_the_serial_one() {
+    let mut r = rng(93);
+    // 8.9 MB: large enough for two threads (and an uneven split: 129 groups).
+    let (t, k, m) = (GgmlType::Q8_0, 4096usize, 129 * ROWS);
+    let src: Vec<u8> = (0..m * k / 32 * t.type_size()).map(|_| rand::Rng::random::<u8>(&mut r)).collect();
+    let (mut a, mut b) = (vec![0u8; src.len()], vec![1u8; src.len()]);
+    interleave::interleave(t, k, m, &src, &mut a);
+    interleave::interleave_parallel(t, k, m, &src, &mut b, 3);
+    assert!(a == b, "the parallel interleave differs");
+}
