@@ -137,10 +137,14 @@ fn coalesced_writes_go_through_the_reference_servers_cache() {
     let model = smollm2();
     let m = model.to_str().unwrap();
     let cache = tempfile::tempdir().unwrap();
-    let p = start_peer_with(&["-c", "--cache-dir", cache.path().to_str().unwrap()]);
+    // A fresh server for each load, on the same cache directory: the cache outlives the process
+    // (and a load never depends on a reference server surviving the previous master's disconnect,
+    // which once refused the second load's connection).
+    let start = || start_peer_with(&["-c", "--cache-dir", cache.path().to_str().unwrap()]);
     let args =
         ["run", "-m", m, "-p", "Hello world, this is", "-n", "16", "--temp", "0", "-t", "1", "-c", "256"];
     let run = || {
+        let p = start();
         let out = support::llamactl_cmd().args(args).args(["--workers", &p.addr]).output().unwrap();
         let err = String::from_utf8_lossy(&out.stderr).into_owned();
         assert!(out.status.success(), "{err}");
