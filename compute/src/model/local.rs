@@ -30,7 +30,7 @@ use crate::model::graph_def::{GraphDef, KvKind, Storage, TensorId};
 use crate::model::hparams::HParams;
 use crate::model::weights::WeightSource;
 use crate::op::GgmlOp;
-use crate::quant::{self, interleave};
+use crate::quant::interleave;
 
 /// Alignment of every arena and cache allocation.
 pub const ALIGN: u64 = 64;
@@ -246,11 +246,6 @@ impl LocalBackend {
         })
     }
 
-    /// Bytes held by interleaved copies of weights.
-    pub fn interleaved_bytes(&self) -> u64 {
-        self.interleaved.values().map(|m| m.len() as u64).sum()
-    }
-
     /// How many graphs have been built so far (a reused graph does not count).
     pub fn graphs_built(&self) -> u64 {
         self.builds
@@ -367,16 +362,7 @@ impl LocalBackend {
         let Storage::Weight(name) = &t.storage else { return Ok(None) };
         let l = t.layout;
         let (k, m) = (l.ne[0] as usize, l.ne[1] as usize);
-        let usable = self.interleave
-            && g.owner(id) == id
-            && interleave::supported(l.dtype)
-            && quant::kernels(l.dtype).interleaved_dot.is_some()
-            && l.ne[2] == 1
-            && l.ne[3] == 1
-            && k.is_multiple_of(l.dtype.blck_size())
-            && m.is_multiple_of(interleave::ROWS)
-            && l.is_contiguous();
-        if !usable {
+        if !self.interleave || g.owner(id) != id || !interleave::eligible(&l) {
             return Ok(None);
         }
         if !self.interleaved.contains_key(name) {

@@ -180,12 +180,8 @@ fn plan_interleaved(a: &Tv, il: Interleaved) -> Option<(*const u8, InterleavedDo
     let kern = quant::kernels(t);
     let f = kern.interleaved_dot?;
     let (k, m) = (a.ne[0], a.ne[1]);
-    let whole = interleave::supported(t)
-        && kern.vec_dot_prepared.map(|p| p.bias) == Some(interleave::bias(t))
-        && m.is_multiple_of(interleave::ROWS)
-        && a.ne[2] == 1
-        && a.ne[3] == 1
-        && k.is_multiple_of(t.blck_size());
+    let whole =
+        interleave::eligible(&a.l) && kern.vec_dot_prepared.map(|p| p.bias) == Some(interleave::bias(t));
     let need = (m / interleave::ROWS).checked_mul(interleave::group_bytes(t, k))?;
     (whole && !il.data.is_null() && il.len >= need).then_some((il.data, f))
 }

@@ -31,6 +31,7 @@
 use super::blocks::{f16le, take_blocks, BlockQ4_0, BlockQ4_1, BlockQ5_0, BlockQ8_0, QK};
 use super::prepared::PreparedQ8;
 use crate::dtype::GgmlType;
+use crate::tensor::Layout;
 
 /// Rows per interleaved group.
 pub const ROWS: usize = 16;
@@ -45,6 +46,44 @@ pub type InterleavedDotFn = fn(k: usize, group: &[u8], cols: &[&[u8]], out: &mut
 /// Whether `t` has an interleaved layout.
 pub fn supported(t: GgmlType) -> bool {
     matches!(t, GgmlType::Q4_0 | GgmlType::Q4_1 | GgmlType::Q5_0 | GgmlType::Q8_0)
+}
+
+/// Whether a matrix of layout `l` can be multiplied interleaved with the active kernel set: a
+/// whole, contiguous 2-D matrix of a type with an interleaved kernel, whose rows form whole groups.
+pub fn eligible(l: &Layout) -> bool {
+    let t = l.dtype;
+    supported(t)
+        && super::kernels(t).interleaved_dot.is_some()
+        && l.ne[2] == 1
+        && l.ne[3] == 1
+        && l.ne[1] > 0
+        && l.ne[0].is_multiple_of(t.blck_size() as u64)
+        && l.ne[1].is_multiple_of(ROWS as u64)
+        && l.is_contiguous()
+}
+
+/// Where a block of `t` keeps its min (Q4_1), its fifth bits (Q5_0) and its quants; its scale is
+/// at 0.
+fn fields(t: GgmlType) -> (Option<usize>, Option<usize>, usize) {
+    match t {
+        GgmlType::Q4_1 => (Some(2), None, 4),
+        GgmlType::Q5_0 => (None, Some(2), 6),
+        _ => (None, None, 2),
+    }
+}
+
+/// Q8_0's quants are stored plus 128: the sign bit of each byte flipped (word-wise).
+fn flip(t: GgmlType) -> u32 {
+    if t == GgmlType::Q8_0 {
+        0x8080_8080
+    } else {
+        0
+    }
+}
+
+/// The little-endian word at `b[at..at + 4]`.
+fn word(b: &[u8], at: usize) -> u32 {
+    u32::from_le_bytes([b[at], b[at + 1], b[at + 2], b[at + 3]])
 }
 
 /// The bias of the prepared activation rows the kernels take (`-bias · Σ y` per lane; see
@@ -91,16 +130,8 @@ pub fn interleave(t: GgmlType, k: usize, rows: usize, src: &[u8], out: &mut [u8]
     let (gb, bb, qb) = (group_bytes(t, k), block_bytes(t), quant_bytes(t));
     assert!(src.len() >= rows * row && out.len() >= rows * row, "interleave: short buffers");
     let ts = t.type_size();
-    // Where a block keeps its scale, its min (Q4_1), its fifth bits (Q5_0) and its quants.
-    let (m_at, qh_at, qs_at) = match t {
-        GgmlType::Q4_0 => (None, None, 2),
-        GgmlType::Q4_1 => (Some(2), None, 4),
-        GgmlType::Q5_0 => (None, Some(2), 6),
-        _ => (None, None, 2),
-    };
-    // Q8_0's quants are stored plus 128: the sign bit of each byte flipped.
-    let flip = if t == GgmlType::Q8_0 { 0x8080_8080u32 } else { 0 };
-    let word = |b: &[u8], at: usize| u32::from_le_bytes([b[at], b[at + 1], b[at + 2], b[at + 3]]);
+    let (m_at, qh_at, qs_at) = fields(t);
+    let flip = flip(t);
     for (g, dst) in out[..rows * row].chunks_exact_mut(gb).enumerate() {
         let src = &src[g * ROWS * row..(g + 1) * ROWS * row];
         for (b, o) in dst.chunks_exact_mut(bb).enumerate() {
@@ -159,33 +190,21 @@ pub fn deinterleave_row(t: GgmlType, k: usize, group: &[u8], r: usize, out: &mut
     assert!(supported(t) && k.is_multiple_of(QK) && r < ROWS, "deinterleave_row: {t}, k {k}, row {r}");
     let (bb, qb, ts) = (block_bytes(t), quant_bytes(t), t.type_size());
     assert!(group.len() >= group_bytes(t, k) && out.len() >= k / QK * ts, "deinterleave_row: short");
+    let (m_at, qh_at, qs_at) = fields(t);
     for b in 0..k / QK {
         let g = &group[b * bb..(b + 1) * bb];
         let o = &mut out[b * ts..(b + 1) * ts];
         o[0..2].copy_from_slice(&g[qb + 2 * r..qb + 2 * r + 2]);
-        let q0 = match t {
-            GgmlType::Q4_1 => {
-                o[2..4].copy_from_slice(&g[qb + 2 * ROWS + 2 * r..qb + 2 * ROWS + 2 * r + 2]);
-                4
-            }
-            _ => 2,
-        };
-        let q0 = if t == GgmlType::Q5_0 {
-            let mut qh = 0u32;
-            for e in 0..QK {
-                qh |= (weight(t, g, e / 4, r, e % 4) as u32 >> 4) << e;
-            }
-            o[2..6].copy_from_slice(&qh.to_le_bytes());
-            6
-        } else {
-            q0
-        };
-        let chunks = if t == GgmlType::Q8_0 { 8 } else { 4 };
-        for c in 0..chunks {
-            for e in 0..4 {
-                let w = g[c * 4 * ROWS + r * 4 + e];
-                o[q0 + 4 * c + e] = if t == GgmlType::Q8_0 { (w as i16 - 128) as i8 as u8 } else { w };
-            }
+        if let Some(m) = m_at {
+            o[m..m + 2].copy_from_slice(&g[qb + 2 * ROWS + 2 * r..][..2]);
+        }
+        if let Some(h) = qh_at {
+            let qh = (0..QK).fold(0u32, |qh, e| qh | (weight(t, g, e / 4, r, e % 4) as u32 >> 4) << e);
+            o[h..h + 4].copy_from_slice(&qh.to_le_bytes());
+        }
+        for c in 0..(ts - qs_at) / 4 {
+            let v = word(g, c * 4 * ROWS + r * 4) ^ flip(t);
+            o[qs_at + 4 * c..][..4].copy_from_slice(&v.to_le_bytes());
         }
     }
 }

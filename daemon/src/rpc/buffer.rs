@@ -227,7 +227,7 @@ impl Buffer {
     /// The caller holds the buffer exclusively: no graph of the connection is running and no other
     /// command touches it (a new copy reads the matrix's bytes).
     pub unsafe fn weight_copy(&self, off: u64, layout: Layout, threads: usize) -> Option<Arc<WeightCopy>> {
-        if !WeightCopy::eligible(&layout) {
+        if !compute::quant::interleave::eligible(&layout) {
             return None;
         }
         let mut list = self.copies.lock().ok()?;
@@ -261,11 +261,6 @@ impl Buffer {
         if let Some(off) = (r.ptr as usize).checked_sub(self.ptr.as_ptr() as usize) {
             self.invalidate(off as u64, r.len as u64);
         }
-    }
-
-    /// Bytes held by this buffer's interleaved copies.
-    pub fn copies_size(&self) -> u64 {
-        self.copies.lock().map(|l| l.iter().map(|c| c.size()).sum()).unwrap_or(0)
     }
 
     /// The opaque non-zero handle.

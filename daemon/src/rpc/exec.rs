@@ -10,6 +10,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
 use compute::graph::{Executor, Graph, Interleaved, Node, Tensor};
+use compute::quant::interleave::MAX_COLS;
 use compute::{GgmlOp, Layout};
 use llamad_proto::{GraphBlob, RpcTensor};
 
@@ -50,11 +51,6 @@ impl StoredGraph {
         }
         r?;
         Ok(())
-    }
-
-    /// Bytes of the interleaved weight copies the graph reads.
-    pub fn copies_size(&self) -> u64 {
-        self.copies.iter().map(|(_, c)| c.size()).sum()
     }
 }
 
@@ -209,14 +205,13 @@ pub fn build(
                 continue;
             }
             let si = lookup(sid, "source")?;
-            let p = get(si)?;
-            src[j] = Some(tensor_of(&table[si], p, &mut keep)?);
+            src[j] = Some(tensor_of(&table[si], get(si)?, &mut keep)?);
         }
         // Only generation-shaped products (one or two activation rows) read a copy.
-        let generation = src[1].is_some_and(|b| b.layout.ne[1] <= 2);
+        let generation = src[1].is_some_and(|b| b.layout.ne[1] <= MAX_COLS as u64);
         if let (true, GgmlOp::MulMat, true, true) = (interleave.is_some(), op, generation, src[0].is_some()) {
             let p = get(lookup(t.src[0], "source")?)?;
-            if let (Some((b, off)), true) = (&p.storage, WeightCopy::eligible(&p.layout)) {
+            if let Some((b, off)) = &p.storage {
                 weights.push((nodes.len(), b.clone(), *off, p.layout));
             }
         }

@@ -15,7 +15,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use compute::graph::Interleaved;
-use compute::quant::{self, interleave};
+use compute::quant::interleave;
 use compute::Layout;
 
 use super::buffer::{Buffer, MemoryAccount};
@@ -41,21 +41,6 @@ impl Drop for WeightCopy {
 }
 
 impl WeightCopy {
-    /// Whether a matrix of `layout` can be multiplied interleaved on this machine: a whole,
-    /// contiguous 2-D matrix of a type with an interleaved kernel in the active kernel set, whose
-    /// rows form whole groups.
-    pub fn eligible(layout: &Layout) -> bool {
-        let t = layout.dtype;
-        interleave::supported(t)
-            && quant::kernels(t).interleaved_dot.is_some()
-            && layout.ne[2] == 1
-            && layout.ne[3] == 1
-            && layout.ne[1] > 0
-            && layout.ne[0].is_multiple_of(t.blck_size() as u64)
-            && layout.ne[1].is_multiple_of(interleave::ROWS as u64)
-            && layout.is_contiguous()
-    }
-
     /// Interleaves the matrix at `off` of `src` into memory taken from `account`; `None` when the
     /// layout is not eligible, the matrix leaves `src`, or the budget says no.
     ///
@@ -69,7 +54,7 @@ impl WeightCopy {
         layout: Layout,
         threads: usize,
     ) -> Option<Self> {
-        if !Self::eligible(&layout) {
+        if !interleave::eligible(&layout) {
             return None;
         }
         let nbytes = layout.nbytes()?;
