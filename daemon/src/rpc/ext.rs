@@ -31,6 +31,11 @@ const EXCHANGE_TIMEOUT: Duration = Duration::from_secs(300);
 /// buffers); larger ones are written from a second thread so that two ranks writing to each other
 /// cannot both block.
 const INLINE_SEND: usize = 32 * 1024;
+/// How long a rank polls a link for a peer's small partial before it sleeps in a blocking read. A
+/// blocked reader is woken by an interrupt, which on a virtual machine whose vCPU went idle costs
+/// tens of microseconds per exchange, twice per layer; polling (with a yield, so a thread the OS
+/// put on the same core still runs) sees the bytes as soon as the peer's write lands.
+const POLL_WAIT: Duration = Duration::from_millis(2);
 
 /// A stored phase graph with the places TP_RUN writes its input to and reads its output from.
 pub struct Slot {
@@ -248,6 +253,7 @@ impl Program {
         let mut x_out: Vec<f32> = Vec::new();
         // The peers' partial sums, by rank, reused from phase to phase.
         let mut partials: Vec<Vec<u8>> = vec![Vec::new(); self.n_ranks as usize];
+        let (mut t_compute, mut t_exchange) = (Duration::ZERO, Duration::ZERO);
         for (k, slot) in slots.iter().enumerate() {
             let head = k + 1 == n;
             let cur = if head || k + 2 == n { &mut x_out } else { &mut x };
@@ -262,17 +268,28 @@ impl Program {
             for (d, v) in dst.chunks_exact_mut(4).zip(cur.iter()) {
                 d.copy_from_slice(&v.to_le_bytes());
             }
+            let t0 = Instant::now();
             slot.graph.run_blocking(executor)?;
+            t_compute += t0.elapsed();
             let (_ob, output) = &slot.output;
             // SAFETY: as above, for the output region; the graph has finished.
             let out = unsafe { output.as_slice() };
             if head {
+                debug!(
+                    rank = self.rank,
+                    tokens = self.n_tokens,
+                    compute_us = t_compute.as_micros() as u64,
+                    exchange_us = t_exchange.as_micros() as u64,
+                    "tp_run"
+                );
                 return Ok(out.to_vec());
             }
             if out.len() != cur.len() * 4 {
                 refuse!("EXT_TP_RUN slot {k}: output of {} bytes for {} values", out.len(), cur.len());
             }
+            let t0 = Instant::now();
             exchange(links, self.rank, k as u32, out, &mut partials)?;
+            t_exchange += t0.elapsed();
             // Every rank adds the partials in rank order: the same bits everywhere, and the same as a
             // master relaying them.
             for (r, theirs) in partials.iter().enumerate() {
@@ -322,11 +339,14 @@ fn exchange(
         }
         Ok(())
     };
+    // Polling toggles the link's O_NONBLOCK, so only when no sender thread writes to it meanwhile.
+    let poll = mine.len() <= INLINE_SEND;
     let recv = |links: &HashMap<u32, TcpStream>, partials: &mut [Vec<u8>]| -> Result<()> {
         for r in peers() {
             let mut s = link(links, r)?;
             let mut h = [0u8; 12];
-            s.read_exact(&mut h).map_err(|e| Error::Refused(format!("rank {r} in phase {phase}: {e}")))?;
+            let first = if poll { read_exact_polling(s, &mut h) } else { s.read_exact(&mut h) };
+            first.map_err(|e| Error::Refused(format!("rank {r} in phase {phase}: {e}")))?;
             let p = u32::from_le_bytes([h[0], h[1], h[2], h[3]]);
             let len = u64::from_le_bytes([h[4], h[5], h[6], h[7], h[8], h[9], h[10], h[11]]);
             if p != phase || len != mine.len() as u64 {
@@ -341,7 +361,7 @@ fn exchange(
         }
         Ok(())
     };
-    if mine.len() <= INLINE_SEND {
+    if poll {
         send(links)?;
         return recv(links, partials);
     }
@@ -352,4 +372,82 @@ fn exchange(
         let sent = sender.join().unwrap_or_else(|_| Err(Error::Refused("link sender panicked".into())));
         sent.and(got)
     })
+}
+
+/// `read_exact` that first polls the (blocking) link without sleeping for up to [`POLL_WAIT`], then
+/// falls back to a blocking read (with the link's read timeout).
+fn read_exact_polling(mut s: &TcpStream, buf: &mut [u8]) -> std::io::Result<()> {
+    use std::io::ErrorKind;
+    let deadline = Instant::now() + POLL_WAIT;
+    let mut got = 0;
+    s.set_nonblocking(true)?;
+    let polled = loop {
+        match s.read(&mut buf[got..]) {
+            Ok(0) => break Err(ErrorKind::UnexpectedEof.into()),
+            Ok(n) => {
+                got += n;
+                if got == buf.len() {
+                    break Ok(());
+                }
+            }
+            Err(e) if e.kind() == ErrorKind::WouldBlock => {
+                if Instant::now() >= deadline {
+                    break Ok(());
+                }
+                std::thread::yield_now();
+            }
+            Err(e) if e.kind() == ErrorKind::Interrupted => {}
+            Err(e) => break Err(e),
+        }
+    };
+    s.set_nonblocking(false)?;
+    polled?;
+    s.read_exact(&mut buf[got..])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pair() -> (TcpStream, TcpStream) {
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        let a = TcpStream::connect(l.local_addr().unwrap()).unwrap();
+        let (b, _) = l.accept().unwrap();
+        (a, b)
+    }
+
+    #[test]
+    fn polling_read_gathers_pieces_before_and_after_its_budget() {
+        let (mut a, b) = pair();
+        let writer = std::thread::spawn(move || {
+            a.write_all(b"head").unwrap();
+            // Past the polling budget: the rest comes through the blocking read.
+            std::thread::sleep(POLL_WAIT * 3);
+            a.write_all(b"-tail").unwrap();
+            a
+        });
+        let mut buf = [0u8; 9];
+        read_exact_polling(&b, &mut buf).unwrap();
+        assert_eq!(&buf, b"head-tail");
+        let mut a = writer.join().unwrap();
+        // The link is blocking again: a plain read waits for the next bytes instead of failing.
+        let w = std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(20));
+            a.write_all(b"x").unwrap();
+        });
+        let mut one = [0u8; 1];
+        (&b).read_exact(&mut one).unwrap();
+        assert_eq!(&one, b"x");
+        w.join().unwrap();
+    }
+
+    #[test]
+    fn polling_read_reports_a_peer_that_closed() {
+        let (mut a, b) = pair();
+        a.write_all(b"ab").unwrap();
+        drop(a);
+        let mut buf = [0u8; 4];
+        let e = read_exact_polling(&b, &mut buf).unwrap_err();
+        assert_eq!(e.kind(), std::io::ErrorKind::UnexpectedEof);
+    }
 }
