@@ -87,6 +87,20 @@ fn smollm2_logits_close_to_in_process() {
     compare(&model, cfg(true, 2), &two, &[3.0, 1.0], &prompt, 4, 1.5);
 }
 
+/// Four workers split SmolLM2's nine query heads 2+3+2+2 over its three KV heads: every worker
+/// holds a part of a KV group, attends group by group, and two of them share a KV head.
+#[test]
+fn four_workers_split_kv_groups() {
+    let path = smollm2();
+    let model = load(&path);
+    let ws: Vec<Worker> = (0..4).map(|_| Worker::start(MEM)).collect();
+    let four: Vec<String> = ws.iter().map(|w| w.addr.clone()).collect();
+    let prompt = tokenize(&path, "The capital of France is");
+    for fa in [true, false] {
+        compare(&model, cfg(fa, 512), &four, &[], &prompt, 8, 1.5);
+    }
+}
+
 #[test]
 fn tiny_qwen_and_llama_logits_close_to_in_process() {
     let (w1, w2) = (Worker::start(MEM), Worker::start(MEM));
@@ -123,11 +137,12 @@ fn smollm2_greedy_text_equals_in_process() {
 fn impossible_splits_are_clear_errors() {
     let model = smollm2();
     let m = model.to_str().unwrap();
-    let ws: Vec<Worker> = (0..4).map(|_| Worker::start(MEM)).collect();
-    let four = ws.iter().map(|w| w.addr.as_str()).collect::<Vec<_>>().join(",");
-    let out = llamactl(&["run", "-m", m, "-p", "hi", "-n", "1", "--workers", &four, "--split-mode", "row"]);
+    let ws: Vec<Worker> = (0..1).map(|_| Worker::start(MEM)).collect();
+    // Nine query heads cannot go to ten devices (the split is planned before any connection).
+    let ten = [ws[0].addr.as_str(); 10].join(",");
+    let out = llamactl(&["run", "-m", m, "-p", "hi", "-n", "1", "--workers", &ten, "--split-mode", "row"]);
     let err = String::from_utf8_lossy(&out.stderr);
-    assert!(!out.status.success() && err.contains("KV heads") && err.contains("4 devices"), "{err}");
+    assert!(!out.status.success() && err.contains("query heads") && err.contains("10 devices"), "{err}");
 
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("gemma3.gguf");

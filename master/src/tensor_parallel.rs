@@ -1,8 +1,8 @@
 //! Split mode `row`: tensor parallelism across RPC workers (see [`compute::model::shard`]).
 //!
-//! Every worker holds one shard of every layer (its KV heads, its feed-forward channels, its
-//! vocabulary rows) and its heads' KV cache. This process keeps the residual stream: the
-//! embedding lookup runs here; per layer, the attention phase and then the feed-forward phase are
+//! Every worker holds one shard of every layer (its query heads, its feed-forward channels, its
+//! vocabulary rows) and the KV cache of the KV heads its query heads read. This process keeps the
+//! residual stream: the embedding lookup runs here; per layer, the attention phase and then the feed-forward phase are
 //! sent to all workers at once — SET_TENSOR of the residual, GRAPH_COMPUTE of that phase's
 //! segment, GET_TENSOR of the partial result, written back to back so a phase costs one round trip
 //! per worker, overlapped across workers — and the partial sums are added to the residual here.
@@ -245,7 +245,7 @@ impl TensorParallel {
 /// The buffers of a shard (no network traffic).
 fn layout(s: &Shard, max_params: &BuildParams) -> Result<WorkerLayout> {
     let align = s.w.probe.alignment.max(1);
-    let sg = build_shard(&s.hp, s.src.as_ref(), max_params).context("building the shard graph")?;
+    let sg = build_shard(&s.hp, s.src.as_ref(), &s.spec, max_params).context("building the shard graph")?;
     let mut out = WorkerLayout::default();
     let mut cur: WeightBuffer = (0, Vec::new());
     for t in sg.built.graph.tensors() {
@@ -285,7 +285,7 @@ fn prepare(s: &mut Shard, p: &BuildParams, linked: bool) -> Result<()> {
         return Ok(());
     }
     s.prepared = None;
-    let sg = build_shard(&s.hp, s.src.as_ref(), p)?;
+    let sg = build_shard(&s.hp, s.src.as_ref(), &s.spec, p)?;
     let pl = plan(&sg.built.graph, &[])?;
     let have = s.w.compute.map_or(0, |c| c.size);
     if pl.size > have {
@@ -498,8 +498,9 @@ impl Forward for TensorParallel {
             vec![format!("split mode row: {} phases on {} workers ({how})", self.phases, self.shards.len())];
         v.extend(self.shards.iter().map(|s| {
             format!(
-                "{} kv heads {:?}, ffn {:?}, vocab {:?}: {:.2} ms waiting",
+                "{} heads {:?} (kv {:?}), ffn {:?}, vocab {:?}: {:.2} ms waiting",
                 s.w.addr,
+                s.spec.q_heads,
                 s.spec.kv_heads,
                 s.spec.ff,
                 s.spec.vocab,

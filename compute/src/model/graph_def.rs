@@ -437,6 +437,22 @@ impl GraphDef {
         self.view_node(GgmlOp::Cpy, lb, b, 0, &[a, b], [0; 16])
     }
 
+    /// ggml_concat(a, b, dim): `b` appended to `a` along `dim` (the other dims equal, same type).
+    pub fn concat(&mut self, a: TensorId, b: TensorId, dim: usize) -> Result<TensorId> {
+        let (la, lb) = (self.layout(a), self.layout(b));
+        let fits =
+            dim < MAX_DIMS && la.dtype == lb.dtype && (0..MAX_DIMS).all(|i| i == dim || la.ne[i] == lb.ne[i]);
+        if !fits {
+            return Err(shape_err(GgmlOp::Concat, format!("a {:?} b {:?} along {dim}", la.ne, lb.ne)));
+        }
+        let mut ne = la.ne;
+        ne[dim] += lb.ne[dim];
+        let l = Layout::contiguous(la.dtype, ne)?;
+        let mut p = [0; 16];
+        p[0] = dim as i32;
+        Ok(self.node(GgmlOp::Concat, l, &[a, b], p))
+    }
+
     /// ggml_cont: a contiguous copy with the same shape.
     pub fn cont(&mut self, a: TensorId) -> Result<TensorId> {
         let ne = self.layout(a).ne;

@@ -1,10 +1,16 @@
 //! Tensor parallelism ("row split"): one shard of every layer per device.
 //!
 //! Each device holds a slice of every weight matrix (the scheme of Megatron-LM and
-//! distributed-llama): attention by whole KV-head groups (the Q rows of the query heads that share
-//! those KV heads, the K/V rows of the KV heads, the matching input columns of `attn_output`), the
-//! feed-forward by `n_ff` (rows of `ffn_gate`/`ffn_up`, input columns of `ffn_down`) and the LM head
-//! by vocabulary rows. Norm weights are replicated. A device's KV cache holds its own KV heads only.
+//! distributed-llama): attention by query heads (their Q rows, the K/V rows of the KV heads they
+//! read, the matching input columns of `attn_output`), the feed-forward by `n_ff` (rows of
+//! `ffn_gate`/`ffn_up`, input columns of `ffn_down`) and the LM head by vocabulary rows. Norm
+//! weights are replicated. A device's KV cache holds the KV heads its query heads read.
+//!
+//! Query heads are split in proportion to the devices' weights, not whole KV groups: with nine
+//! query heads over three KV heads, two devices get 5 and 4 query heads (2:1 by KV groups would
+//! leave one device waiting for the other's extra attention every layer). A KV head whose group
+//! is cut is projected and cached on both devices, and each device attends its heads group by
+//! group ([`HeadGroup`]).
 //!
 //! Per layer there are two phases. In each, every device gets the residual stream `x` `[E, T]`,
 //! computes norm → its part → its partial `[E, T]` output projection, and the caller sums the
@@ -20,7 +26,7 @@ use std::sync::Arc;
 
 use crate::dtype::GgmlType;
 use crate::error::{Error, Result};
-use crate::model::arch::blocks::{attention, ffn_gated, rms_norm_mul, AttnOptions};
+use crate::model::arch::blocks::{attention_grouped, ffn_gated, rms_norm_mul, AttnOptions, HeadGroup};
 use crate::model::arch::{BuildParams, Built, Ctx};
 use crate::model::graph_def::TensorId;
 use crate::model::hparams::{Arch, HParams};
@@ -31,14 +37,40 @@ use crate::tensor::MAX_DIMS;
 /// The part of the model one device computes.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ShardSpec {
-    /// KV heads `[g0, g1)` (and the query heads that share them).
+    /// Query heads `[h0, h1)`.
+    pub q_heads: Range<u64>,
+    /// KV heads `[g0, g1)`: those the query heads read.
     pub kv_heads: Range<u64>,
+    /// Query heads per KV head in the model.
+    pub group_size: u64,
     /// Feed-forward channels `[f0, f1)`.
     pub ff: Range<u64>,
     /// Vocabulary rows of the LM head `[v0, v1)`.
     pub vocab: Range<u64>,
     /// The first shard also adds the biases of the output projections (they must count once).
     pub first: bool,
+}
+
+impl ShardSpec {
+    /// The shard's query heads by KV head (in the shard's numbering), or `None` when every KV head
+    /// it holds has its whole group (the broadcast form of attention applies).
+    pub fn head_groups(&self) -> Option<Vec<HeadGroup>> {
+        let gs = self.group_size.max(1);
+        let q = &self.q_heads;
+        let groups: Vec<HeadGroup> = self
+            .kv_heads
+            .clone()
+            .map(|j| {
+                let (a, b) = (q.start.max(j * gs), q.end.min((j + 1) * gs));
+                HeadGroup { kv: j - self.kv_heads.start, q0: a - q.start, n: b.saturating_sub(a) }
+            })
+            .collect();
+        if groups.iter().all(|g| g.n == gs) {
+            None
+        } else {
+            Some(groups)
+        }
+    }
 }
 
 fn model_err(msg: impl Into<String>) -> Error {
@@ -61,19 +93,21 @@ pub fn attn_options(hp: &HParams) -> Result<AttnOptions> {
     }
 }
 
-/// Splits `total` into `weights.len()` contiguous ranges proportional to `weights`, on multiples
-/// of `unit`; every range is non-empty.
+/// Splits `total` into `weights.len()` contiguous ranges proportional to `weights`, with the inner
+/// boundaries on multiples of `unit` (the last range ends at `total`); every range is non-empty.
 fn split_units(total: u64, unit: u64, weights: &[f64], what: &str) -> Result<Vec<Range<u64>>> {
-    if unit == 0 || !total.is_multiple_of(unit) {
-        return Err(model_err(format!("{what}: {total} is not a multiple of {unit}")));
+    if unit == 0 {
+        return Err(model_err(format!("{what}: unit 0")));
     }
-    let units = total / unit;
+    let units = total.div_ceil(unit);
     let sum: f64 = weights.iter().sum();
     let mut out = Vec::with_capacity(weights.len());
     let (mut acc, mut start) = (0.0, 0u64);
     for (i, w) in weights.iter().enumerate() {
         acc += w;
-        let end = if i + 1 == weights.len() { units } else { ((acc / sum) * units as f64).round() as u64 };
+        // The boundary nearest the proportional share (measured in elements: the last unit may be short).
+        let share = (acc / sum) * total as f64 / unit as f64;
+        let end = if i + 1 == weights.len() { units } else { share.round() as u64 };
         let end = end.clamp(start, units);
         if end == start {
             return Err(model_err(format!(
@@ -82,7 +116,7 @@ fn split_units(total: u64, unit: u64, weights: &[f64], what: &str) -> Result<Vec
                 weights.len()
             )));
         }
-        out.push(start * unit..end * unit);
+        out.push(start * unit..(end * unit).min(total));
         start = end;
     }
     Ok(out)
@@ -103,41 +137,46 @@ pub fn plan_shards(hp: &HParams, src: &dyn WeightSource, weights: &[f64]) -> Res
         return Err(model_err(format!("{} query heads over {} KV heads", hp.n_head, hp.n_head_kv)));
     }
     let rep = hp.n_head / hp.n_head_kv;
-    let kv = split_units(hp.n_head_kv, 1, weights, "KV heads")?;
     // Input columns of attn_output and ffn_down are sliced: boundaries on whole blocks.
     let (mut wo_blck, mut down_blck) = (1, 1);
     for il in 0..hp.n_layer {
         wo_blck = wo_blck.max(blck(src, &format!("blk.{il}.attn_output.weight")));
         down_blck = down_blck.max(blck(src, &format!("blk.{il}.ffn_down.weight")));
     }
-    let group = rep * hp.head_dim_v;
-    for r in &kv {
-        if !(r.start * group).is_multiple_of(wo_blck) {
-            return Err(model_err(format!(
-                "row split: attn_output's blocks of {wo_blck} do not fall on the head boundary at column {} \
-                 (use --split-mode layer)",
-                r.start * group
-            )));
-        }
-    }
+    // The fewest query heads whose attn_output columns fill whole blocks.
+    let dv = hp.head_dim_v.max(1);
+    let head_unit = wo_blck / gcd(wo_blck, dv);
+    let q = split_units(hp.n_head, head_unit, weights, "query heads")?;
     let ff = split_units(hp.n_ff, down_blck, weights, "feed-forward channels")?;
     let vocab = split_units(hp.n_vocab, 1, weights, "vocabulary")?;
-    Ok(kv
-        .into_iter()
+    Ok(q.into_iter()
         .zip(ff)
         .zip(vocab)
         .enumerate()
-        .map(|(i, ((kv_heads, ff), vocab))| ShardSpec { kv_heads, ff, vocab, first: i == 0 })
+        .map(|(i, ((q_heads, ff), vocab))| ShardSpec {
+            kv_heads: q_heads.start / rep..q_heads.end.div_ceil(rep),
+            q_heads,
+            group_size: rep,
+            ff,
+            vocab,
+            first: i == 0,
+        })
         .collect())
+}
+
+fn gcd(a: u64, b: u64) -> u64 {
+    if b == 0 {
+        a
+    } else {
+        gcd(b, a % b)
+    }
 }
 
 /// The hyper-parameters of a shard: the model narrowed to its heads, channels and vocabulary.
 pub fn shard_hparams(hp: &HParams, s: &ShardSpec) -> HParams {
-    let rep = hp.n_head / hp.n_head_kv.max(1);
-    let hkv = s.kv_heads.end - s.kv_heads.start;
     HParams {
-        n_head: hkv * rep,
-        n_head_kv: hkv,
+        n_head: s.q_heads.end - s.q_heads.start,
+        n_head_kv: s.kv_heads.end - s.kv_heads.start,
         n_ff: s.ff.end - s.ff.start,
         n_vocab: s.vocab.end - s.vocab.start,
         ..hp.clone()
@@ -206,13 +245,12 @@ pub struct ShardSource {
 impl ShardSource {
     /// Slices `base` for shard `s` of `hp`'s model.
     pub fn new(base: Arc<dyn WeightSource>, hp: &HParams, s: &ShardSpec) -> Result<ShardSource> {
-        let rep = hp.n_head / hp.n_head_kv.max(1);
         let (d, dv) = (hp.head_dim_k, hp.head_dim_v);
-        let g = &s.kv_heads;
-        let q_rows = g.start * rep * d..g.end * rep * d;
+        let (q, g) = (&s.q_heads, &s.kv_heads);
+        let q_rows = q.start * d..q.end * d;
         let k_rows = g.start * d..g.end * d;
         let v_rows = g.start * dv..g.end * dv;
-        let o_cols = g.start * rep * dv..g.end * rep * dv;
+        let o_cols = q.start * dv..q.end * dv;
         let mut owned = HashMap::new();
         let mut hidden = Vec::new();
         let mut put = |name: String, f: &dyn Fn(&str, &WeightView<'_>) -> Result<Owned>| -> Result<()> {
@@ -285,9 +323,14 @@ pub struct ShardGraph {
     pub segments: Vec<Segment>,
 }
 
-/// Builds the shard graph of one ubatch (`p.layers` must be the whole model). `hp` and `src` are the
-/// shard's ([`shard_hparams`], [`ShardSource`]).
-pub fn build_shard(hp: &HParams, src: &dyn WeightSource, p: &BuildParams) -> Result<ShardGraph> {
+/// Builds the shard graph of one ubatch (`p.layers` must be the whole model). `hp` and `src` are
+/// shard `spec`'s ([`shard_hparams`], [`ShardSource`]).
+pub fn build_shard(
+    hp: &HParams,
+    src: &dyn WeightSource,
+    spec: &ShardSpec,
+    p: &BuildParams,
+) -> Result<ShardGraph> {
     let o = attn_options(hp)?;
     if p.layers != (0..hp.n_layer) {
         return Err(model_err(format!("a shard graph covers all layers, not {:?}", p.layers)));
@@ -298,6 +341,7 @@ pub fn build_shard(hp: &HParams, src: &dyn WeightSource, p: &BuildParams) -> Res
             p.n_tokens, p.n_outputs, p.n_kv, p.kv_size
         )));
     }
+    let groups = spec.head_groups();
     let mut b = Ctx::new(hp, src, p)?;
     let e = hp.n_embd;
     b.attention_inputs()?;
@@ -320,7 +364,7 @@ pub fn build_shard(hp: &HParams, src: &dyn WeightSource, p: &BuildParams) -> Res
         seg(&mut b, x, &mut |b| {
             let wn = b.lw(il, "attn_norm.weight", [e, 1, 1, 1])?;
             let cur = rms_norm_mul(b, x, wn, "attn_norm", il)?;
-            attention(b, il, cur, o)
+            attention_grouped(b, il, cur, o, groups.as_deref())
         })?;
         let inp = if il + 1 == hp.n_layer { x_out } else { x };
         seg(&mut b, inp, &mut |b| {
@@ -345,7 +389,10 @@ mod tests {
         assert_eq!(split_units(1536, 32, &[1.0, 1.0], "f").unwrap(), vec![0..768, 768..1536]);
         assert_eq!(split_units(1536, 256, &[3.0, 1.0], "f").unwrap(), vec![0..1280, 1280..1536]);
         assert!(split_units(3, 1, &[1.0, 1.0, 1.0, 1.0], "h").is_err());
-        assert!(split_units(100, 32, &[1.0], "f").is_err());
+        assert_eq!(split_units(100, 32, &[1.0], "f").unwrap(), vec![0..100]);
+        // Nine heads in units of four (K-quant attn_output, 64-wide heads): 4 + 5, not 8 + 1.
+        assert_eq!(split_units(9, 4, &[1.0, 1.0], "h").unwrap(), vec![0..4, 4..9]);
+        assert_eq!(split_units(9, 1, &[1.0, 1.0], "h").unwrap(), vec![0..5, 5..9]);
     }
 
     #[test]
@@ -369,5 +416,27 @@ mod tests {
         assert_eq!(r.ne, [64, 2, 1, 1]);
         let tags: Vec<u8> = r.data.chunks(34).map(|b| b[0]).collect();
         assert_eq!(tags, vec![2, 3, 4, 5]);
+    }
+
+    #[test]
+    fn nine_query_heads_over_three_kv_heads() {
+        let spec = |q: std::ops::Range<u64>| ShardSpec {
+            kv_heads: q.start / 3..q.end.div_ceil(3),
+            q_heads: q,
+            group_size: 3,
+            ff: 0..1,
+            vocab: 0..1,
+            first: false,
+        };
+        let g = |kv, q0, n| HeadGroup { kv, q0, n };
+        // 5:4: KV head 1 is on both, with two query heads here and one there.
+        assert_eq!(spec(0..5).head_groups(), Some(vec![g(0, 0, 3), g(1, 3, 2)]));
+        assert_eq!(spec(5..9).head_groups(), Some(vec![g(0, 0, 1), g(1, 1, 3)]));
+        assert_eq!(spec(0..5).kv_heads, 0..2);
+        assert_eq!(spec(5..9).kv_heads, 1..3);
+        // Whole groups: the broadcast form.
+        assert_eq!(spec(3..9).head_groups(), None);
+        // Inside one group.
+        assert_eq!(spec(4..5).head_groups(), Some(vec![g(0, 0, 1)]));
     }
 }

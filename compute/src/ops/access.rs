@@ -260,6 +260,28 @@ impl Tv {
         unsafe { std::ptr::copy(sp, dp, self.ts) }
     }
 
+    /// Copies elements `[0, n)` of `src`'s row `s` to elements `[d0, d0 + n)` of this tensor's row
+    /// `d` (packed rows of the same one-element-per-block type). Panics when out of shape.
+    pub fn copy_row_span(
+        &self,
+        d: (usize, usize, usize),
+        d0: usize,
+        src: &Tv,
+        s: (usize, usize, usize),
+        n: usize,
+    ) {
+        assert!(self.ts == src.ts && self.bs == 1 && src.bs == 1 && self.packed && src.packed);
+        assert!(d0.checked_add(n).is_some_and(|e| e <= self.ne[0]) && n <= src.ne[0], "span out of shape");
+        if n == 0 {
+            return;
+        }
+        let dp = self.row_ptr(d.0, d.1, d.2).wrapping_add(d0 * self.ts);
+        let sp = src.row_ptr(s.0, s.1, s.2);
+        // SAFETY: both spans are `n` packed elements inside their rows (checked above); `copy`
+        // allows overlap.
+        unsafe { std::ptr::copy(sp, dp, n * self.ts) }
+    }
+
     /// True when this type converts to f32 (element-wise or through the kernel table).
     pub fn can_load(&self) -> bool {
         self.bs == 1 && is_elem_type(self.l.dtype) || self.to_f32.is_some()

@@ -91,6 +91,17 @@ pub(crate) unsafe fn prepare(n: &Node) -> Result<Plan> {
 impl LayoutOp {
     pub(crate) fn run(&self, ctx: &mut Ctx<'_>) {
         let (a, d) = (&self.a, &self.dst);
+        if let Which::Concat { b, dim: 0 } = &self.which {
+            if a.packed && b.packed && d.packed && d.bs == 1 {
+                // Rows side by side (row-split attention joining its head groups): two copies a row.
+                for r in ctx.range(d.nrows()) {
+                    let i = d.unravel_row(r);
+                    d.copy_row_span(i, 0, a, i, a.ne[0]);
+                    d.copy_row_span(i, a.ne[0], b, i, b.ne[0]);
+                }
+                return;
+            }
+        }
         for r in ctx.range(d.nrows()) {
             let (i1, i2, i3) = d.unravel_row(r);
             for i0 in 0..d.ne[0] {

@@ -600,6 +600,12 @@ fn concat_pad_repeat() {
     let c0 = T::new(GgmlType::F32, [3, 3, 1, 1]);
     run(vec![node_p(GgmlOp::Concat, &[0], c0.t(), &[a.t(), b0.t()])], 2).unwrap();
     assert_eq!(c0.values(), [1.0, 2.0, 9.0, 3.0, 4.0, 10.0, 5.0, 6.0, 11.0]);
+    // The same rows of 2-byte elements, split over 3 threads (the row-copy path).
+    let a16 = T::from_f32(GgmlType::F16, [2, 3, 1, 1], &[1.0, 2.0, 3.0, 4.0, 5.0, 6.0]);
+    let b16 = T::from_f32(GgmlType::F16, [1, 3, 1, 1], &[9.0, 10.0, 11.0]);
+    let c16 = T::new(GgmlType::F16, [3, 3, 1, 1]);
+    run(vec![node_p(GgmlOp::Concat, &[0], c16.t(), &[a16.t(), b16.t()])], 3).unwrap();
+    assert_eq!(c16.values(), [1.0, 2.0, 9.0, 3.0, 4.0, 10.0, 5.0, 6.0, 11.0]);
     let p = T::new(GgmlType::F32, [5, 4, 1, 1]);
     run(vec![node_p(GgmlOp::Pad, &[1, 2, 0, 1], p.t(), &[a.t()])], 2).unwrap();
     #[rustfmt::skip]

@@ -204,8 +204,8 @@ fn open_forward(
                 tp.shards()
                     .iter()
                     .map(|(a, s)| format!(
-                        "{a} [kv heads {:?}, ffn {:?}, vocab {:?}]",
-                        s.kv_heads, s.ff, s.vocab
+                        "{a} [heads {:?} (kv {:?}), ffn {:?}, vocab {:?}]",
+                        s.q_heads, s.kv_heads, s.ff, s.vocab
                     ))
                     .collect::<Vec<_>>()
                     .join(", ")

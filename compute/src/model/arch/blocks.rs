@@ -27,6 +27,21 @@ pub struct AttnOptions {
     pub q_scale: f32,
 }
 
+/// Query heads `[q0, q0 + n)` of the graph's Q projection that attend to its KV head `kv`.
+///
+/// A row-split shard may hold query heads from the middle of a KV group (nine query heads over
+/// three KV heads split 5:4 puts KV head 1 on both devices), so its heads do not all share the same
+/// number of KV heads; it lists its groups and [`attention_grouped`] attends each on its own.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct HeadGroup {
+    /// The KV head (of the graph's `n_head_kv`).
+    pub kv: u64,
+    /// First query head (of the graph's `n_head`).
+    pub q0: u64,
+    /// Number of query heads.
+    pub n: u64,
+}
+
 /// The RoPE parameters of layer `il`.
 pub fn rope_params(b: &Ctx<'_>, il: u32) -> RopeParams {
     let hp = b.hp;
@@ -51,7 +66,39 @@ pub fn rope_params(b: &Ctx<'_>, il: u32) -> RopeParams {
 /// Self-attention of layer `il` on the normed input `cur` `[E, T]`; returns the output projection
 /// `[E, T]` (before the residual).
 pub fn attention(b: &mut Ctx<'_>, il: u32, cur: TensorId, o: AttnOptions) -> Result<TensorId> {
+    attention_grouped(b, il, cur, o, None)
+}
+
+/// [`attention`], with `groups` (when given) saying which query heads attend to which KV head:
+/// each group is attended on its own and the results are concatenated in group order, which must
+/// cover the query heads `0..n_head` in order. Per head this is the same arithmetic as the
+/// broadcast form.
+pub fn attention_grouped(
+    b: &mut Ctx<'_>,
+    il: u32,
+    cur: TensorId,
+    o: AttnOptions,
+    groups: Option<&[HeadGroup]>,
+) -> Result<TensorId> {
     let hp = b.hp;
+    if let Some(gs) = groups {
+        let mut next = 0;
+        for g in gs {
+            if g.q0 != next || g.n == 0 || g.kv >= hp.n_head_kv {
+                return Err(crate::Error::Model(format!(
+                    "head groups {gs:?} do not cover {} query heads over {} KV heads in order",
+                    hp.n_head, hp.n_head_kv
+                )));
+            }
+            next = g.q0 + g.n;
+        }
+        if next != hp.n_head {
+            return Err(crate::Error::Model(format!(
+                "head groups {gs:?} cover {next} of {} query heads",
+                hp.n_head
+            )));
+        }
+    }
     let (e, h, hkv, d, dv, t) =
         (hp.n_embd, hp.n_head, hp.n_head_kv, hp.head_dim_k, hp.head_dim_v, b.p.n_tokens);
     let pos = b.inputs.pos.ok_or_else(|| crate::Error::Model("attention inputs not created".into()))?;
@@ -128,40 +175,34 @@ pub fn attention(b: &mut Ctx<'_>, il: u32, cur: TensorId, o: AttnOptions) -> Res
     let row =
         |n: u64| kt.row_size(n).ok_or_else(|| crate::Error::Model(format!("{kt} rows of {n} elements")));
     let (rk, rk_all) = (row(d)?, row(hkv * d)?);
-    let qperm = b.g.permute(q, [0, 2, 1, 3])?;
-    let kview = b.g.view(cache_k, [d, hkv, nkv, 1], [rk, rk_all, kv_size * rk_all], 0)?;
-    let kperm = b.g.permute(kview, [0, 2, 1, 3])?;
     let mask = if hp.is_swa_layer(il) { b.inputs.kq_mask_swa } else { b.inputs.kq_mask };
-
-    let kqv_out = if b.p.flash_attn {
-        let (rv, rv_all) = (row(dv)?, row(hkv * dv)?);
-        let vview = b.g.view(cache_v, [dv, hkv, nkv, 1], [rv, rv_all, kv_size * rv_all], 0)?;
-        let vperm = b.g.permute(vview, [0, 2, 1, 3])?;
-        let fa = b.g.flash_attn_ext(qperm, kperm, vperm, mask, kq_scale, 0.0, 0.0)?;
-        b.name(fa, "fattn", il);
-        b.g.reshape(fa, [h * dv, t, 1, 1])?
-    } else {
-        // Transposed V: element (channel c, cell p) at c*kv_size + p (needs a non-block cache type).
-        if kt.blck_size() != 1 {
-            return Err(crate::Error::Model(format!("a {kt} V cache needs flash attention")));
+    let kqv_out = match groups {
+        None => {
+            let qperm = b.g.permute(q, [0, 2, 1, 3])?;
+            let kview = b.g.view(cache_k, [d, hkv, nkv, 1], [rk, rk_all, kv_size * rk_all], 0)?;
+            let kperm = b.g.permute(kview, [0, 2, 1, 3])?;
+            attend(b, il, AttendArgs { q: qperm, k: kperm, kv: 0, nv: hkv, n_q: h, mask, kq_scale })?
         }
-        let es = kt.type_size() as u64;
-        let vview = b.g.view(
-            cache_v,
-            [nkv, hkv, dv, 1],
-            [kv_size * dv * es, kv_size * es, kv_size * hkv * dv * es],
-            0,
-        )?;
-        let vperm = b.g.permute(vview, [0, 2, 1, 3])?;
-        let kq = b.g.mul_mat(kperm, qperm)?;
-        b.g.set_prec_f32(kq);
-        b.name(kq, "kq", il);
-        let sm = b.g.soft_max_ext(kq, mask, kq_scale, 0.0)?;
-        b.name(sm, "kq_soft_max", il);
-        let kqv = b.g.mul_mat(vperm, sm)?;
-        b.name(kqv, "kqv", il);
-        let p = b.g.permute(kqv, [0, 2, 1, 3])?;
-        b.g.cont_4d(p, [h * dv, t, 1, 1])?
+        Some(gs) => {
+            let nb = b.g.layout(q).nb;
+            let mut out: Option<TensorId> = None;
+            for g in gs {
+                let qg = b.g.view(q, [d, g.n, t, 1], [nb[1], nb[2], nb[3]], g.q0 * nb[1])?;
+                let qperm = b.g.permute(qg, [0, 2, 1, 3])?;
+                let kview = b.g.view(cache_k, [d, 1, nkv, 1], [rk, rk_all, kv_size * rk_all], g.kv * rk)?;
+                let kperm = b.g.permute(kview, [0, 2, 1, 3])?;
+                let a = attend(
+                    b,
+                    il,
+                    AttendArgs { q: qperm, k: kperm, kv: g.kv, nv: 1, n_q: g.n, mask, kq_scale },
+                )?;
+                out = Some(match out {
+                    None => a,
+                    Some(prev) => b.g.concat(prev, a, 0)?,
+                });
+            }
+            out.ok_or_else(|| crate::Error::Model("no head groups".into()))?
+        }
     };
     b.name(kqv_out, "kqv_out", il);
     let wo = b.lw(il, "attn_output.weight", [h * dv, e, 1, 1])?;
@@ -170,6 +211,61 @@ pub fn attention(b: &mut Ctx<'_>, il: u32, cur: TensorId, o: AttnOptions) -> Res
         out = b.g.add(out, bias)?;
     }
     Ok(b.name(out, "attn_out", il))
+}
+
+/// The arguments of [`attend`].
+struct AttendArgs {
+    /// Queries `[D, T, n_q]` (permuted).
+    q: TensorId,
+    /// Keys `[D, n_kv, H_kv']` (a permuted view of the cache).
+    k: TensorId,
+    /// The values' KV heads `[kv, kv + nv)` of the cache.
+    kv: u64,
+    nv: u64,
+    /// Query heads.
+    n_q: u64,
+    mask: Option<TensorId>,
+    kq_scale: f32,
+}
+
+/// Attention of the queries `a.q` over keys `a.k` and the values of the matching cache heads
+/// (flash attention or KQ → softmax → KQV, as `b.p.flash_attn` says): `[n_q * Dv, T]`.
+fn attend(b: &mut Ctx<'_>, il: u32, a: AttendArgs) -> Result<TensorId> {
+    let (dv, t, nkv, kv_size, kt) = (b.hp.head_dim_v, b.p.n_tokens, b.p.n_kv, b.p.kv_size, b.p.kv_type);
+    let (hkv, nv) = (b.hp.n_head_kv, a.nv);
+    let cache_v = b.kv_cache(il, KvKind::V)?;
+    let row =
+        |n: u64| kt.row_size(n).ok_or_else(|| crate::Error::Model(format!("{kt} rows of {n} elements")));
+    if b.p.flash_attn {
+        let (rv, rv_all) = (row(dv)?, row(hkv * dv)?);
+        let vview = b.g.view(cache_v, [dv, nv, nkv, 1], [rv, rv_all, kv_size * rv_all], a.kv * rv)?;
+        let vperm = b.g.permute(vview, [0, 2, 1, 3])?;
+        let fa = b.g.flash_attn_ext(a.q, a.k, vperm, a.mask, a.kq_scale, 0.0, 0.0)?;
+        b.name(fa, "fattn", il);
+        b.g.reshape(fa, [a.n_q * dv, t, 1, 1])
+    } else {
+        // Transposed V: element (channel c, cell p) at c*kv_size + p (needs a non-block cache type).
+        if kt.blck_size() != 1 {
+            return Err(crate::Error::Model(format!("a {kt} V cache needs flash attention")));
+        }
+        let es = kt.type_size() as u64;
+        let vview = b.g.view(
+            cache_v,
+            [nkv, nv, dv, 1],
+            [kv_size * dv * es, kv_size * es, kv_size * hkv * dv * es],
+            a.kv * kv_size * dv * es,
+        )?;
+        let vperm = b.g.permute(vview, [0, 2, 1, 3])?;
+        let kq = b.g.mul_mat(a.k, a.q)?;
+        b.g.set_prec_f32(kq);
+        b.name(kq, "kq", il);
+        let sm = b.g.soft_max_ext(kq, a.mask, a.kq_scale, 0.0)?;
+        b.name(sm, "kq_soft_max", il);
+        let kqv = b.g.mul_mat(vperm, sm)?;
+        b.name(kqv, "kqv", il);
+        let p = b.g.permute(kqv, [0, 2, 1, 3])?;
+        b.g.cont_4d(p, [a.n_q * dv, t, 1, 1])
+    }
 }
 
 /// On the model's last layer, keeps only the `out_ids` rows of the attention output and of the
