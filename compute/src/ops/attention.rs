@@ -14,6 +14,7 @@ use crate::graph::Node;
 use crate::quant::{self, FromF32Fn, VecDotFn};
 
 use super::access::{is_float, Tv};
+use super::prefetch::prefetch;
 use super::rows::check_loadable;
 use super::softmax::alibi_slope;
 use super::{check_overlap, opt_tv, param_f32, shape_err, src, tv, types_err, Alias, Ctx, Kind, Plan};
@@ -30,6 +31,9 @@ enum Scores {
 /// ggml's CPU backend switches from the per-row path (f16 accumulator for F16 V) to a tiled f32 path at
 /// this many query rows (ref: ggml-compute-semantics.md §3.3).
 const F16_ACC_MAX_ROWS: usize = 64;
+
+/// How many keys ahead the K and V rows are prefetched.
+const PREFETCH_KEYS: usize = 4;
 
 /// How the `Σ softmax·v` row is accumulated.
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -235,6 +239,18 @@ impl FlashAttn {
             let mut m = f32::NEG_INFINITY;
             let mut s_sum = 0.0f32;
             for j in 0..nkv {
+                // The cache rows of a later key: each key is a new row (a cache miss once the
+                // weights of a generation step have streamed the KV cache out of L2/L3).
+                if j + PREFETCH_KEYS < nkv {
+                    let (kp, vp) =
+                        (k.row_ptr(j + PREFETCH_KEYS, ik2, ik3), v.row_ptr(j + PREFETCH_KEYS, ik2, ik3));
+                    for off in (0..k.row_size.min(256)).step_by(64) {
+                        prefetch(kp.wrapping_add(off));
+                    }
+                    for off in (0..v.row_size.min(256)).step_by(64) {
+                        prefetch(vp.wrapping_add(off));
+                    }
+                }
                 let mv = match &self.mask {
                     Some(mk) => slope * mk.get_f32(j, iq1, iq2 % mk.ne[2], iq3 % mk.ne[3]),
                     None => 0.0,

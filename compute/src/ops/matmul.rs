@@ -423,6 +423,11 @@ impl DotKernels {
             }
         }
         for (i, x) in xs.iter().enumerate().skip(i0) {
+            if let Some(ahead) = xs.get(i + PREFETCH_ROWS).filter(|r| r.len() <= PREFETCH_MAX_ROW) {
+                for off in (0..ahead.len()).step_by(64) {
+                    super::prefetch::prefetch(ahead[off..].as_ptr());
+                }
+            }
             let mut j = 0;
             if let Some(x4) = self.vec_dot_x4 {
                 while j + 4 <= ys.len() {
@@ -440,6 +445,12 @@ impl DotKernels {
         }
     }
 }
+
+/// How many rows ahead [`DotKernels::products`] prefetches short rows (the KV cache's K rows and
+/// transposed V rows in attention, which the step's weights have streamed out of the caches).
+const PREFETCH_ROWS: usize = 8;
+/// Rows longer than this are left to the hardware prefetcher (weights stream sequentially).
+const PREFETCH_MAX_ROW: usize = 1024;
 
 /// A planned MUL_MAT_ID.
 pub(crate) struct MulMatId {

@@ -15,6 +15,7 @@ mod f16acc;
 mod layout;
 mod matmul;
 mod norm;
+mod prefetch;
 mod reduce;
 mod rope;
 mod rows;
