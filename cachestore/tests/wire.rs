@@ -102,3 +102,19 @@ fn read_by_wire_hash_of_corrupt_object_is_a_miss_and_drops_it() {
     assert_eq!(got, Some(db));
     assert!(dst == b);
 }
+
+#[test]
+fn read_by_wire_hash_checks_small_objects_too() {
+    // At most two read chunks: read and hashed on the caller's thread.
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(dir.path(), Options::default()).unwrap();
+    let a = bytes(&mut rng(16), (1 << 20) + 3);
+    let w = WireHash(fnv1a64(&a));
+    let d = store.put(&a, Some(w), None).unwrap();
+    let mut dst = vec![0u8; a.len()];
+    assert_eq!(store.read_by_wire_hash(w, &mut dst).unwrap(), Some(d));
+    assert!(dst == a);
+    crate::common::flip_byte(&store.layout().object_path(&d), 7);
+    assert_eq!(store.read_by_wire_hash(w, &mut dst).unwrap(), None);
+    assert_eq!(store.stats().corrupt_dropped, 1);
+}
