@@ -1,8 +1,9 @@
 //! The executor: a persistent thread pool running a graph's nodes in order.
 //!
 //! Every node runs in one or more phases; each phase is cut into units of work (row chunks,
-//! blocks of weight rows, query rows) that threads claim from an atomic counter. A thread moves on
-//! to the next phase once every unit of the current one is done (spin briefly, then park). There
+//! blocks of weight rows, query rows), and phases of independent nodes share a step (see
+//! `schedule`). Threads claim a step's units from an atomic counter and move on to the next step
+//! once every unit of the current one is done (spin briefly, then park). There
 //! is no all-threads barrier: a thread that is descheduled on a busy machine simply claims fewer
 //! units, and catches up by skipping phases that are already finished. Scratch memory is owned by
 //! the executor and grows only at the start of a `compute` (never per op), so recomputing a graph
@@ -160,11 +161,11 @@ impl Executor {
             self.local_len = local_len;
             self.local = vec![0.0; local_len * nth];
         }
-        let n_phases: usize = graph.plans.iter().map(|(_, p)| p.phases as usize).sum();
-        if self.sync.len() < n_phases {
-            self.sync.resize_with(n_phases, PhaseSync::default);
+        let n_steps = graph.steps.len();
+        if self.sync.len() < n_steps {
+            self.sync.resize_with(n_steps, PhaseSync::default);
         }
-        for s in &self.sync[..n_phases] {
+        for s in &self.sync[..n_steps] {
             s.claimed.store(0, Ordering::Relaxed);
             s.done.store(0, Ordering::Relaxed);
         }
@@ -175,7 +176,7 @@ impl Executor {
             local_len: self.local_len,
         };
         let errors = ErrorSink::new();
-        let sync = &self.sync[..n_phases];
+        let sync = &self.sync[..n_steps];
         let parking = &self.parking;
         let job = |ith: usize| {
             let s = scratch;
@@ -184,33 +185,45 @@ impl Executor {
             let local =
                 unsafe { std::slice::from_raw_parts_mut(s.local.add(ith * s.local_len), s.local_len) };
             // SAFETY: the shared scratch is valid for `shared_len` bytes for the whole run; the
-            // units of a phase write disjoint parts of it.
+            // units of a step write disjoint parts of it (each plan its own region, see below).
             let mut ctx = unsafe { Ctx::new(s.shared, s.shared_len, local, &errors) };
-            let mut k = 0;
-            for (i, plan) in &graph.plans {
-                let node = &graph.nodes[*i];
-                for phase in 0..plan.phases {
-                    let ps = &sync[k];
-                    k += 1;
-                    let units = plan.units[phase as usize];
-                    while let Some((first, end)) = claim(&ps.claimed, units, nth) {
-                        for u in first..end {
-                            ctx.unit = u;
-                            ctx.units = units;
-                            let r = catch_unwind(AssertUnwindSafe(|| ops::run(node, plan, phase, &mut ctx)));
-                            if r.is_err() {
-                                errors.report(Error::Shape {
-                                    op: node.op,
-                                    detail: "kernel fault (internal check failed)".into(),
-                                });
-                            }
+            for (step, ps) in graph.steps.iter().zip(sync) {
+                let units = step.units;
+                while let Some((first, end)) = claim(&ps.claimed, units, nth) {
+                    let mut m = step.members.partition_point(|m| m.first + m.units <= first);
+                    for u in first..end {
+                        while step.members[m].first + step.members[m].units <= u {
+                            m += 1;
                         }
-                        if ps.done.fetch_add(end - first, Ordering::SeqCst) + (end - first) == units {
-                            parking.wake();
+                        let mem = &step.members[m];
+                        let (i, plan) = &graph.plans[mem.plan];
+                        let node = &graph.nodes[*i];
+                        ctx.unit = u - mem.first;
+                        ctx.units = mem.units;
+                        // SAFETY: the plan's region `[off, off + shared_bytes)` lies inside the
+                        // executor's shared scratch (sized to the schedule's total above), and no
+                        // plan live at the same time has an overlapping one (`schedule`).
+                        unsafe {
+                            ctx.set_shared(
+                                s.shared,
+                                s.shared_len,
+                                graph.shared_off[mem.plan],
+                                plan.shared_bytes,
+                            )
+                        };
+                        let r = catch_unwind(AssertUnwindSafe(|| ops::run(node, plan, mem.phase, &mut ctx)));
+                        if r.is_err() {
+                            errors.report(Error::Shape {
+                                op: node.op,
+                                detail: "kernel fault (internal check failed)".into(),
+                            });
                         }
                     }
-                    parking.wait(ps, units);
+                    if ps.done.fetch_add(end - first, Ordering::SeqCst) + (end - first) == units {
+                        parking.wake();
+                    }
                 }
+                parking.wait(ps, units);
             }
         };
         self.pool.run_joinable(&job);

@@ -3,7 +3,11 @@
 //! This is the API the daemon and the model engine build on. [`Graph::new`] validates and plans
 //! every node that will run (`crate::ops`); [`Executor`] runs a graph on a persistent thread pool
 //! (`crate::pool`): each node's phases are cut into units of work that the threads claim, and a
-//! phase starts only when the previous one is complete.
+//! step starts only when the previous one is complete. A step is one phase of one node, or the
+//! phases of several nodes that touch disjoint memory (a generation step's Q, K and V products all
+//! read the normed input and write their own outputs): [`schedule`] puts each phase in the first
+//! step after every phase it depends on, so the threads wait once for the three instead of three
+//! times.
 //!
 //! Expectations and gotchas for callers:
 //! - `Graph::new` is the security boundary. It refuses (`UnsupportedOp`, `UnsupportedTypes`,
@@ -22,6 +26,7 @@
 //!   the same arithmetic), so 1-thread and N-thread runs are bit-identical.
 
 mod exec;
+mod schedule;
 
 pub use exec::Executor;
 
@@ -79,7 +84,11 @@ pub struct Graph {
     nodes: Vec<Node>,
     /// `(node index, plan)` for every node that runs, in order.
     plans: Vec<(usize, Plan)>,
-    /// Largest shared scratch any node needs, in bytes.
+    /// The phases of `plans` grouped into steps, in execution order.
+    steps: Vec<schedule::Step>,
+    /// Per plan: where its shared scratch starts.
+    shared_off: Vec<usize>,
+    /// Shared scratch the steps need, in bytes.
     shared_bytes: usize,
     /// Largest per-thread scratch any node needs, in f32 words.
     local_f32: usize,
@@ -118,23 +127,41 @@ impl Graph {
     /// `interleave::interleave` of its node's src0 gives wrong results, never an access outside it.
     pub unsafe fn with_interleaved(nodes: Vec<Node>, interleaved: &[Option<Interleaved>]) -> Result<Graph> {
         let mut plans = Vec::new();
-        let (mut shared_bytes, mut local_f32) = (0usize, 0usize);
+        let mut local_f32 = 0usize;
         for (i, n) in nodes.iter().enumerate().filter(|(_, n)| n.runs()) {
             let il = interleaved.get(i).copied().flatten();
             // SAFETY: forwarded contract of this function.
             let plan = unsafe { ops::prepare(n, il)? };
-            shared_bytes = shared_bytes.max(plan.shared_bytes);
             local_f32 = local_f32.max(plan.local_f32);
             if plan.phases > 0 {
                 plans.push((i, plan));
             }
         }
-        Ok(Graph { nodes, plans, shared_bytes, local_f32 })
+        let s = schedule::schedule(&nodes, &plans);
+        Ok(Graph {
+            nodes,
+            plans,
+            steps: s.steps,
+            shared_off: s.shared_off,
+            shared_bytes: s.shared_bytes,
+            local_f32,
+        })
     }
 
     /// The nodes, in execution order.
     pub fn nodes(&self) -> &[Node] {
         &self.nodes
+    }
+
+    /// How many steps (waits for all threads) a run takes.
+    pub fn steps(&self) -> usize {
+        self.steps.len()
+    }
+
+    /// How many phases the graph's nodes have in all (the steps a run would take one phase at a
+    /// time).
+    pub fn phases(&self) -> usize {
+        self.plans.iter().map(|(_, p)| p.phases as usize).sum()
     }
 
     /// Bytes of scratch memory the graph needs besides its tensors (shared + per thread for

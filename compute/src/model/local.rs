@@ -107,6 +107,13 @@ pub struct Plan {
     pub size: u64,
 }
 
+/// Nodes between freeing arena memory and reusing it (see [`plan`]).
+const REUSE_DELAY: usize = 4;
+/// Only tensors up to this size wait [`REUSE_DELAY`] nodes: a generation step's (a few KiB each, where
+/// steps are short and waits cost the most); a prompt's large ones are reused at once, so the arena
+/// (and a worker's compute buffer) does not grow.
+const REUSE_DELAY_MAX: u64 = 64 << 10;
+
 /// Assigns arena offsets with buffer reuse by liveness.
 pub fn plan(g: &GraphDef, pinned: &[TensorId]) -> Result<Plan> {
     let n = g.tensors().len();
@@ -133,7 +140,16 @@ pub fn plan(g: &GraphDef, pinned: &[TensorId]) -> Result<Plan> {
         offsets[id.index()] = Some(alloc.alloc(size_of(t.layout)?));
         keep[id.index()] = true;
     }
+    // Small tensors' memory freed at node `pos` is reused from node `pos + REUSE_DELAY` on: a node that
+    // reused the memory its predecessor just read would have to wait for it, where otherwise the
+    // executor may run independent neighbours in one step (`graph::schedule`).
+    let mut pending: std::collections::VecDeque<(usize, u64, u64)> = std::collections::VecDeque::new();
     for (pos, &id) in g.nodes().iter().enumerate() {
+        while pending.front().is_some_and(|&(at, _, _)| at <= pos) {
+            if let Some((_, off, size)) = pending.pop_front() {
+                alloc.free(off, size);
+            }
+        }
         let t = g.get(id);
         if in_arena(t) && offsets[id.index()].is_none() {
             offsets[id.index()] = Some(alloc.alloc(size_of(t.layout)?));
@@ -149,7 +165,12 @@ pub fn plan(g: &GraphDef, pinned: &[TensorId]) -> Result<Plan> {
                 continue;
             }
             if let Some(off) = offsets[o.index()] {
-                alloc.free(off, size_of(ot.layout)?);
+                let size = size_of(ot.layout)?;
+                if size <= REUSE_DELAY_MAX {
+                    pending.push_back((pos + REUSE_DELAY, off, size));
+                } else {
+                    alloc.free(off, size);
+                }
             }
         }
     }
@@ -410,7 +431,9 @@ impl LocalBackend {
         // to hold the tensor's full extent; the executor runs the graph only through `run`, which
         // holds `&mut self`, so nothing else touches that memory meanwhile. Weight memory is never
         // a destination.
-        unsafe { Graph::with_interleaved(nodes, &interleaved) }
+        let g = unsafe { Graph::with_interleaved(nodes, &interleaved) }?;
+        tracing::debug!(nodes = g.nodes().len(), phases = g.phases(), steps = g.steps(), "graph planned");
+        Ok(g)
     }
 }
 
@@ -477,8 +500,9 @@ mod tests {
             cur = g.add(cur, x).unwrap();
         }
         let p = plan(&g, &[cur]).unwrap();
-        // input + two alternating buffers is enough for a chain.
-        assert!(p.size <= 3 * ALIGN, "arena {}", p.size);
+        // A chain of ten results needs the input and the buffers in flight while freed memory waits
+        // REUSE_DELAY nodes: 6 of the 11 it would take without reuse.
+        assert_eq!(p.size, (REUSE_DELAY as u64 + 2) * ALIGN, "arena {}", p.size);
         // A node's result never shares memory with its sources.
         for &id in g.nodes() {
             let d = p.offsets[id.index()].unwrap();

@@ -152,6 +152,18 @@ impl<'a> Ctx<'a> {
         Ctx { unit: 0, units: 1, sh: SharedScratch { ptr: shared, len: shared_len }, local, errors }
     }
 
+    /// Points the shared scratch at the region `[off, off + len)` of `[shared, shared + shared_len)`
+    /// (clamped to it, so a bad region gives a short scratch, whose accesses fail their checks).
+    ///
+    /// # Safety
+    /// As [`Ctx::new`], for the region: the units running concurrently only write disjoint parts of
+    /// it, and no other plan running meanwhile uses an overlapping region.
+    pub(crate) unsafe fn set_shared(&mut self, shared: *mut u8, shared_len: usize, off: usize, len: usize) {
+        let off = off.min(shared_len);
+        let len = len.min(shared_len - off);
+        self.sh = SharedScratch { ptr: shared.wrapping_add(off), len };
+    }
+
     /// The part of `0..n` this unit handles (the units of a phase partition `0..n`).
     pub fn range(&self, n: usize) -> std::ops::Range<usize> {
         access::split(n, self.unit, self.units)

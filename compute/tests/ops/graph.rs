@@ -155,3 +155,60 @@ fn index_error_skips_rows_but_the_rest_of_the_graph_runs() {
     ex.compute(&g).unwrap();
     assert_eq!(scaled.values(), [16.0, 18.0, 20.0, 22.0, 0.0, 2.0, 4.0, 6.0]);
 }
+
+/// Three products of one input by three quantized matrices (a generation step's Q, K and V) share
+/// their steps: their activation conversions run together, then their products, each keeping its
+/// converted activations in its own part of the shared scratch. The results equal each product run
+/// on its own graph, bit for bit, on 1 and 2 threads.
+#[test]
+fn independent_products_share_steps_and_give_the_same_bits() {
+    let mut r = rng(91);
+    let k = 256u64;
+    let x = T::from_f32(GgmlType::F32, [k, 1, 1, 1], &randv(&mut r, k as usize, 1.0));
+    let rows = [96u64, 32, 48];
+    let ws: Vec<T> = rows
+        .iter()
+        .zip([GgmlType::Q8_0, GgmlType::Q4_0, GgmlType::Q4_K])
+        .map(|(&m, t)| T::from_f32(t, [k, m, 1, 1], &randv(&mut r, (k * m) as usize, 0.5)))
+        .collect();
+    let outs: Vec<T> = rows.iter().map(|&m| T::new(GgmlType::F32, [m, 1, 1, 1])).collect();
+    let nodes: Vec<_> =
+        ws.iter().zip(&outs).map(|(w, o)| node(GgmlOp::MulMat, o.t(), &[w.t(), x.t()])).collect();
+    // SAFETY: every tensor points into a live owned buffer, used by nobody else.
+    let g = unsafe { Graph::new(nodes.clone()).unwrap() };
+    assert_eq!(g.phases(), 6, "three products of two phases each");
+    assert_eq!(g.steps(), 2, "conversions together, then products together");
+    for nth in [1, 2] {
+        for o in &outs {
+            o.slice_mut(0, o.bytes).fill(0);
+        }
+        Executor::new(nth).compute(&g).unwrap();
+        for (n, o) in nodes.iter().zip(&outs) {
+            let alone = T::new(GgmlType::F32, o.l.ne);
+            run(vec![node(GgmlOp::MulMat, alone.t(), &[n.src[0].unwrap(), x.t()])], 1).unwrap();
+            let (a, b) = (read_all(&o.t()), read_all(&alone.t()));
+            assert!(a.iter().zip(&b).all(|(p, q)| p.to_bits() == q.to_bits()), "{nth} threads");
+        }
+    }
+}
+
+/// Nodes that touch the same memory keep their order: a later node that overwrites what an earlier
+/// one reads (the arena reusing a dead tensor), or reads what it writes, gets a step of its own.
+#[test]
+fn dependent_nodes_keep_their_order() {
+    let a = T::from_f32(GgmlType::F32, [64, 1, 1, 1], &(0..64).map(|i| i as f32).collect::<Vec<_>>());
+    let b = T::new(GgmlType::F32, [64, 1, 1, 1]);
+    let c = T::new(GgmlType::F32, [64, 1, 1, 1]);
+    // b = 2a; then a = 3c (overwrites a, which the first node reads); then c = b + 1 (reads b).
+    let n1 = node_p(GgmlOp::Scale, &[f(2.0)], b.t(), &[a.t()]);
+    let n2 = node_p(GgmlOp::Scale, &[f(3.0)], a.t(), &[c.t()]);
+    let n3 = node_p(GgmlOp::Scale, &[f(1.0), f(1.0)], c.t(), &[b.t()]);
+    // SAFETY: as above.
+    let g = unsafe { Graph::new(vec![n1, n2, n3]).unwrap() };
+    assert_eq!(g.steps(), 3);
+    Executor::new(2).compute(&g).unwrap();
+    let want_b: Vec<f64> = (0..64).map(|i| 2.0 * i as f64).collect();
+    assert_eq!(read_all(&b.t()), want_b);
+    assert_eq!(read_all(&a.t()), vec![0.0; 64], "a = 3c with c still zero");
+    assert_eq!(read_all(&c.t()), want_b.iter().map(|v| v + 1.0).collect::<Vec<_>>());
+}
