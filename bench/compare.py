@@ -167,11 +167,21 @@ class Table:
 
 def case_a(cfg, models, t: Table, res: dict) -> None:
     t.section(f"(a) local compute, {cfg.threads} thread(s): llamactl bench vs llama.cpp CPU (t/s)")
-    for wtype, m in models.items():
-        log(f"(a) {wtype}: llamactl bench")
-        ours = by_test(llamactl_bench(cfg.llamactl, m, cfg.p, cfg.n, cfg.reps, cfg.threads))
-        log(f"(a) {wtype}: llama.cpp")
-        theirs = by_test(lcpp_bench(m, cfg.p, cfg.n, cfg.reps, cfg.threads)["results"])
+    for i, (wtype, m) in enumerate(models.items()):
+        def run_ours():
+            log(f"(a) {wtype}: llamactl bench")
+            return by_test(llamactl_bench(cfg.llamactl, m, cfg.p, cfg.n, cfg.reps, cfg.threads))
+
+        def run_theirs():
+            log(f"(a) {wtype}: llama.cpp")
+            return by_test(lcpp_bench(m, cfg.p, cfg.n, cfg.reps, cfg.threads)["results"])
+
+        # Alternate which side goes first, so that the moment right after the other side's process
+        # exits (the machine still settling) falls on both sides, not always on ours.
+        if i % 2 == 0:
+            ours, theirs = run_ours(), run_theirs()
+        else:
+            theirs, ours = run_theirs(), run_ours()
         res.setdefault("a", {})[wtype] = {"ours": list(ours.values()), "llama.cpp": list(theirs.values())}
         for key in sorted(ours, key=lambda k: (k[1], k[0])):
             o, th = ours[key], theirs[key]
