@@ -18,6 +18,11 @@ use crate::ops::Plan;
 /// How many of the latest steps a phase may join (an older step is always before it).
 const WINDOW: usize = 8;
 
+/// Shared scratch that merging may add to what the largest single plan needs: beyond it (a graph of
+/// many independent products of large inputs, perhaps a hostile one), every phase gets a step of its
+/// own again, and the scratch is the largest plan's, as without merging.
+const MERGED_SHARED_EXTRA: usize = 64 << 20;
+
 /// One phase of one plan in a step.
 #[derive(Clone, Debug)]
 pub(crate) struct Member {
@@ -130,10 +135,27 @@ pub(crate) fn schedule(nodes: &[Node], plans: &[(usize, Plan)]) -> Schedule {
         let (first, last) = span[i];
         live.retain(|&(l, _, _)| l >= first);
         let off = live.iter().map(|&(_, _, e)| e).max().unwrap_or(0);
-        let end = off + plans[i].1.shared_bytes;
+        let end = off.saturating_add(plans[i].1.shared_bytes);
         shared_off[i] = off;
         shared_bytes = shared_bytes.max(end);
         live.push((last, off, end));
     }
+    let largest = plans.iter().map(|(_, p)| p.shared_bytes).max().unwrap_or(0);
+    if shared_bytes > largest.saturating_add(MERGED_SHARED_EXTRA) {
+        return one_phase_per_step(plans);
+    }
     Schedule { steps, shared_off, shared_bytes }
+}
+
+/// Every phase in a step of its own, in graph order, all plans sharing the scratch from offset 0.
+fn one_phase_per_step(plans: &[(usize, Plan)]) -> Schedule {
+    let mut steps = Vec::new();
+    for (pi, (_, plan)) in plans.iter().enumerate() {
+        for phase in 0..plan.phases {
+            let units = plan.units[phase as usize];
+            steps.push(Step { members: vec![Member { plan: pi, phase, first: 0, units }], units });
+        }
+    }
+    let shared_bytes = plans.iter().map(|(_, p)| p.shared_bytes).max().unwrap_or(0);
+    Schedule { steps, shared_off: vec![0; plans.len()], shared_bytes }
 }

@@ -212,3 +212,23 @@ fn dependent_nodes_keep_their_order() {
     assert_eq!(read_all(&a.t()), vec![0.0; 64], "a = 3c with c still zero");
     assert_eq!(read_all(&c.t()), want_b.iter().map(|v| v + 1.0).collect::<Vec<_>>());
 }
+
+/// Merging never multiplies the shared scratch beyond a bound: three independent products of one
+/// large input (each converting it into about 35 MB of scratch) would need all three regions at
+/// once, so they run one phase per step on the largest plan's scratch, as without merging.
+#[test]
+fn merging_that_would_multiply_the_scratch_is_not_done() {
+    let (k, n) = (4096u64, 8192u64);
+    let x = T::new(GgmlType::F32, [k, n, 1, 1]);
+    let ws: Vec<T> = (0..3).map(|_| T::new(GgmlType::Q8_0, [k, 16, 1, 1])).collect();
+    let outs: Vec<T> = (0..3).map(|_| T::new(GgmlType::F32, [16, n, 1, 1])).collect();
+    let nodes: Vec<_> =
+        ws.iter().zip(&outs).map(|(w, o)| node(GgmlOp::MulMat, o.t(), &[w.t(), x.t()])).collect();
+    // SAFETY: every tensor points into a live owned buffer, used by nobody else.
+    let g = unsafe { Graph::new(nodes).unwrap() };
+    assert_eq!(g.steps(), g.phases());
+    // SAFETY: as above.
+    let one = unsafe { Graph::new(vec![node(GgmlOp::MulMat, outs[0].t(), &[ws[0].t(), x.t()])]).unwrap() };
+    assert_eq!(g.scratch_bytes(1), one.scratch_bytes(1));
+    assert!(one.scratch_bytes(1) > 30 << 20, "the product converts its input: {}", one.scratch_bytes(1));
+}
