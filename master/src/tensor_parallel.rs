@@ -2,10 +2,11 @@
 //!
 //! Every worker holds one shard of every layer (its query heads, its feed-forward channels, its
 //! vocabulary rows) and the KV cache of the KV heads its query heads read. This process keeps the
-//! residual stream: the embedding lookup runs here; per layer, the attention phase and then the feed-forward phase are
-//! sent to all workers at once — SET_TENSOR of the residual, GRAPH_COMPUTE of that phase's
-//! segment, GET_TENSOR of the partial result, written back to back so a phase costs one round trip
-//! per worker, overlapped across workers — and the partial sums are added to the residual here.
+//! residual stream: the embedding lookup runs here; per layer, the attention phase and then the
+//! feed-forward phase are sent to all workers at once — SET_TENSOR of the residual, GRAPH_COMPUTE
+//! of that phase's segment, GET_TENSOR of the partial result, written back to back so a phase
+//! costs one round trip per worker, overlapped across workers — and the partial sums are added to
+//! the residual here.
 //! The last phase returns each worker's vocabulary rows of the logits.
 //!
 //! With llama.cpp's own `ggml-rpc-server` (or `--no-worker-links`, or TLS) only commands of the
@@ -501,7 +502,7 @@ impl Forward for TensorParallel {
                 "{} heads {:?} (kv {:?}), ffn {:?}, vocab {:?}: {:.2} ms waiting",
                 s.w.addr,
                 s.spec.q_heads,
-                s.spec.kv_heads,
+                s.spec.kv_heads(),
                 s.spec.ff,
                 s.spec.vocab,
                 s.wait.as_secs_f64() * 1000.0

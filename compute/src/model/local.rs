@@ -145,10 +145,9 @@ pub fn plan(g: &GraphDef, pinned: &[TensorId]) -> Result<Plan> {
     // executor may run independent neighbours in one step (`graph::schedule`).
     let mut pending: std::collections::VecDeque<(usize, u64, u64)> = std::collections::VecDeque::new();
     for (pos, &id) in g.nodes().iter().enumerate() {
-        while pending.front().is_some_and(|&(at, _, _)| at <= pos) {
-            if let Some((_, off, size)) = pending.pop_front() {
-                alloc.free(off, size);
-            }
+        while let Some(&(_, off, size)) = pending.front().filter(|p| p.0 <= pos) {
+            pending.pop_front();
+            alloc.free(off, size);
         }
         let t = g.get(id);
         if in_arena(t) && offsets[id.index()].is_none() {

@@ -39,8 +39,6 @@ use crate::tensor::MAX_DIMS;
 pub struct ShardSpec {
     /// Query heads `[h0, h1)`.
     pub q_heads: Range<u64>,
-    /// KV heads `[g0, g1)`: those the query heads read.
-    pub kv_heads: Range<u64>,
     /// Query heads per KV head in the model.
     pub group_size: u64,
     /// Feed-forward channels `[f0, f1)`.
@@ -52,17 +50,22 @@ pub struct ShardSpec {
 }
 
 impl ShardSpec {
+    /// KV heads `[g0, g1)`: those the query heads read.
+    pub fn kv_heads(&self) -> Range<u64> {
+        let gs = self.group_size.max(1);
+        self.q_heads.start / gs..self.q_heads.end.div_ceil(gs)
+    }
+
     /// The shard's query heads by KV head (in the shard's numbering), or `None` when every KV head
     /// it holds has its whole group (the broadcast form of attention applies).
     pub fn head_groups(&self) -> Option<Vec<HeadGroup>> {
         let gs = self.group_size.max(1);
-        let q = &self.q_heads;
-        let groups: Vec<HeadGroup> = self
-            .kv_heads
+        let (q, kv) = (&self.q_heads, self.kv_heads());
+        let groups: Vec<HeadGroup> = kv
             .clone()
             .map(|j| {
                 let (a, b) = (q.start.max(j * gs), q.end.min((j + 1) * gs));
-                HeadGroup { kv: j - self.kv_heads.start, q0: a - q.start, n: b.saturating_sub(a) }
+                HeadGroup { kv: j - kv.start, q0: a - q.start, n: b.saturating_sub(a) }
             })
             .collect();
         if groups.iter().all(|g| g.n == gs) {
@@ -153,14 +156,7 @@ pub fn plan_shards(hp: &HParams, src: &dyn WeightSource, weights: &[f64]) -> Res
         .zip(ff)
         .zip(vocab)
         .enumerate()
-        .map(|(i, ((q_heads, ff), vocab))| ShardSpec {
-            kv_heads: q_heads.start / rep..q_heads.end.div_ceil(rep),
-            q_heads,
-            group_size: rep,
-            ff,
-            vocab,
-            first: i == 0,
-        })
+        .map(|(i, ((q_heads, ff), vocab))| ShardSpec { q_heads, group_size: rep, ff, vocab, first: i == 0 })
         .collect())
 }
 
@@ -176,7 +172,7 @@ fn gcd(a: u64, b: u64) -> u64 {
 pub fn shard_hparams(hp: &HParams, s: &ShardSpec) -> HParams {
     HParams {
         n_head: s.q_heads.end - s.q_heads.start,
-        n_head_kv: s.kv_heads.end - s.kv_heads.start,
+        n_head_kv: s.kv_heads().end - s.kv_heads().start,
         n_ff: s.ff.end - s.ff.start,
         n_vocab: s.vocab.end - s.vocab.start,
         ..hp.clone()
@@ -246,7 +242,7 @@ impl ShardSource {
     /// Slices `base` for shard `s` of `hp`'s model.
     pub fn new(base: Arc<dyn WeightSource>, hp: &HParams, s: &ShardSpec) -> Result<ShardSource> {
         let (d, dv) = (hp.head_dim_k, hp.head_dim_v);
-        let (q, g) = (&s.q_heads, &s.kv_heads);
+        let (q, g) = (&s.q_heads, &s.kv_heads());
         let q_rows = q.start * d..q.end * d;
         let k_rows = g.start * d..g.end * d;
         let v_rows = g.start * dv..g.end * dv;
@@ -421,7 +417,6 @@ mod tests {
     #[test]
     fn nine_query_heads_over_three_kv_heads() {
         let spec = |q: std::ops::Range<u64>| ShardSpec {
-            kv_heads: q.start / 3..q.end.div_ceil(3),
             q_heads: q,
             group_size: 3,
             ff: 0..1,
@@ -432,8 +427,8 @@ mod tests {
         // 5:4: KV head 1 is on both, with two query heads here and one there.
         assert_eq!(spec(0..5).head_groups(), Some(vec![g(0, 0, 3), g(1, 3, 2)]));
         assert_eq!(spec(5..9).head_groups(), Some(vec![g(0, 0, 1), g(1, 1, 3)]));
-        assert_eq!(spec(0..5).kv_heads, 0..2);
-        assert_eq!(spec(5..9).kv_heads, 1..3);
+        assert_eq!(spec(0..5).kv_heads(), 0..2);
+        assert_eq!(spec(5..9).kv_heads(), 1..3);
         // Whole groups: the broadcast form.
         assert_eq!(spec(3..9).head_groups(), None);
         // Inside one group.

@@ -205,7 +205,10 @@ fn open_forward(
                     .iter()
                     .map(|(a, s)| format!(
                         "{a} [heads {:?} (kv {:?}), ffn {:?}, vocab {:?}]",
-                        s.q_heads, s.kv_heads, s.ff, s.vocab
+                        s.q_heads,
+                        s.kv_heads(),
+                        s.ff,
+                        s.vocab
                     ))
                     .collect::<Vec<_>>()
                     .join(", ")
