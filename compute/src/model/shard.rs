@@ -10,7 +10,9 @@
 //! query heads over three KV heads, two devices get 5 and 4 query heads (2:1 by KV groups would
 //! leave one device waiting for the other's extra attention every layer). A KV head whose group
 //! is cut is projected and cached on both devices, and each device attends its heads group by
-//! group ([`HeadGroup`]).
+//! group ([`HeadGroup`]). The feed-forward channels are then split so that each device's whole
+//! layer, attention included, is in proportion to its weight: the device with the extra head gets
+//! fewer channels.
 //!
 //! Per layer there are two phases. In each, every device gets the residual stream `x` `[E, T]`,
 //! computes norm → its part → its partial `[E, T]` output projection, and the caller sums the
@@ -99,19 +101,38 @@ pub fn attn_options(hp: &HParams) -> Result<AttnOptions> {
 /// Splits `total` into `weights.len()` contiguous ranges proportional to `weights`, with the inner
 /// boundaries on multiples of `unit` (the last range ends at `total`); every range is non-empty.
 fn split_units(total: u64, unit: u64, weights: &[f64], what: &str) -> Result<Vec<Range<u64>>> {
+    split_balanced(total, unit, weights, &vec![0.0; weights.len()], what)
+}
+
+/// Like [`split_units`], but device `i` already carries the cost `fixed[i]` (in elements of the
+/// split, e.g. feed-forward channels' worth of work): the ranges are chosen so that fixed cost plus
+/// range length is proportional to `weights`, as near as whole units allow.
+fn split_balanced(
+    total: u64,
+    unit: u64,
+    weights: &[f64],
+    fixed: &[f64],
+    what: &str,
+) -> Result<Vec<Range<u64>>> {
     if unit == 0 {
         return Err(model_err(format!("{what}: unit 0")));
     }
     let units = total.div_ceil(unit);
     let sum: f64 = weights.iter().sum();
+    let all = fixed.iter().sum::<f64>() + total as f64;
     let mut out = Vec::with_capacity(weights.len());
-    let (mut acc, mut start) = (0.0, 0u64);
-    for (i, w) in weights.iter().enumerate() {
+    let (mut acc, mut acc_fixed, mut start) = (0.0, 0.0, 0u64);
+    for (i, (w, f)) in weights.iter().zip(fixed).enumerate() {
         acc += w;
-        // The boundary nearest the proportional share (measured in elements: the last unit may be short).
-        let share = (acc / sum) * total as f64 / unit as f64;
-        let end = if i + 1 == weights.len() { units } else { share.round() as u64 };
-        let end = end.clamp(start, units);
+        acc_fixed += f;
+        // The boundary nearest the balanced share (measured in elements: the last unit may be short).
+        let share = ((acc / sum) * all - acc_fixed) / unit as f64;
+        let left = (weights.len() - 1 - i) as u64;
+        let end = if i + 1 == weights.len() { units } else { share.round().max(0.0) as u64 };
+        // Fixed costs may push a share below one unit: every device still gets one when there are
+        // enough (it holds heads, so it needs the layer's other half too).
+        let end = if fixed.iter().any(|&f| f != 0.0) { end.max(start + 1) } else { end };
+        let end = end.clamp(start, units.saturating_sub(left).max(start));
         if end == start {
             return Err(model_err(format!(
                 "{what}: {units} unit(s) of {unit} cannot give each of {} devices a share (use fewer workers \
@@ -123,6 +144,23 @@ fn split_units(total: u64, unit: u64, weights: &[f64], what: &str) -> Result<Vec
         start = end;
     }
     Ok(out)
+}
+
+/// Each device's attention work in feed-forward channels' worth (a channel is three rows of
+/// `n_embd`: gate, up and down), for the feed-forward split to even out. A query head costs its Q
+/// rows and `attn_output` columns plus its attention core, reckoned as `2 * head_dim_k` rows (about
+/// what a head's scores and weighted sum cost per token in a 512-token prompt); a KV head its K
+/// and V rows. The cut of 9 heads into 5 + 4 thus gives the first device fewer channels.
+fn attention_cost(hp: &HParams, q: &[Range<u64>], group_size: u64) -> Vec<f64> {
+    let (dk, dv) = (hp.head_dim_k as f64, hp.head_dim_v as f64);
+    let gs = group_size.max(1);
+    q.iter()
+        .map(|r| {
+            let n_q = (r.end - r.start) as f64;
+            let n_kv = (r.end.div_ceil(gs) - r.start / gs) as f64;
+            (n_q * (dk + dv + 2.0 * dk) + n_kv * (dk + dv)) / 3.0
+        })
+        .collect()
 }
 
 /// Block size of weight `name` (1 when absent).
@@ -150,7 +188,8 @@ pub fn plan_shards(hp: &HParams, src: &dyn WeightSource, weights: &[f64]) -> Res
     let dv = hp.head_dim_v.max(1);
     let head_unit = wo_blck / gcd(wo_blck, dv);
     let q = split_units(hp.n_head, head_unit, weights, "query heads")?;
-    let ff = split_units(hp.n_ff, down_blck, weights, "feed-forward channels")?;
+    let ff =
+        split_balanced(hp.n_ff, down_blck, weights, &attention_cost(hp, &q, rep), "feed-forward channels")?;
     let vocab = split_units(hp.n_vocab, 1, weights, "vocabulary")?;
     Ok(q.into_iter()
         .zip(ff)
@@ -389,6 +428,38 @@ mod tests {
         // Nine heads in units of four (K-quant attn_output, 64-wide heads): 4 + 5, not 8 + 1.
         assert_eq!(split_units(9, 4, &[1.0, 1.0], "h").unwrap(), vec![0..4, 4..9]);
         assert_eq!(split_units(9, 1, &[1.0, 1.0], "h").unwrap(), vec![0..5, 5..9]);
+    }
+
+    #[test]
+    fn feed_forward_evens_out_the_attention() {
+        // SmolLM2-135M: 9 query heads of 64 over 3 KV heads, n_embd 576, n_ff 1536 in Q4_1 blocks.
+        let mut m = crate::model::weights::MemWeights::new();
+        m.set_meta("general.architecture", MetaValue::Str("llama".into()));
+        for (k, v) in [("embedding_length", 576), ("block_count", 30), ("feed_forward_length", 1536)]
+            .into_iter()
+            .chain([("attention.head_count", 9), ("attention.head_count_kv", 3), ("vocab_size", 49152)])
+        {
+            m.set_meta(&format!("llama.{k}"), MetaValue::Int(v));
+        }
+        m.set_meta("llama.attention.layer_norm_rms_epsilon", MetaValue::Float(1e-5));
+        let hp = HParams::from_source(&m).unwrap();
+        let cost = attention_cost(&hp, &[0..5, 5..9], 3);
+        // 5 heads x (Q 64 + O 64 + core 128) + 2 KV heads x (K 64 + V 64) = 1536 rows = 512 channels;
+        // 4 x 256 + 2 x 128 = 1280 rows.
+        assert_eq!(cost, vec![512.0, 1280.0 / 3.0]);
+        // Balanced: 725.3 channels for the first, rounded to whole blocks of 32 -> 736 (not 768).
+        let ff = split_balanced(1536, 32, &[1.0, 1.0], &cost, "f").unwrap();
+        assert_eq!(ff, vec![0..736, 736..1536]);
+        // Even heads: an even split stays even.
+        let even = attention_cost(&hp, &[0..3, 3..6, 6..9], 3);
+        assert_eq!(
+            split_balanced(1536, 32, &[1.0; 3], &even, "f").unwrap(),
+            vec![0..512, 512..1024, 1024..1536]
+        );
+        // A fixed cost larger than a device's share still leaves it one unit, and the rest ends at total.
+        let ff = split_balanced(100, 10, &[1.0, 1.0], &[500.0, 0.0], "f").unwrap();
+        assert_eq!(ff, vec![0..10, 10..100]);
+        assert!(split_balanced(10, 10, &[1.0, 1.0], &[5.0, 0.0], "f").is_err(), "one unit for two devices");
     }
 
     #[test]
