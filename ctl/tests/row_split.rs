@@ -186,3 +186,43 @@ fn linked_workers_give_the_relays_logits_bit_for_bit() {
         assert!(a.iter().zip(&b).all(|(x, y)| x.to_bits() == y.to_bits()), "after clear: logits differ");
     }
 }
+
+/// A prompt of at least 128 tokens runs on linked workers as two interleaved streams (the halves of
+/// the ubatch as micro-batches, TP_RUN_STREAMS); the logits are the bits of the relay running the
+/// same halves as two ubatches, for the prompt and the greedy steps after it, with flash attention
+/// on and off and with an uneven split.
+#[test]
+fn streamed_prompts_give_the_bits_of_two_half_ubatches() {
+    let path = smollm2();
+    let model = load(&path);
+    let (w1, w2) = (Worker::start(MEM), Worker::start(MEM));
+    let two = vec![w1.addr.clone(), w2.addr.clone()];
+    let prompt =
+        tokenize(&path, &"The quick brown fox jumps over the lazy dog, and then it runs. ".repeat(12));
+    assert!((128..=256).contains(&prompt.len()), "{} tokens", prompt.len());
+    let half = prompt.len().div_ceil(2) as u64;
+    for (fa, weights) in [(false, vec![]), (true, vec![3.0, 1.0])] {
+        let linked_opts = SplitOptions { tensor_split: weights.clone(), ..SplitOptions::default() };
+        let relay_opts = SplitOptions { no_worker_links: true, ..linked_opts.clone() };
+        let c = |n_ubatch| SessionConfig { n_ctx: 512, ..cfg(fa, n_ubatch) };
+        let mut linked = TensorParallel::new(&model, c(512), &two, &linked_opts, &|_, _| {}).unwrap();
+        assert!(linked.linked() && linked.streams(), "two llamad workers did not link with streams");
+        let mut relay = TensorParallel::new(&model, c(half), &two, &relay_opts, &|_, _| {}).unwrap();
+        let mut a = linked.decode(&prompt).unwrap().to_vec();
+        let mut b = relay.decode(&prompt).unwrap().to_vec();
+        for step in 0..4 {
+            assert!(
+                a.iter().zip(&b).all(|(x, y)| x.to_bits() == y.to_bits()),
+                "fa {fa}, step {step}: logits differ"
+            );
+            let t = argmax(&a) as u32;
+            a = linked.decode(&[t]).unwrap().to_vec();
+            b = relay.decode(&[t]).unwrap().to_vec();
+        }
+        assert!(
+            linked.summary()[0].contains(&format!("{} phases", 2 * 61 + 4 * 61)),
+            "{:?}",
+            linked.summary()
+        );
+    }
+}

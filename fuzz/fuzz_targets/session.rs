@@ -26,10 +26,12 @@ fuzz_target!(|data: &[u8]| {
                     break;
                 }
                 let Ok(reply) = session.handle_ext(f.cmd, f.payload) else { break };
-                // TP_RUN computes (a run is only handed out when its links exist, so here with one
-                // rank); link jobs would wait for a peer or dial a fuzzed host, so they are dropped.
+                // TP_RUN and TP_RUN_STREAMS compute (a run is only handed out when its links exist,
+                // so here with one rank); link jobs would wait for a peer or dial a fuzzed host, so
+                // they are dropped.
+                let runs = [llamad_proto::ext::CMD_TP_RUN, llamad_proto::ext::CMD_TP_RUN_STREAMS];
                 if let Reply::Blocking(job) = reply {
-                    if f.cmd == llamad_proto::ext::CMD_TP_RUN && job().is_err() {
+                    if runs.contains(&f.cmd) && job().is_err() {
                         break;
                     }
                 }

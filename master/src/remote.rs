@@ -406,6 +406,17 @@ impl Worker {
     }
 
     pub(super) fn place_of(&self, plan: &Plan, id: TensorId, storage: &Storage) -> Option<Place> {
+        self.place_in(plan, id, storage, self.compute)
+    }
+
+    /// As [`Worker::place_of`], with the graph's inputs and intermediates in `compute`.
+    pub(super) fn place_in(
+        &self,
+        plan: &Plan,
+        id: TensorId,
+        storage: &Storage,
+        compute: Option<Region>,
+    ) -> Option<Place> {
         match storage {
             Storage::Weight(name) => self.weights.get(name).copied(),
             Storage::KvCache { layer, kind } => {
@@ -413,7 +424,7 @@ impl Worker {
                 self.kv_offsets.get(&(*layer, *kind)).map(|off| (kv.handle, kv.base + off))
             }
             Storage::Input(_) | Storage::Intermediate => {
-                let c = self.compute?;
+                let c = compute?;
                 plan.offsets.get(id.index()).copied().flatten().map(|off| (c.handle, c.base + off))
             }
             Storage::View => None,

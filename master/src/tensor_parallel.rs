@@ -16,7 +16,10 @@
 //! workers exchange their partial sums over the links and add them in shard order — the same bits
 //! as the relay — and only the logits come back here. That turns `2 × layers + 1` master round trips
 //! per token into one. The per-ubatch inputs (positions, mask, KV indices) are written once per
-//! ubatch; every phase's graph blob is encoded once per graph shape.
+//! ubatch; every phase's graph blob is encoded once per graph shape. A long ubatch on linked
+//! workers of extension version 2 runs as two streams (its halves, interleaved phase by phase on
+//! the workers, [`STREAM_MIN_TOKENS`]), so that one half computes while the other's partial sums
+//! travel.
 //!
 //! The sums run in a different order than one device's matmul, so the logits differ from the
 //! in-process run in the last bits (split mode `layer` stays token-identical to llama.cpp).
@@ -38,7 +41,7 @@ use llamad_proto::{ext, Cmd, Command, RpcTensor};
 
 use super::export::{export_nodes, wire_id};
 use super::pipeline::{free_of, LoadEvent, SplitOptions};
-use super::remote::{mib, StagingSink, WeightBuffer, Worker, WorkerLayout};
+use super::remote::{mib, Region, StagingSink, WeightBuffer, Worker, WorkerLayout};
 use super::Forward;
 
 /// Everything a worker needs for one graph shape.
@@ -59,7 +62,10 @@ struct Shard {
     spec: ShardSpec,
     hp: HParams,
     src: Arc<ShardSource>,
-    prepared: Option<Prepared>,
+    /// Per stream (see [`STREAM_MIN_TOKENS`]): the graph of its latest shape.
+    prepared: [Option<Prepared>; 2],
+    /// The second stream's compute buffer (the first uses the worker's).
+    alt_compute: Option<Region>,
     /// Time spent waiting for this worker's partial results.
     wait: Duration,
 }
@@ -74,6 +80,8 @@ pub struct TensorParallel {
     phases: u64,
     /// The workers exchange partial sums over their own links (see the module doc).
     linked: bool,
+    /// Linked workers run long ubatches as two interleaved streams (TP_RUN_STREAMS).
+    streams: bool,
     /// The last token's logits of the latest decode (lent out by [`Forward::decode`]).
     logits: Vec<f32>,
 }
@@ -112,7 +120,15 @@ impl TensorParallel {
             let shp = shard_hparams(&hp, &spec);
             let ssrc = Arc::new(ShardSource::new(src.clone(), &hp, &spec)?);
             tracing::info!(addr = %a, ?spec, "row split shard");
-            shards.push(Shard { w, spec, hp: shp, src: ssrc, prepared: None, wait: Duration::ZERO });
+            shards.push(Shard {
+                w,
+                spec,
+                hp: shp,
+                src: ssrc,
+                prepared: [None, None],
+                alt_compute: None,
+                wait: Duration::ZERO,
+            });
         }
         let n_tok = cfg.n_ubatch.min(cfg.n_ctx);
         let max_params = BuildParams { n_kv: cfg.n_ctx, ..ubatch_params(&hp, &cfg, 0, n_tok, 1) };
@@ -151,7 +167,10 @@ impl TensorParallel {
         let can_link = shards.len() >= 2
             && !opts.no_worker_links
             && opts.tls.is_none()
-            && shards.iter().all(|s| s.w.client.ext_version().is_some_and(|v| v >= ext::EXT_VERSION));
+            && shards.iter().all(|s| s.w.client.ext_version().is_some_and(|v| v >= 1));
+        // TP_RUN_STREAMS came with version 2.
+        let streams = shards.iter().all(|s| s.w.client.ext_version().is_some_and(|v| v >= 2))
+            && std::env::var("LLAMACTL_TP_STREAMS").as_deref() != Ok("0");
         let linked = can_link
             && match link_workers(&mut shards)? {
                 Ok(()) => true,
@@ -160,13 +179,19 @@ impl TensorParallel {
                     false
                 }
             };
-        tracing::info!(linked, workers = shards.len(), "split mode row");
-        Ok(TensorParallel { hp, src, cfg, shards, n_past: 0, phases: 0, linked, logits: Vec::new() })
+        let streams = linked && streams;
+        tracing::info!(linked, streams, workers = shards.len(), "split mode row");
+        Ok(TensorParallel { hp, src, cfg, shards, n_past: 0, phases: 0, linked, streams, logits: Vec::new() })
     }
 
     /// Whether the workers exchange partial sums directly (see the module doc).
     pub fn linked(&self) -> bool {
         self.linked
+    }
+
+    /// Whether long ubatches run as two interleaved streams on the linked workers.
+    pub fn streams(&self) -> bool {
+        self.streams
     }
 
     /// `(address, shard)` of each worker.
@@ -175,13 +200,16 @@ impl TensorParallel {
     }
 
     fn decode_ubatch(&mut self, tokens: &[u32]) -> Result<Vec<f32>> {
+        if self.streams && tokens.len() >= STREAM_MIN_TOKENS {
+            return self.decode_streams(tokens);
+        }
         let hp = &self.hp;
         let p = ubatch_params(hp, &self.cfg, self.n_past, tokens.len() as u64, 1);
         let n_past = self.n_past;
         let linked = self.linked;
         for s in &mut self.shards {
-            prepare(s, &p, linked)?;
-            write_attention_inputs(s, n_past, tokens)?;
+            prepare(s, &p, linked, 0)?;
+            write_attention_inputs(s, 0, n_past, tokens)?;
         }
         let (e, t, o) = (hp.n_embd as usize, p.n_tokens as usize, p.n_outputs as usize);
         if linked {
@@ -241,7 +269,36 @@ impl TensorParallel {
         self.n_past += tokens.len() as u64;
         Ok(out)
     }
+
+    /// A long ubatch on linked workers as two micro-batches, the first `⌈T/2⌉` tokens and the rest,
+    /// each a ubatch of its own (its own graphs, slots and compute buffer) that the workers run
+    /// interleaved, so the partial sums of one travel while the other computes. The logits are
+    /// those of running the two halves one after the other.
+    fn decode_streams(&mut self, tokens: &[u32]) -> Result<Vec<f32>> {
+        let hp = &self.hp;
+        let half = tokens.len().div_ceil(2);
+        let parts = [(self.n_past, &tokens[..half]), (self.n_past + half as u64, &tokens[half..])];
+        let e = hp.n_embd as usize;
+        let mut xs = Vec::with_capacity(2);
+        for (stream, (n_past, toks)) in parts.iter().enumerate() {
+            let p = ubatch_params(hp, &self.cfg, *n_past, toks.len() as u64, 1);
+            for s in &mut self.shards {
+                prepare(s, &p, true, stream)?;
+                write_attention_inputs(s, stream, *n_past, toks)?;
+            }
+            xs.push((super::pipeline::embed(self.src.as_ref(), toks)?, toks.len()));
+        }
+        let n_seg = 2 * hp.n_layer + 1;
+        let logits = run_linked_streams(&mut self.shards, &xs, e, n_seg)?;
+        self.phases += u64::from(2 * n_seg);
+        self.n_past += tokens.len() as u64;
+        Ok(logits)
+    }
 }
+
+/// Ubatches of at least this many tokens run as two streams on linked workers (version 2): the
+/// overlap pays for the extra phase per layer once a phase computes for milliseconds.
+const STREAM_MIN_TOKENS: usize = 128;
 
 /// The buffers of a shard (no network traffic).
 fn layout(s: &Shard, max_params: &BuildParams) -> Result<WorkerLayout> {
@@ -279,32 +336,52 @@ fn layout(s: &Shard, max_params: &BuildParams) -> Result<WorkerLayout> {
     Ok(out)
 }
 
-/// Builds, places and encodes the shard graph of `p` (kept while the shape stays the same); when
-/// `linked`, stores each segment on the worker as the extension slot of its index.
-fn prepare(s: &mut Shard, p: &BuildParams, linked: bool) -> Result<()> {
-    if s.prepared.as_ref().is_some_and(|pr| pr.sg.built.params == *p) {
+/// The compute buffer of `stream`.
+fn compute_of(s: &Shard, stream: usize) -> Option<Region> {
+    if stream == 0 {
+        s.w.compute
+    } else {
+        s.alt_compute
+    }
+}
+
+/// Builds, places and encodes the shard graph of `p` for `stream` (kept while the shape stays the
+/// same); when `linked`, stores each segment on the worker as extension slot
+/// `stream × segments + index`.
+fn prepare(s: &mut Shard, p: &BuildParams, linked: bool, stream: usize) -> Result<()> {
+    if s.prepared[stream].as_ref().is_some_and(|pr| pr.sg.built.params == *p) {
         return Ok(());
     }
-    s.prepared = None;
+    s.prepared[stream] = None;
     let sg = build_shard(&s.hp, s.src.as_ref(), &s.spec, p)?;
     let pl = plan(&sg.built.graph, &[])?;
-    let have = s.w.compute.map_or(0, |c| c.size);
+    let have = compute_of(s, stream).map_or(0, |c| c.size);
     if pl.size > have {
-        tracing::info!(addr = %s.w.addr, old = have, new = pl.size, "growing the compute buffer");
-        if let Some(c) = s.w.compute.take() {
+        tracing::info!(addr = %s.w.addr, stream, old = have, new = pl.size, "growing the compute buffer");
+        let old = if stream == 0 { s.w.compute.take() } else { s.alt_compute.take() };
+        if let Some(c) = old {
             s.w.client.free_buffer(c.handle)?;
             s.w.all_regions.retain(|&h| h != c.handle);
+            // A freed buffer drops every graph the worker stored: the other stream stores anew.
+            s.prepared = [None, None];
         }
-        s.w.compute = Some(s.w.alloc(pl.size, "compute buffer")?);
+        let c = Some(s.w.alloc(pl.size, "compute buffer")?);
+        if stream == 0 {
+            s.w.compute = c;
+        } else {
+            s.alt_compute = c;
+        }
     }
+    let slot_base = stream * sg.segments.len();
+    let compute = compute_of(s, stream);
     let g = &sg.built.graph;
     let w = &s.w;
-    let place = |id: TensorId, t: &compute::model::TensorDef| w.place_of(&pl, id, &t.storage);
+    let place = |id: TensorId, t: &compute::model::TensorDef| w.place_in(&pl, id, &t.storage, compute);
     let rpc = |id: TensorId| -> Result<RpcTensor> {
         let def = g.get(id);
         let owner = g.owner(id);
         let (b, d) = w
-            .place_of(&pl, owner, &g.get(owner).storage)
+            .place_in(&pl, owner, &g.get(owner).storage, compute)
             .ok_or_else(|| err!("internal: tensor {} has no place", def.name))?;
         Ok(RpcTensor::new(wire_id(id), &def.layout, b, d + def.view_offs))
     };
@@ -323,7 +400,7 @@ fn prepare(s: &mut Shard, p: &BuildParams, linked: bool) -> Result<()> {
         let size = g.layout(seg.output).nbytes().unwrap_or(0);
         let (input, output) = (rpc(seg.input)?, rpc(seg.output)?);
         if linked {
-            stores.extend(ext::graph_store_frame(k as u32, &input, &output, &blob));
+            stores.extend(ext::graph_store_frame((slot_base + k) as u32, &input, &output, &blob));
         }
         frames.push(Command::GraphCompute(blob).encode_frame());
         let req = GetTensorReq { tensor: output, offset: 0, size };
@@ -336,7 +413,7 @@ fn prepare(s: &mut Shard, p: &BuildParams, linked: bool) -> Result<()> {
             .write_all(&stores)
             .with_context(|| format!("worker {}: storing the phase graphs", s.w.addr))?;
     }
-    s.prepared = Some(Prepared { sg, plan: pl, frames, gets, inputs });
+    s.prepared[stream] = Some(Prepared { sg, plan: pl, frames, gets, inputs });
     Ok(())
 }
 
@@ -405,34 +482,82 @@ fn run_linked(shards: &mut [Shard], x: &[u8], t: usize, o: usize, e: usize, n_se
             .with_context(|| format!("worker {}: sending the ubatch", s.w.addr))?;
     }
     let mut out = Vec::new();
-    for s in shards.iter_mut() {
-        let t0 = Instant::now();
-        let nv = (s.spec.vocab.end - s.spec.vocab.start) as usize;
-        let part = match read_response(s.w.client.stream(), Cmd::GraphCompute, (nv * o * 4) as u64) {
-            Ok(p) => p,
-            Err(e) => {
-                let e = crate::Error::from(e).context(format!(
-                    "worker {} failed in the linked ubatch; if it closed the connection, its log says why",
-                    s.w.addr
-                ));
-                return Err(match unreachable(shards) {
-                    Some(gone) => {
-                        e.context(format!("worker {gone} is gone (the others lost their link to it)"))
-                    }
-                    None => e,
-                });
-            }
-        };
-        s.wait += t0.elapsed();
+    for i in 0..shards.len() {
+        let nv = (shards[i].spec.vocab.end - shards[i].spec.vocab.start) as usize;
+        let part = read_linked_answer(shards, i, (nv * o * 4) as u64)?;
         let row = &part[(o - 1) * nv * 4..];
         out.extend(row.chunks_exact(4).map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]])));
     }
     Ok(out)
 }
 
-/// Writes the ubatch's positions, mask and KV indices (every input but the residual stream).
-fn write_attention_inputs(s: &mut Shard, n_past: u64, tokens: &[u32]) -> Result<()> {
-    let pr = s.prepared.as_ref().ok_or_else(|| err!("internal: not prepared"))?;
+/// Worker `i`'s answer to a linked run (`size` bytes); when it failed, says which worker is gone.
+fn read_linked_answer(shards: &mut [Shard], i: usize, size: u64) -> Result<Vec<u8>> {
+    let t0 = Instant::now();
+    let s = &mut shards[i];
+    match read_response(s.w.client.stream(), Cmd::GraphCompute, size) {
+        Ok(p) => {
+            s.wait += t0.elapsed();
+            Ok(p)
+        }
+        Err(e) => {
+            let e = crate::Error::from(e).context(format!(
+                "worker {} failed in the linked ubatch; if it closed the connection, its log says why",
+                s.w.addr
+            ));
+            Err(match unreachable(shards) {
+                Some(gone) => e.context(format!("worker {gone} is gone (the others lost their link to it)")),
+                None => e,
+            })
+        }
+    }
+}
+
+/// One ubatch as streams on linked workers: TP_RUN_STREAMS to all (per stream its residual and
+/// token count; one output row each), then each worker's slice of the logits of the last stream's
+/// row, in shard order.
+fn run_linked_streams(
+    shards: &mut [Shard],
+    xs: &[(Vec<u8>, usize)],
+    e: usize,
+    n_seg: u32,
+) -> Result<Vec<f32>> {
+    let n = shards.len() as u32;
+    for (rank, s) in shards.iter_mut().enumerate() {
+        let runs: Vec<ext::TpRun<'_>> = xs
+            .iter()
+            .enumerate()
+            .map(|(i, (x, t))| ext::TpRun {
+                rank: rank as u32,
+                n_ranks: n,
+                n_tokens: *t as u32,
+                n_outputs: 1,
+                n_embd: e as u32,
+                slots: (i as u32 * n_seg..(i as u32 + 1) * n_seg).collect(),
+                x,
+            })
+            .collect();
+        s.w.client
+            .stream()
+            .write_all(&ext::tp_run_streams_frame(&runs))
+            .with_context(|| format!("worker {}: sending the ubatch", s.w.addr))?;
+    }
+    let mut out = Vec::new();
+    for i in 0..shards.len() {
+        let nv = (shards[i].spec.vocab.end - shards[i].spec.vocab.start) as usize;
+        let part = read_linked_answer(shards, i, (nv * 4 * xs.len()) as u64)?;
+        // Every stream answers its one output row; the ubatch's logits are the last stream's.
+        let row = &part[(xs.len() - 1) * nv * 4..];
+        out.extend(row.chunks_exact(4).map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]])));
+    }
+    Ok(out)
+}
+
+/// Writes the ubatch's positions, mask and KV indices (every input but the residual stream) for
+/// `stream`'s graph.
+fn write_attention_inputs(s: &mut Shard, stream: usize, n_past: u64, tokens: &[u32]) -> Result<()> {
+    let compute = compute_of(s, stream);
+    let pr = s.prepared[stream].as_ref().ok_or_else(|| err!("internal: not prepared"))?;
     let g = &pr.sg.built.graph;
     let mut sink = StagingSink::new(&pr.sg.built);
     // The residual stream goes with each phase (or TP_RUN), not here.
@@ -442,7 +567,7 @@ fn write_attention_inputs(s: &mut Shard, n_past: u64, tokens: &[u32]) -> Result<
     for (id, bytes) in &sink.staged {
         let def = g.get(*id);
         let (b, d) =
-            s.w.place_of(&pr.plan, *id, &def.storage)
+            s.w.place_in(&pr.plan, *id, &def.storage, compute)
                 .ok_or_else(|| err!("internal: input {} has no place", def.name))?;
         let t = RpcTensor::new(wire_id(*id), &def.layout, b, d);
         s.w.client.set_tensor(&t, 0, bytes, false).with_context(|| format!("worker {}", s.w.addr))?;
@@ -452,7 +577,7 @@ fn write_attention_inputs(s: &mut Shard, n_past: u64, tokens: &[u32]) -> Result<
 
 /// SET_TENSOR of the phase input, GRAPH_COMPUTE of segment `k`, GET_TENSOR of its output, in one write.
 fn send_phase(s: &mut Shard, k: usize, input: &[u8]) -> Result<()> {
-    let pr = s.prepared.as_ref().ok_or_else(|| err!("internal: not prepared"))?;
+    let pr = s.prepared[0].as_ref().ok_or_else(|| err!("internal: not prepared"))?;
     let h = SetTensorHeader { tensor: pr.inputs[k], cache_flag: 0, offset: 0 };
     let mut msg = Command::SetTensor(h, input).encode_frame();
     msg.extend_from_slice(&pr.frames[k]);
@@ -463,7 +588,7 @@ fn send_phase(s: &mut Shard, k: usize, input: &[u8]) -> Result<()> {
 /// The GET_TENSOR answer of segment `k`.
 fn recv_phase(s: &mut Shard, k: usize) -> Result<Vec<u8>> {
     let t0 = Instant::now();
-    let pr = s.prepared.as_ref().ok_or_else(|| err!("internal: not prepared"))?;
+    let pr = s.prepared[0].as_ref().ok_or_else(|| err!("internal: not prepared"))?;
     let size = pr.gets[k].1;
     let r = read_response(s.w.client.stream(), Cmd::GetTensor, size).with_context(|| {
         format!("worker {} failed in phase {k}; if it closed the connection, its log says why", s.w.addr)

@@ -21,6 +21,7 @@
 //! | 0xA3 | LINK_ACCEPT | `u32 peer_rank, token[32]` | `u8 1` once a dialer presented the token |
 //! | 0xA4 | GRAPH_STORE | `u32 slot, rpc_tensor input, rpc_tensor output, graph blob` | none |
 //! | 0xA5 | TP_RUN | `u32 rank, u32 n_ranks, u32 n_tokens, u32 n_outputs, u32 n_embd, u32 n_slots, u32 slots[n], f32 x[n_tokens × n_embd]` | the last slot's output |
+//! | 0xA6 | TP_RUN_STREAMS (version 2) | `u32 n_streams, n_streams × (u64 len, TP_RUN payload)` | each stream's last slot output, in stream order |
 //!
 //! TP_RUN runs the stored slots in order. Before slot `k` the residual stream (`x`, or its last
 //! `n_outputs` rows from slot `n − 2` on) is written to the slot's input; after it, every rank
@@ -28,6 +29,13 @@
 //! partials to the residual in rank order, so every rank holds the same bits as a master that
 //! relayed the sums would. After slot `n − 3` (the last layer's attention) only the last
 //! `n_outputs` rows go on. The last slot's output (a slice of the logits) is the answer.
+//!
+//! TP_RUN_STREAMS runs several TP_RUNs of one group (consecutive micro-batches of a prompt, each
+//! with its own stored slots) interleaved phase by phase: slot `k` of stream 0, of stream 1, …, then
+//! slot `k + 1` of each. A rank sends a stream's partial as soon as it has it and adds the peers'
+//! partials of that stream only when the stream's next slot is due, so it computes the other
+//! streams while the partials travel and while a slower peer catches up. Partials are tagged
+//! `k × n_streams + stream`. Each stream computes what its TP_RUN alone would, in the same order.
 
 use crate::error::{Error, Result};
 use crate::graph::GraphBlob;
@@ -37,8 +45,8 @@ use crate::wire::{Put, Reader};
 
 /// First 8 bytes of HELLO caps that ask for (master) or grant (server) the extension.
 pub const EXT_MAGIC: [u8; 8] = *b"LLMDEXT1";
-/// Version of the extension commands.
-pub const EXT_VERSION: u32 = 1;
+/// Version of the extension commands (2 added TP_RUN_STREAMS).
+pub const EXT_VERSION: u32 = 2;
 /// LINK_OFFER command byte.
 pub const CMD_LINK_OFFER: u8 = 0xA1;
 /// LINK_DIAL command byte.
@@ -49,6 +57,10 @@ pub const CMD_LINK_ACCEPT: u8 = 0xA3;
 pub const CMD_GRAPH_STORE: u8 = 0xA4;
 /// TP_RUN command byte.
 pub const CMD_TP_RUN: u8 = 0xA5;
+/// TP_RUN_STREAMS command byte (extension version 2).
+pub const CMD_TP_RUN_STREAMS: u8 = 0xA6;
+/// Most streams in one TP_RUN_STREAMS.
+pub const MAX_STREAMS: u32 = 8;
 /// Link token size.
 pub const TOKEN_SIZE: usize = 32;
 /// Most ranks in one tensor-parallel group.
@@ -58,7 +70,7 @@ pub const MAX_SLOTS: u32 = 4096;
 
 /// Whether `byte` is an extension command.
 pub fn is_ext(byte: u8) -> bool {
-    (CMD_LINK_OFFER..=CMD_TP_RUN).contains(&byte)
+    (CMD_LINK_OFFER..=CMD_TP_RUN_STREAMS).contains(&byte)
 }
 
 /// The name of an extension command (for logs).
@@ -69,6 +81,7 @@ pub fn name(byte: u8) -> &'static str {
         CMD_LINK_ACCEPT => "EXT_LINK_ACCEPT",
         CMD_GRAPH_STORE => "EXT_GRAPH_STORE",
         CMD_TP_RUN => "EXT_TP_RUN",
+        CMD_TP_RUN_STREAMS => "EXT_TP_RUN_STREAMS",
         _ => "EXT_UNKNOWN",
     }
 }
@@ -235,6 +248,10 @@ pub struct TpRun<'a> {
 impl TpRun<'_> {
     /// The whole frame.
     pub fn encode_frame(&self) -> Vec<u8> {
+        frame(CMD_TP_RUN, &self.encode_payload())
+    }
+
+    fn encode_payload(&self) -> Vec<u8> {
         let mut p = Vec::with_capacity(24 + 4 * self.slots.len() + self.x.len());
         for v in
             [self.rank, self.n_ranks, self.n_tokens, self.n_outputs, self.n_embd, self.slots.len() as u32]
@@ -245,8 +262,52 @@ impl TpRun<'_> {
             p.put_u32(s);
         }
         p.extend_from_slice(self.x);
-        frame(CMD_TP_RUN, &p)
+        p
     }
+}
+
+/// The frame of a TP_RUN_STREAMS of `streams`.
+pub fn tp_run_streams_frame(streams: &[TpRun<'_>]) -> Vec<u8> {
+    let mut p = Vec::new();
+    p.put_u32(streams.len() as u32);
+    for s in streams {
+        let body = s.encode_payload();
+        p.put_u64(body.len() as u64);
+        p.extend_from_slice(&body);
+    }
+    frame(CMD_TP_RUN_STREAMS, &p)
+}
+
+/// Decodes and checks a TP_RUN_STREAMS payload: each stream is a valid TP_RUN, and all are of
+/// one rank of one group, with the same embedding width and number of slots.
+pub fn decode_tp_run_streams(b: &[u8]) -> Result<Vec<TpRun<'_>>> {
+    let what = "EXT_TP_RUN_STREAMS";
+    let mut r = Reader::new(b, what);
+    let n = r.u32()?;
+    if !(1..=MAX_STREAMS).contains(&n) {
+        return Err(Error::invalid(what, format!("{n} streams (1 to {MAX_STREAMS})")));
+    }
+    let mut out: Vec<TpRun<'_>> = Vec::with_capacity(n as usize);
+    for i in 0..n {
+        let len = r.u64()?;
+        let body = usize::try_from(len).ok().filter(|&l| l <= r.remaining()).ok_or_else(|| {
+            Error::invalid(what, format!("stream {i}: {len} bytes, {} left", r.remaining()))
+        })?;
+        let run = TpRun::decode(r.bytes(body)?)?;
+        if let Some(first) = out.first() {
+            if (run.rank, run.n_ranks, run.n_embd, run.slots.len())
+                != (first.rank, first.n_ranks, first.n_embd, first.slots.len())
+            {
+                return Err(Error::invalid(
+                    what,
+                    format!("stream {i} is not of the first stream's rank, group, width and slot count"),
+                ));
+            }
+        }
+        out.push(run);
+    }
+    r.finish()?;
+    Ok(out)
 }
 
 impl<'a> TpRun<'a> {
@@ -321,6 +382,36 @@ mod tests {
         assert!(LinkDial::decode(&empty_host.encode_frame()[9..]).is_err());
         assert!(decode_link_offer(&[0; 31]).is_err());
         assert!(decode_link_offer(&[0; 33]).is_err());
+    }
+
+    #[test]
+    fn streams_round_trip_and_must_agree() {
+        let (xa, xb) = ([1u8; 3 * 16], [2u8; 16]);
+        let a =
+            TpRun { rank: 1, n_ranks: 2, n_tokens: 3, n_outputs: 1, n_embd: 4, slots: vec![0, 1, 2], x: &xa };
+        let b = TpRun { n_tokens: 1, slots: vec![3, 4, 5], x: &xb, ..a.clone() };
+        let f = tp_run_streams_frame(&[a.clone(), b.clone()]);
+        assert_eq!(f[0], CMD_TP_RUN_STREAMS);
+        assert_eq!(u64::from_le_bytes(f[1..9].try_into().unwrap()) as usize, f.len() - 9);
+        assert_eq!(decode_tp_run_streams(&f[9..]).unwrap(), vec![a.clone(), b.clone()]);
+        assert!(decode_tp_run_streams(&f[9..f.len() - 1]).is_err(), "short last stream");
+        let mut long = f[9..].to_vec();
+        long.push(0);
+        assert!(decode_tp_run_streams(&long).is_err(), "trailing byte");
+        for bad in [
+            TpRun { rank: 0, ..b.clone() },
+            TpRun { n_embd: 2, x: &xb[..8], ..b.clone() },
+            TpRun { slots: vec![3, 4, 5, 6], ..b.clone() },
+        ] {
+            let f = tp_run_streams_frame(&[a.clone(), bad.clone()]);
+            assert!(decode_tp_run_streams(&f[9..]).is_err(), "{bad:?}");
+        }
+        assert!(decode_tp_run_streams(&tp_run_streams_frame(&[])[9..]).is_err(), "no stream");
+        let nine = vec![a.clone(); 9];
+        assert!(decode_tp_run_streams(&tp_run_streams_frame(&nine)[9..]).is_err(), "too many streams");
+        let mut huge = 1u32.to_le_bytes().to_vec();
+        huge.extend_from_slice(&u64::MAX.to_le_bytes());
+        assert!(decode_tp_run_streams(&huge).is_err(), "length past the payload");
     }
 
     #[test]

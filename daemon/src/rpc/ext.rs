@@ -146,6 +146,27 @@ impl ExtState {
     /// TP_RUN: checks the request against the stored slots and links, then returns the run.
     pub fn tp_run(&mut self, payload: &[u8], executor: SharedExecutor) -> Result<BlockingJob> {
         let run = TpRun::decode(payload)?;
+        let (p, slots, x) = self.checked(&run)?;
+        let links = self.links.clone();
+        Ok(Box::new(move || {
+            let mut links = lock(&links)?;
+            p.run(&slots, x, &mut links, &executor).map(Some)
+        }))
+    }
+
+    /// TP_RUN_STREAMS: as [`ExtState::tp_run`] for each stream; the streams run interleaved.
+    pub fn tp_run_streams(&mut self, payload: &[u8], executor: SharedExecutor) -> Result<BlockingJob> {
+        let runs = ext::decode_tp_run_streams(payload)?;
+        let streams = runs.iter().map(|r| self.checked(r)).collect::<Result<Vec<_>>>()?;
+        let links = self.links.clone();
+        Ok(Box::new(move || {
+            let links = lock(&links)?;
+            run_streams(streams, &links, &executor).map(Some)
+        }))
+    }
+
+    /// A TP_RUN's program, slots and residual, once its slots are stored and its links made.
+    fn checked(&self, run: &TpRun<'_>) -> Result<(Program, Vec<Arc<Slot>>, Vec<f32>)> {
         let mut slots = Vec::with_capacity(run.slots.len());
         for s in &run.slots {
             match self.slots.get(s) {
@@ -170,11 +191,7 @@ impl ExtState {
             n_outputs: run.n_outputs as usize,
             n_embd: run.n_embd as usize,
         };
-        let links = self.links.clone();
-        Ok(Box::new(move || {
-            let mut links = lock(&links)?;
-            p.run(&slots, x, &mut links, &executor).map(Some)
-        }))
+        Ok((p, slots, x))
     }
 }
 
@@ -257,17 +274,7 @@ impl Program {
         for (k, slot) in slots.iter().enumerate() {
             let head = k + 1 == n;
             let cur = if head || k + 2 == n { &mut x_out } else { &mut x };
-            let (ib, input) = &slot.input;
-            if input.len() != cur.len() * 4 {
-                refuse!("EXT_TP_RUN slot {k}: input of {} bytes for {} values", input.len(), cur.len());
-            }
-            ib.invalidate_region(input);
-            // SAFETY: `input` lies inside the live buffer `ib` (validated when the slot was stored and
-            // held by it); this connection runs one command at a time, so nothing else touches it.
-            let dst = unsafe { input.as_mut_slice() };
-            for (d, v) in dst.chunks_exact_mut(4).zip(cur.iter()) {
-                d.copy_from_slice(&v.to_le_bytes());
-            }
+            slot.write_input(k, cur)?;
             let t0 = Instant::now();
             slot.graph.run_blocking(executor)?;
             t_compute += t0.elapsed();
@@ -290,22 +297,199 @@ impl Program {
             let t0 = Instant::now();
             exchange(links, self.rank, k as u32, out, &mut partials)?;
             t_exchange += t0.elapsed();
-            // Every rank adds the partials in rank order: the same bits everywhere, and the same as a
-            // master relaying them.
-            for (r, theirs) in partials.iter().enumerate() {
-                let p: &[u8] = if r as u32 == self.rank { out } else { theirs };
-                for (v, b) in cur.iter_mut().zip(p.chunks_exact(4)) {
-                    *v += f32::from_le_bytes([b[0], b[1], b[2], b[3]]);
-                }
-            }
+            add_in_rank_order(cur, self.rank, out, &partials);
             if k + 3 == n {
-                // After the last layer's attention only the output rows go on.
-                let from = (self.n_tokens - self.n_outputs) * self.n_embd;
-                x_out = x.get(from..).map(<[f32]>::to_vec).unwrap_or_default();
+                x_out = self.output_rows(&x);
             }
         }
         refuse!("EXT_TP_RUN ended without a head slot")
     }
+
+    /// After the last layer's attention only the output rows go on.
+    fn output_rows(&self, x: &[f32]) -> Vec<f32> {
+        let from = (self.n_tokens - self.n_outputs) * self.n_embd;
+        x.get(from..).map(<[f32]>::to_vec).unwrap_or_default()
+    }
+}
+
+impl Slot {
+    /// Writes the residual `cur` to the slot's input (little-endian f32).
+    fn write_input(&self, k: usize, cur: &[f32]) -> Result<()> {
+        let (ib, input) = &self.input;
+        if input.len() != cur.len() * 4 {
+            refuse!("EXT_TP_RUN slot {k}: input of {} bytes for {} values", input.len(), cur.len());
+        }
+        ib.invalidate_region(input);
+        // SAFETY: `input` lies inside the live buffer `ib` (validated when the slot was stored and
+        // held by it); this connection runs one command at a time, so nothing else touches it.
+        let dst = unsafe { input.as_mut_slice() };
+        for (d, v) in dst.chunks_exact_mut(4).zip(cur.iter()) {
+            d.copy_from_slice(&v.to_le_bytes());
+        }
+        Ok(())
+    }
+}
+
+/// Adds every rank's partial to `cur` in rank order (`mine` for `rank`): the same bits on every
+/// rank, and the same as a master relaying them.
+fn add_in_rank_order(cur: &mut [f32], rank: u32, mine: &[u8], partials: &[Vec<u8>]) {
+    for (r, theirs) in partials.iter().enumerate() {
+        let p: &[u8] = if r as u32 == rank { mine } else { theirs };
+        for (v, b) in cur.iter_mut().zip(p.chunks_exact(4)) {
+            *v += f32::from_le_bytes([b[0], b[1], b[2], b[3]]);
+        }
+    }
+}
+
+/// One stream of a TP_RUN_STREAMS: its program, slots, residual and answer.
+struct Stream {
+    p: Program,
+    slots: Vec<Arc<Slot>>,
+    x: Vec<f32>,
+    x_out: Vec<f32>,
+    /// This rank's partial of the slot last run, kept until the peers' partials are added.
+    mine: Arc<Vec<u8>>,
+    answer: Option<Vec<u8>>,
+}
+
+impl Stream {
+    /// The residual slot `k` reads.
+    fn cur(&mut self, k: usize) -> &mut Vec<f32> {
+        if k + 2 >= self.slots.len() {
+            &mut self.x_out
+        } else {
+            &mut self.x
+        }
+    }
+}
+
+/// Runs the streams interleaved slot by slot (see [`llamad_proto::ext`]): each partial goes to the
+/// peers from a sender thread as soon as it is computed, and the peers' partials of a stream are
+/// read only when that stream's next slot is due. Answers each stream's last output, in order.
+fn run_streams(
+    streams: Vec<(Program, Vec<Arc<Slot>>, Vec<f32>)>,
+    links: &HashMap<u32, TcpStream>,
+    executor: &SharedExecutor,
+) -> Result<Vec<u8>> {
+    let n_streams = streams.len();
+    let mut st: Vec<Stream> = streams
+        .into_iter()
+        .map(|(p, slots, x)| Stream { p, slots, x, x_out: Vec::new(), mine: Arc::default(), answer: None })
+        .collect();
+    let Some(first) = st.first() else { return Ok(Vec::new()) };
+    let (rank, n_ranks, n) = (first.p.rank, first.p.n_ranks, first.slots.len());
+    let peers: Vec<u32> = (0..n_ranks).filter(|&r| r != rank).collect();
+    let mut partials: Vec<Vec<u8>> = vec![Vec::new(); n_ranks as usize];
+    let (mut t_compute, mut t_wait) = (Duration::ZERO, Duration::ZERO);
+    let (tx, rx) = std::sync::mpsc::channel::<(u32, Arc<Vec<u8>>)>();
+    std::thread::scope(|sc| {
+        // The sender writes the partials in the order they were computed, which is the order every
+        // peer reads them in; the compute thread never blocks on a write.
+        let sender = sc.spawn(move || -> Result<()> {
+            for (tag, bytes) in rx {
+                send_tagged(links, &peers, tag, &bytes)?;
+            }
+            Ok(())
+        });
+        let computed = (|| -> Result<()> {
+            for k in 0..n {
+                for (i, s) in st.iter_mut().enumerate() {
+                    if k > 0 {
+                        // The peers' partials of this stream's previous slot.
+                        let t0 = Instant::now();
+                        let tag = ((k - 1) * n_streams + i) as u32;
+                        recv_tagged(links, rank, n_ranks, tag, s.mine.len(), &mut partials)?;
+                        t_wait += t0.elapsed();
+                        let mine = std::mem::take(&mut s.mine);
+                        add_in_rank_order(s.cur(k - 1), rank, &mine, &partials);
+                        if k + 2 == n {
+                            s.x_out = s.p.output_rows(&s.x);
+                        }
+                    }
+                    let slot = s.slots[k].clone();
+                    slot.write_input(k, s.cur(k))?;
+                    let t0 = Instant::now();
+                    slot.graph.run_blocking(executor)?;
+                    t_compute += t0.elapsed();
+                    // SAFETY: the output region lies inside the live buffer the slot holds; the graph
+                    // has finished and nothing else runs on this connection. It is copied at once,
+                    // since a later slot may reuse the region while the sender still writes.
+                    let out = unsafe { slot.output.1.as_slice() }.to_vec();
+                    if k + 1 == n {
+                        s.answer = Some(out);
+                        continue;
+                    }
+                    let want = s.cur(k).len() * 4;
+                    if out.len() != want {
+                        refuse!("EXT_TP_RUN slot {k}: output of {} bytes for {} values", out.len(), want / 4);
+                    }
+                    s.mine = Arc::new(out);
+                    if tx.send(((k * n_streams + i) as u32, s.mine.clone())).is_err() {
+                        refuse!("the link sender stopped");
+                    }
+                }
+            }
+            Ok(())
+        })();
+        drop(tx);
+        if computed.is_err() {
+            // The run is over and so are the links: a sender blocked on a peer that stopped reading
+            // fails now instead of after the link's timeout.
+            for l in links.values() {
+                let _ = l.shutdown(std::net::Shutdown::Both);
+            }
+        }
+        let sent = sender.join().unwrap_or_else(|_| Err(Error::Refused("link sender panicked".into())));
+        computed.and(sent)
+    })?;
+    debug!(
+        rank,
+        streams = n_streams,
+        tokens = st.iter().map(|s| s.p.n_tokens).sum::<usize>(),
+        compute_us = t_compute.as_micros() as u64,
+        exchange_us = t_wait.as_micros() as u64,
+        "tp_run_streams"
+    );
+    Ok(st.into_iter().flat_map(|s| s.answer.unwrap_or_default()).collect())
+}
+
+/// Writes one tagged partial to every peer.
+fn send_tagged(links: &HashMap<u32, TcpStream>, peers: &[u32], tag: u32, mine: &[u8]) -> Result<()> {
+    let mut header = [0u8; 12];
+    header[..4].copy_from_slice(&tag.to_le_bytes());
+    header[4..].copy_from_slice(&(mine.len() as u64).to_le_bytes());
+    for &r in peers {
+        let mut s = links.get(&r).ok_or_else(|| Error::Refused(format!("no link to rank {r}")))?;
+        s.write_all(&header)
+            .and_then(|()| s.write_all(mine))
+            .map_err(|e| Error::Refused(format!("sending partial {tag} to rank {r}: {e}")))?;
+    }
+    Ok(())
+}
+
+/// Reads every peer's partial tagged `tag` (of `len` bytes) into `partials[rank]`.
+fn recv_tagged(
+    links: &HashMap<u32, TcpStream>,
+    rank: u32,
+    n_ranks: u32,
+    tag: u32,
+    len: usize,
+    partials: &mut [Vec<u8>],
+) -> Result<()> {
+    for r in (0..n_ranks).filter(|&r| r != rank) {
+        let mut s = links.get(&r).ok_or_else(|| Error::Refused(format!("no link to rank {r}")))?;
+        let mut h = [0u8; 12];
+        s.read_exact(&mut h).map_err(|e| Error::Refused(format!("rank {r}, partial {tag}: {e}")))?;
+        let t = u32::from_le_bytes([h[0], h[1], h[2], h[3]]);
+        let l = u64::from_le_bytes([h[4], h[5], h[6], h[7], h[8], h[9], h[10], h[11]]);
+        if t != tag || l != len as u64 {
+            refuse!("rank {r} sent partial {t} ({l} bytes) where partial {tag} ({len} bytes) was due");
+        }
+        let v = &mut partials[r as usize];
+        v.resize(len, 0);
+        s.read_exact(v).map_err(|e| Error::Refused(format!("rank {r}, partial {tag}: {e}")))?;
+    }
+    Ok(())
 }
 
 /// Sends `mine` (tagged with the phase) to every other rank and reads each one's into

@@ -152,6 +152,7 @@ impl Session {
             x::CMD_LINK_ACCEPT => Ok(Reply::Blocking(ext.accept(payload)?)),
             x::CMD_LINK_DIAL => Ok(Reply::Blocking(ext.dial(payload)?)),
             x::CMD_TP_RUN => Ok(Reply::Blocking(ext.tp_run(payload, executor)?)),
+            x::CMD_TP_RUN_STREAMS => Ok(Reply::Blocking(ext.tp_run_streams(payload, executor)?)),
             _ => refuse!("unknown extension command byte {byte}"),
         }
     }

@@ -21,11 +21,16 @@ fn store_frame(slot: u32, blob: &GraphBlob, input: &RpcTensor, output: &RpcTenso
 
 /// One `out = x + b` graph over f32[4] on `c`, with `b` set and stored in slots 0, 1 and 2.
 fn store_add_slots(c: &mut RpcClient, b: [f32; 4]) -> [RpcTensor; 3] {
+    store_add_slots_from(c, b, 0)
+}
+
+/// As [`store_add_slots`], in its own buffer and in slots `first..first + 3`.
+fn store_add_slots_from(c: &mut RpcClient, b: [f32; 4], first: u32) -> [RpcTensor; 3] {
     let (buf, base) = buffer(c, 64);
     let (blob, [x, bt, out]) = add_graph(buf, base, 4);
     c.set_tensor(&bt, 0, &f32_bytes(&b), false).unwrap();
     let mut frames = Vec::new();
-    for slot in 0..3 {
+    for slot in first..first + 3 {
         frames.extend(store_frame(slot, &blob, &x, &out));
     }
     c.stream().write_all(&frames).unwrap();
@@ -111,6 +116,62 @@ fn two_linked_ranks_exchange_partial_sums() {
     let reason = sa.shared.stats.take_last_refusal().unwrap_or_default();
     assert!(reason.contains("rank 1"), "{reason}");
     sa.assert_alive();
+}
+
+/// Links two servers (rank 0 on `a`, rank 1 on `b`).
+fn link(a: &mut RpcClient, b: &mut RpcClient) {
+    let token = [0x3c; ext::TOKEN_SIZE];
+    a.stream().write_all(&ext::link_offer_frame(&token)).unwrap();
+    let port = answer(a, 2);
+    let port = u16::from_le_bytes([port[0], port[1]]);
+    let dial = LinkDial { peer_rank: 0, token, port, host: "127.0.0.1".into() };
+    b.stream().write_all(&dial.encode_frame()).unwrap();
+    a.stream().write_all(&ext::link_accept_frame(1, &token)).unwrap();
+    assert_eq!(answer(a, 1), [1]);
+    assert_eq!(answer(b, 1), [1]);
+}
+
+#[test]
+fn two_streams_interleave_on_linked_ranks() {
+    let (sa, sb) = (TestServer::start(), TestServer::start());
+    let (mut a, mut b) = (sa.client(), sb.client());
+    link(&mut a, &mut b);
+    // Stream 0 in slots 0..3, stream 1 in slots 3..6, each over its own buffer.
+    for (c, bias) in [(&mut a, [10.0, 20.0, 30.0, 40.0]), (&mut b, [1.0; 4])] {
+        store_add_slots_from(c, bias, 0);
+        store_add_slots_from(c, bias, 3);
+    }
+    let (x0, x1) = (f32_bytes(&[1.0, 2.0, 3.0, 4.0]), f32_bytes(&[0.0; 4]));
+    fn run(rank: u32, x: &[u8], first: u32) -> TpRun<'_> {
+        TpRun {
+            rank,
+            n_ranks: 2,
+            n_tokens: 1,
+            n_outputs: 1,
+            n_embd: 4,
+            slots: (first..first + 3).collect(),
+            x,
+        }
+    }
+    for _ in 0..2 {
+        a.stream().write_all(&ext::tp_run_streams_frame(&[run(0, &x0, 0), run(0, &x1, 3)])).unwrap();
+        b.stream().write_all(&ext::tp_run_streams_frame(&[run(1, &x0, 0), run(1, &x1, 3)])).unwrap();
+        // Stream 0 as in `two_linked_ranks_exchange_partial_sums`. Stream 1 from x = 0: [11, 21, 31,
+        // 41], then 3x + [11, 21, 31, 41] = [44, 84, 124, 164]; each head answers x + its own b.
+        // The answer is both heads, in stream order.
+        let want_a = [63.0, 122.0, 181.0, 240.0, 54.0, 104.0, 154.0, 204.0];
+        let want_b = [54.0, 103.0, 152.0, 201.0, 45.0, 85.0, 125.0, 165.0];
+        assert_eq!(bytes_f32(&answer(&mut a, 32)), want_a);
+        assert_eq!(bytes_f32(&answer(&mut b, 32)), want_b);
+    }
+    // A stream over a slot that was never stored is refused before anything runs.
+    sa.shared.stats.take_last_refusal();
+    a.stream().write_all(&ext::tp_run_streams_frame(&[run(0, &x0, 0), run(0, &x1, 6)])).unwrap();
+    assert_closed(a.stream());
+    let reason = sa.shared.stats.take_last_refusal().unwrap_or_default();
+    assert!(reason.contains("never stored"), "{reason}");
+    sa.assert_alive();
+    sb.assert_alive();
 }
 
 #[test]
