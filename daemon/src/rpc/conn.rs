@@ -358,8 +358,9 @@ impl<R: AsyncRead + Unpin + Send, W: AsyncWrite + Unpin + Send> Conn<R, W> {
                 self.respond(bytes).await
             }
             Reply::CacheLoad(cache, hash, buf, region) => {
+                let (t0, len) = (std::time::Instant::now(), region.len());
                 let hit = cache::load(cache, hash, buf, region).await;
-                debug!(%hash, hit, "cache lookup");
+                debug!(%hash, hit, len, us = t0.elapsed().as_micros() as u64, "cache lookup");
                 self.respond(&[u8::from(hit)]).await
             }
             Reply::Job(job, rsp) => {
