@@ -134,9 +134,18 @@ impl TensorParallel {
         let max_params = BuildParams { n_kv: cfg.n_ctx, ..ubatch_params(&hp, &cfg, 0, n_tok, 1) };
         crate::set_io_timeout(shards.iter_mut().map(|s| &mut s.w), opts.io_timeout)?;
         let mut layouts = Vec::new();
+        // Streams need a second compute buffer, for half a ubatch; without room for it the ubatch
+        // runs as one stream.
+        let mut room_for_streams = n_tok as usize >= STREAM_MIN_TOKENS;
         for s in &shards {
             let lay = layout(s, &max_params)?;
             let free = free_of(&s.w);
+            if room_for_streams {
+                let half =
+                    BuildParams { n_kv: cfg.n_ctx, ..ubatch_params(&hp, &cfg, 0, n_tok.div_ceil(2), 1) };
+                let sg = build_shard(&s.hp, s.src.as_ref(), &s.spec, &half)?;
+                room_for_streams = lay.total() + plan(&sg.built.graph, &[])?.size <= free;
+            }
             if lay.total() > free {
                 bail!(
                     "worker {} needs {} for its shard ({} weights, {} KV cache, {} compute) but reports {} free",
@@ -169,7 +178,8 @@ impl TensorParallel {
             && opts.tls.is_none()
             && shards.iter().all(|s| s.w.client.ext_version().is_some_and(|v| v >= 1));
         // TP_RUN_STREAMS came with version 2.
-        let streams = shards.iter().all(|s| s.w.client.ext_version().is_some_and(|v| v >= 2))
+        let streams = room_for_streams
+            && shards.iter().all(|s| s.w.client.ext_version().is_some_and(|v| v >= 2))
             && std::env::var("LLAMACTL_TP_STREAMS").as_deref() != Ok("0");
         let linked = can_link
             && match link_workers(&mut shards)? {
