@@ -224,7 +224,7 @@ impl TensorParallel {
         let (e, t, o) = (hp.n_embd as usize, p.n_tokens as usize, p.n_outputs as usize);
         if linked {
             let x = super::pipeline::embed(self.src.as_ref(), tokens)?;
-            let logits = run_linked(&mut self.shards, &x, t, o, e, 2 * hp.n_layer + 1)?;
+            let logits = run_linked(&mut self.shards, &[(&x, t)], o, e, 2 * hp.n_layer + 1)?;
             self.phases += u64::from(2 * hp.n_layer + 1);
             self.n_past += tokens.len() as u64;
             return Ok(logits);
@@ -299,7 +299,8 @@ impl TensorParallel {
             xs.push((super::pipeline::embed(self.src.as_ref(), toks)?, toks.len()));
         }
         let n_seg = 2 * hp.n_layer + 1;
-        let logits = run_linked_streams(&mut self.shards, &xs, e, n_seg)?;
+        let xs: Vec<(&[u8], usize)> = xs.iter().map(|(x, t)| (x.as_slice(), *t)).collect();
+        let logits = run_linked(&mut self.shards, &xs, 1, e, n_seg)?;
         self.phases += u64::from(2 * n_seg);
         self.n_past += tokens.len() as u64;
         Ok(logits)
@@ -346,12 +347,12 @@ fn layout(s: &Shard, max_params: &BuildParams) -> Result<WorkerLayout> {
     Ok(out)
 }
 
-/// The compute buffer of `stream`.
-fn compute_of(s: &Shard, stream: usize) -> Option<Region> {
+/// The compute buffer of `stream` (the first uses the worker's).
+fn compute_slot(s: &mut Shard, stream: usize) -> &mut Option<Region> {
     if stream == 0 {
-        s.w.compute
+        &mut s.w.compute
     } else {
-        s.alt_compute
+        &mut s.alt_compute
     }
 }
 
@@ -365,25 +366,20 @@ fn prepare(s: &mut Shard, p: &BuildParams, linked: bool, stream: usize) -> Resul
     s.prepared[stream] = None;
     let sg = build_shard(&s.hp, s.src.as_ref(), &s.spec, p)?;
     let pl = plan(&sg.built.graph, &[])?;
-    let have = compute_of(s, stream).map_or(0, |c| c.size);
+    let have = compute_slot(s, stream).map_or(0, |c| c.size);
     if pl.size > have {
         tracing::info!(addr = %s.w.addr, stream, old = have, new = pl.size, "growing the compute buffer");
-        let old = if stream == 0 { s.w.compute.take() } else { s.alt_compute.take() };
-        if let Some(c) = old {
+        if let Some(c) = compute_slot(s, stream).take() {
             s.w.client.free_buffer(c.handle)?;
             s.w.all_regions.retain(|&h| h != c.handle);
             // A freed buffer drops every graph the worker stored: the other stream stores anew.
             s.prepared = [None, None];
         }
-        let c = Some(s.w.alloc(pl.size, "compute buffer")?);
-        if stream == 0 {
-            s.w.compute = c;
-        } else {
-            s.alt_compute = c;
-        }
+        let c = s.w.alloc(pl.size, "compute buffer")?;
+        *compute_slot(s, stream) = Some(c);
     }
     let slot_base = stream * sg.segments.len();
-    let compute = compute_of(s, stream);
+    let compute = *compute_slot(s, stream);
     let g = &sg.built.graph;
     let w = &s.w;
     let place = |id: TensorId, t: &compute::model::TensorDef| w.place_in(&pl, id, &t.storage, compute);
@@ -472,35 +468,6 @@ fn read_answer(w: &mut Worker, size: u64, what: &str) -> Result<Vec<u8>> {
         .with_context(|| format!("worker {}: answer to the extension's {what}", w.addr))
 }
 
-/// One ubatch on linked workers: TP_RUN to all (the residual `x`, `t` tokens of width `e`, the last
-/// `o` wanted), then each worker's slice of the logits of the last output row, in shard order.
-fn run_linked(shards: &mut [Shard], x: &[u8], t: usize, o: usize, e: usize, n_seg: u32) -> Result<Vec<f32>> {
-    let n = shards.len() as u32;
-    for (rank, s) in shards.iter_mut().enumerate() {
-        let run = ext::TpRun {
-            rank: rank as u32,
-            n_ranks: n,
-            n_tokens: t as u32,
-            n_outputs: o as u32,
-            n_embd: e as u32,
-            slots: (0..n_seg).collect(),
-            x,
-        };
-        s.w.client
-            .stream()
-            .write_all(&run.encode_frame())
-            .with_context(|| format!("worker {}: sending the ubatch", s.w.addr))?;
-    }
-    let mut out = Vec::new();
-    for i in 0..shards.len() {
-        let nv = (shards[i].spec.vocab.end - shards[i].spec.vocab.start) as usize;
-        let part = read_linked_answer(shards, i, (nv * o * 4) as u64)?;
-        let row = &part[(o - 1) * nv * 4..];
-        out.extend(row.chunks_exact(4).map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]])));
-    }
-    Ok(out)
-}
-
 /// Worker `i`'s answer to a linked run (`size` bytes); when it failed, says which worker is gone.
 fn read_linked_answer(shards: &mut [Shard], i: usize, size: u64) -> Result<Vec<u8>> {
     let t0 = Instant::now();
@@ -523,41 +490,46 @@ fn read_linked_answer(shards: &mut [Shard], i: usize, size: u64) -> Result<Vec<u
     }
 }
 
-/// One ubatch as streams on linked workers: TP_RUN_STREAMS to all (per stream its residual and
-/// token count; one output row each), then each worker's slice of the logits of the last stream's
-/// row, in shard order.
-fn run_linked_streams(
+/// One ubatch on linked workers, as one stream or several (`xs`: per stream its residual and
+/// token count, the stream `k` in slots `k × n_seg..`, the last `o` rows of each wanted): TP_RUN
+/// (one stream) or TP_RUN_STREAMS to all, then each worker's slice of the logits of the last
+/// output row of the last stream, in shard order.
+fn run_linked(
     shards: &mut [Shard],
-    xs: &[(Vec<u8>, usize)],
+    xs: &[(&[u8], usize)],
+    o: usize,
     e: usize,
     n_seg: u32,
 ) -> Result<Vec<f32>> {
     let n = shards.len() as u32;
     for (rank, s) in shards.iter_mut().enumerate() {
-        let runs: Vec<ext::TpRun<'_>> = xs
-            .iter()
-            .enumerate()
-            .map(|(i, (x, t))| ext::TpRun {
+        let runs: Vec<ext::TpRun<'_>> = (0u32..)
+            .zip(xs)
+            .map(|(k, &(x, t))| ext::TpRun {
                 rank: rank as u32,
                 n_ranks: n,
-                n_tokens: *t as u32,
-                n_outputs: 1,
+                n_tokens: t as u32,
+                n_outputs: o as u32,
                 n_embd: e as u32,
-                slots: (i as u32 * n_seg..(i as u32 + 1) * n_seg).collect(),
+                slots: (k * n_seg..(k + 1) * n_seg).collect(),
                 x,
             })
             .collect();
+        let frame = match runs.as_slice() {
+            [one] => one.encode_frame(),
+            _ => ext::tp_run_streams_frame(&runs),
+        };
         s.w.client
             .stream()
-            .write_all(&ext::tp_run_streams_frame(&runs))
+            .write_all(&frame)
             .with_context(|| format!("worker {}: sending the ubatch", s.w.addr))?;
     }
     let mut out = Vec::new();
     for i in 0..shards.len() {
         let nv = (shards[i].spec.vocab.end - shards[i].spec.vocab.start) as usize;
-        let part = read_linked_answer(shards, i, (nv * 4 * xs.len()) as u64)?;
-        // Every stream answers its one output row; the ubatch's logits are the last stream's.
-        let row = &part[(xs.len() - 1) * nv * 4..];
+        // Each stream answers its output rows, one after the other.
+        let part = read_linked_answer(shards, i, (nv * o * 4 * xs.len()) as u64)?;
+        let row = &part[part.len() - nv * 4..];
         out.extend(row.chunks_exact(4).map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]])));
     }
     Ok(out)
@@ -566,7 +538,7 @@ fn run_linked_streams(
 /// Writes the ubatch's positions, mask and KV indices (every input but the residual stream) for
 /// `stream`'s graph.
 fn write_attention_inputs(s: &mut Shard, stream: usize, n_past: u64, tokens: &[u32]) -> Result<()> {
-    let compute = compute_of(s, stream);
+    let compute = *compute_slot(s, stream);
     let pr = s.prepared[stream].as_ref().ok_or_else(|| err!("internal: not prepared"))?;
     let g = &pr.sg.built.graph;
     let mut sink = StagingSink::new(&pr.sg.built);

@@ -378,7 +378,6 @@ fn run_streams(
         .collect();
     let Some(first) = st.first() else { return Ok(Vec::new()) };
     let (rank, n_ranks, n) = (first.p.rank, first.p.n_ranks, first.slots.len());
-    let peers: Vec<u32> = (0..n_ranks).filter(|&r| r != rank).collect();
     let mut partials: Vec<Vec<u8>> = vec![Vec::new(); n_ranks as usize];
     let (mut t_compute, mut t_wait) = (Duration::ZERO, Duration::ZERO);
     let (tx, rx) = std::sync::mpsc::channel::<(u32, Arc<Vec<u8>>)>();
@@ -387,7 +386,7 @@ fn run_streams(
         // peer reads them in; the compute thread never blocks on a write.
         let sender = sc.spawn(move || -> Result<()> {
             for (tag, bytes) in rx {
-                send_tagged(links, &peers, tag, &bytes)?;
+                send_tagged(links, rank, n_ranks, tag, &bytes)?;
             }
             Ok(())
         });
@@ -398,7 +397,7 @@ fn run_streams(
                         // The peers' partials of this stream's previous slot.
                         let t0 = Instant::now();
                         let tag = ((k - 1) * n_streams + i) as u32;
-                        recv_tagged(links, rank, n_ranks, tag, s.mine.len(), &mut partials)?;
+                        recv_tagged(links, rank, n_ranks, tag, s.mine.len(), false, &mut partials)?;
                         t_wait += t0.elapsed();
                         let mine = std::mem::take(&mut s.mine);
                         add_in_rank_order(s.cur(k - 1), rank, &mine, &partials);
@@ -453,33 +452,53 @@ fn run_streams(
     Ok(st.into_iter().flat_map(|s| s.answer.unwrap_or_default()).collect())
 }
 
-/// Writes one tagged partial to every peer.
-fn send_tagged(links: &HashMap<u32, TcpStream>, peers: &[u32], tag: u32, mine: &[u8]) -> Result<()> {
+/// The link to rank `r`.
+fn link(links: &HashMap<u32, TcpStream>, r: u32) -> Result<&TcpStream> {
+    links.get(&r).ok_or_else(|| Error::Refused(format!("no link to rank {r}")))
+}
+
+/// Writes one partial, tagged `tag`, to every rank but `rank`.
+fn send_tagged(
+    links: &HashMap<u32, TcpStream>,
+    rank: u32,
+    n_ranks: u32,
+    tag: u32,
+    mine: &[u8],
+) -> Result<()> {
     let mut header = [0u8; 12];
     header[..4].copy_from_slice(&tag.to_le_bytes());
     header[4..].copy_from_slice(&(mine.len() as u64).to_le_bytes());
-    for &r in peers {
-        let mut s = links.get(&r).ok_or_else(|| Error::Refused(format!("no link to rank {r}")))?;
-        s.write_all(&header)
-            .and_then(|()| s.write_all(mine))
-            .map_err(|e| Error::Refused(format!("sending partial {tag} to rank {r}: {e}")))?;
+    // A small partial goes out as one write with its header: one segment, so the peer wakes once
+    // (with TCP_NODELAY, two writes were two segments and often two wake-ups).
+    let joined = (mine.len() <= INLINE_SEND).then(|| [&header[..], mine].concat());
+    for r in (0..n_ranks).filter(|&r| r != rank) {
+        let mut s = link(links, r)?;
+        match &joined {
+            Some(m) => s.write_all(m),
+            None => s.write_all(&header).and_then(|()| s.write_all(mine)),
+        }
+        .map_err(|e| Error::Refused(format!("sending partial {tag} to rank {r}: {e}")))?;
     }
     Ok(())
 }
 
-/// Reads every peer's partial tagged `tag` (of `len` bytes) into `partials[rank]`.
+/// Reads every other rank's partial tagged `tag` (of `len` bytes) into `partials[rank]`; with
+/// `poll`, the header is awaited with [`read_exact_polling`] (only when no other thread writes to
+/// the links meanwhile).
 fn recv_tagged(
     links: &HashMap<u32, TcpStream>,
     rank: u32,
     n_ranks: u32,
     tag: u32,
     len: usize,
+    poll: bool,
     partials: &mut [Vec<u8>],
 ) -> Result<()> {
     for r in (0..n_ranks).filter(|&r| r != rank) {
-        let mut s = links.get(&r).ok_or_else(|| Error::Refused(format!("no link to rank {r}")))?;
+        let mut s = link(links, r)?;
         let mut h = [0u8; 12];
-        s.read_exact(&mut h).map_err(|e| Error::Refused(format!("rank {r}, partial {tag}: {e}")))?;
+        let first = if poll { read_exact_polling(s, &mut h) } else { s.read_exact(&mut h) };
+        first.map_err(|e| Error::Refused(format!("rank {r}, partial {tag}: {e}")))?;
         let t = u32::from_le_bytes([h[0], h[1], h[2], h[3]]);
         let l = u64::from_le_bytes([h[4], h[5], h[6], h[7], h[8], h[9], h[10], h[11]]);
         if t != tag || l != len as u64 {
@@ -501,58 +520,17 @@ fn exchange(
     mine: &[u8],
     partials: &mut [Vec<u8>],
 ) -> Result<()> {
-    let mut header = [0u8; 12];
-    header[..4].copy_from_slice(&phase.to_le_bytes());
-    header[4..].copy_from_slice(&(mine.len() as u64).to_le_bytes());
     let n_ranks = partials.len() as u32;
-    let peers = move || (0..n_ranks).filter(move |&r| r != rank);
-    fn link(links: &HashMap<u32, TcpStream>, r: u32) -> Result<&TcpStream> {
-        links.get(&r).ok_or_else(|| Error::Refused(format!("no link to rank {r}")))
-    }
-    let send = |links: &HashMap<u32, TcpStream>| -> Result<()> {
-        // A small partial goes out as one write with its header: one segment, so the peer wakes
-        // once (with TCP_NODELAY, two writes were two segments and often two wake-ups).
-        let joined = (mine.len() <= INLINE_SEND).then(|| [&header[..], mine].concat());
-        for r in peers() {
-            let mut s = link(links, r)?;
-            match &joined {
-                Some(m) => s.write_all(m),
-                None => s.write_all(&header).and_then(|()| s.write_all(mine)),
-            }
-            .map_err(|e| Error::Refused(format!("sending phase {phase} to rank {r}: {e}")))?;
-        }
-        Ok(())
-    };
     // Polling toggles the link's O_NONBLOCK, so only when no sender thread writes to it meanwhile.
     let poll = mine.len() <= INLINE_SEND;
-    let recv = |links: &HashMap<u32, TcpStream>, partials: &mut [Vec<u8>]| -> Result<()> {
-        for r in peers() {
-            let mut s = link(links, r)?;
-            let mut h = [0u8; 12];
-            let first = if poll { read_exact_polling(s, &mut h) } else { s.read_exact(&mut h) };
-            first.map_err(|e| Error::Refused(format!("rank {r} in phase {phase}: {e}")))?;
-            let p = u32::from_le_bytes([h[0], h[1], h[2], h[3]]);
-            let len = u64::from_le_bytes([h[4], h[5], h[6], h[7], h[8], h[9], h[10], h[11]]);
-            if p != phase || len != mine.len() as u64 {
-                refuse!(
-                    "rank {r} sent phase {p} ({len} bytes) where phase {phase} ({} bytes) was due",
-                    mine.len()
-                );
-            }
-            let v = &mut partials[r as usize];
-            v.resize(mine.len(), 0);
-            s.read_exact(v).map_err(|e| Error::Refused(format!("rank {r} in phase {phase}: {e}")))?;
-        }
-        Ok(())
-    };
     if poll {
-        send(links)?;
-        return recv(links, partials);
+        send_tagged(links, rank, n_ranks, phase, mine)?;
+        return recv_tagged(links, rank, n_ranks, phase, mine.len(), poll, partials);
     }
     let links = &*links;
     std::thread::scope(|sc| {
-        let sender = sc.spawn(|| send(links));
-        let got = recv(links, partials);
+        let sender = sc.spawn(|| send_tagged(links, rank, n_ranks, phase, mine));
+        let got = recv_tagged(links, rank, n_ranks, phase, mine.len(), poll, partials);
         let sent = sender.join().unwrap_or_else(|_| Err(Error::Refused("link sender panicked".into())));
         sent.and(got)
     })
