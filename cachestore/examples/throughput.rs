@@ -28,6 +28,27 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let hash_s = t.elapsed().as_secs_f64();
     println!("blake3 alone:           {:8.1} MB/s", mb_s(n, hash_s));
     let _ = h;
+    for size in [2_216_448usize, 30 << 20, n] {
+        let t = Instant::now();
+        let mut k = 0;
+        while t.elapsed().as_secs_f64() < 0.3 {
+            std::hint::black_box(cachestore::Digest::of(&data[..size]));
+            k += 1;
+        }
+        let par = t.elapsed().as_secs_f64() / k as f64;
+        let t = Instant::now();
+        let mut k = 0;
+        while t.elapsed().as_secs_f64() < 0.3 {
+            std::hint::black_box(blake3::hash(&data[..size]));
+            k += 1;
+        }
+        let one = t.elapsed().as_secs_f64() / k as f64;
+        println!(
+            "blake3 {size:>10} B: one thread {:8.1} MB/s, split {:8.1} MB/s",
+            mb_s(size, one),
+            mb_s(size, par)
+        );
+    }
 
     let store = Store::open(dir.path(), Options::default())?;
     let t = Instant::now();

@@ -103,6 +103,59 @@ pub(crate) fn open_checked(path: &Path, digest: Digest, size: u64, verify: bool)
     Checked::Good(blob)
 }
 
+/// Opens `path` and checks it is a regular file of `size` bytes.
+fn open_sized(path: &Path, size: u64) -> Result<File, Checked<()>> {
+    let file = match File::open(path) {
+        Ok(f) => f,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Err(Checked::Missing),
+        Err(_) => return Err(Checked::Corrupt("cannot open")),
+    };
+    match file.metadata() {
+        Ok(m) if !m.is_file() => Err(Checked::Corrupt("not a regular file")),
+        Ok(m) if m.len() != size => Err(Checked::Corrupt("size differs from the index")),
+        Ok(_) => Ok(file),
+        Err(_) => Err(Checked::Corrupt("cannot stat")),
+    }
+}
+
+/// Where a caller wants an object's bytes (see [`Store::place_by_wire_hash`]): it puts them there
+/// from the open object file, and shows them as placed for verification.
+///
+/// [`Store::place_by_wire_hash`]: crate::Store::place_by_wire_hash
+pub trait Place {
+    /// Puts the bytes of `file` (a regular file of the expected size) in place; it may map the file
+    /// rather than read it.
+    fn place(&mut self, file: &File) -> std::io::Result<()>;
+    /// The bytes as placed.
+    fn placed(&self) -> &[u8];
+}
+
+/// As [`read_checked`], but `dst` puts the bytes in place (it may map the file rather than read it);
+/// when `verify`, the placed bytes are then hashed. On anything but `Good`, they are garbage.
+pub(crate) fn place_checked(
+    path: &Path,
+    digest: Digest,
+    size: u64,
+    verify: bool,
+    dst: &mut dyn Place,
+) -> Checked<()> {
+    let file = match open_sized(path, size) {
+        Ok(f) => f,
+        Err(bad) => return bad,
+    };
+    if dst.place(&file).is_err() {
+        return Checked::Corrupt("cannot place");
+    }
+    let placed = dst.placed();
+    if placed.len() as u64 != size {
+        return Checked::Corrupt("placed size differs from the index");
+    }
+    if verify && Digest::of(placed) != digest {
+        return Checked::Corrupt("content hash differs from the name");
+    }
+    Checked::Good(())
+}
+
 /// Bytes read and hashed per step of [`read_checked`]: small enough that BLAKE3 reads them while they are
 /// still in the CPU's cache, large enough that BLAKE3 keeps its SIMD lanes busy.
 const READ_CHUNK: usize = 1 << 20;
@@ -120,17 +173,10 @@ pub(crate) fn read_checked(
     if dst.len() as u64 != size {
         return Checked::Corrupt("size differs from the index");
     }
-    let mut file = match File::open(path) {
+    let mut file = match open_sized(path, size) {
         Ok(f) => f,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Checked::Missing,
-        Err(_) => return Checked::Corrupt("cannot open"),
+        Err(bad) => return bad,
     };
-    match file.metadata() {
-        Ok(m) if !m.is_file() => return Checked::Corrupt("not a regular file"),
-        Ok(m) if m.len() != size => return Checked::Corrupt("size differs from the index"),
-        Ok(_) => {}
-        Err(_) => return Checked::Corrupt("cannot stat"),
-    }
     let mut hasher = verify.then(blake3::Hasher::new);
     for chunk in dst.chunks_mut(READ_CHUNK) {
         if file.read_exact(chunk).is_err() {

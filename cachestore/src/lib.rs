@@ -37,7 +37,7 @@ pub mod store;
 pub mod watch;
 mod write;
 
-pub use blob::Blob;
+pub use blob::{Blob, Place};
 #[doc(hidden)]
 pub use crashpoint::install_crash_hook;
 pub use digest::{Digest, WireHash};

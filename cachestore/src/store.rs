@@ -11,7 +11,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use crate::blob::{self, Blob, Checked};
+use crate::blob::{self, Blob, Checked, Place};
 use crate::crashpoint;
 use crate::digest::{Digest, WireHash};
 use crate::error::{Error, Result};
@@ -505,8 +505,20 @@ impl Store {
 
     /// As [`Store::serve`], reading into `dst` instead of mapping; true on a hit.
     fn serve_into(&self, meta: ObjectMeta, dst: &mut [u8]) -> Result<bool> {
+        self.serve_with(meta, &mut |path, digest, size, verify| {
+            blob::read_checked(path, digest, size, verify, dst)
+        })
+    }
+
+    /// Serves `meta` through `fill` (which opens, puts in place and checks the object's bytes, verifying
+    /// them when told to); true on a hit. A bad object is dropped, after one more try under the lock.
+    fn serve_with(
+        &self,
+        meta: ObjectMeta,
+        fill: &mut dyn FnMut(&Path, Digest, u64, bool) -> Checked<()>,
+    ) -> Result<bool> {
         let path = self.layout.object_path(&meta.digest);
-        let reason = match blob::read_checked(&path, meta.digest, meta.size, self.opts.verify_on_read, dst) {
+        let reason = match fill(&path, meta.digest, meta.size, self.opts.verify_on_read) {
             Checked::Good(()) => {
                 self.count_hit(meta.digest, meta.size);
                 return Ok(true);
@@ -518,7 +530,7 @@ impl Store {
         let mut st = self.lock_state();
         // Re-check under the lock: a concurrent re-put may have replaced it with good bytes.
         if let Some(cur) = self.index.get(&meta.digest)? {
-            if let Checked::Good(()) = blob::read_checked(&path, cur.digest, cur.size, true, dst) {
+            if let Checked::Good(()) = fill(&path, cur.digest, cur.size, true) {
                 drop(st);
                 self.count_hit(cur.digest, cur.size);
                 return Ok(true);
@@ -562,6 +574,27 @@ impl Store {
         for m in self.find_by_wire_hash(hash, Some(dst.len() as u64))? {
             let digest = m.digest;
             if self.serve_into(m, dst)? {
+                return Ok(Some(digest));
+            }
+        }
+        Ok(None)
+    }
+
+    /// As [`Store::read_by_wire_hash`] for an object of `size` bytes, but `dst` puts its bytes where the
+    /// caller wants them: it gets the open object file (a regular file of `size` bytes) and may map it
+    /// rather than read it. The store then verifies the placed bytes when [`Options::verify_on_read`] is
+    /// on; a corrupt object is dropped and skipped, and `dst` may be placed again from the next candidate.
+    /// An error from [`Place::place`], or placed bytes of another length, count as a bad object.
+    /// `None` on a miss (the placed bytes are then garbage).
+    pub fn place_by_wire_hash(
+        &self,
+        hash: WireHash,
+        size: u64,
+        dst: &mut dyn Place,
+    ) -> Result<Option<Digest>> {
+        for m in self.find_by_wire_hash(hash, Some(size))? {
+            let digest = m.digest;
+            if self.serve_with(m, &mut |path, d, s, verify| blob::place_checked(path, d, s, verify, dst))? {
                 return Ok(Some(digest));
             }
         }

@@ -118,3 +118,62 @@ fn read_by_wire_hash_checks_small_objects_too() {
     assert_eq!(store.read_by_wire_hash(w, &mut dst).unwrap(), None);
     assert_eq!(store.stats().corrupt_dropped, 1);
 }
+
+/// Reads the object into a vector, then changes byte `flip` if asked, or keeps only `keep` bytes.
+struct Copy {
+    bytes: Vec<u8>,
+    calls: usize,
+    flip: Option<usize>,
+    keep: Option<usize>,
+}
+
+impl cachestore::Place for Copy {
+    fn place(&mut self, f: &std::fs::File) -> std::io::Result<()> {
+        use std::os::unix::fs::FileExt;
+        self.calls += 1;
+        self.bytes = vec![0u8; f.metadata()?.len() as usize];
+        f.read_exact_at(&mut self.bytes, 0)?;
+        if let Some(i) = self.flip {
+            self.bytes[i] ^= 1;
+        }
+        if let Some(n) = self.keep {
+            self.bytes.truncate(n);
+        }
+        Ok(())
+    }
+
+    fn placed(&self) -> &[u8] {
+        &self.bytes
+    }
+}
+
+#[test]
+fn place_by_wire_hash_verifies_what_the_caller_placed() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(dir.path(), Options::default()).unwrap();
+    let a = bytes(&mut rng(16), (3 << 20) + 11);
+    let (n, w) = (a.len() as u64, WireHash(fnv1a64(&a)));
+    let d = store.put(&a, Some(w), None).unwrap();
+    // The caller reads the file itself (llamad maps it); the store checks the size before and the
+    // digest after.
+    let mut dst = Copy { bytes: Vec::new(), calls: 0, flip: None, keep: None };
+    assert_eq!(store.place_by_wire_hash(w, n, &mut dst).unwrap(), Some(d));
+    assert_eq!(dst.calls, 1);
+    assert!(dst.bytes == a);
+    assert_eq!(store.stats().hits, 1);
+    // Another size or key is a miss without a call.
+    assert_eq!(store.place_by_wire_hash(w, n - 1, &mut dst).unwrap(), None);
+    assert_eq!(store.place_by_wire_hash(WireHash(w.0 ^ 1), n, &mut dst).unwrap(), None);
+    assert_eq!(dst.calls, 1);
+
+    // Bytes placed wrong (one changed) fail the digest: a miss, and the object is dropped, as a corrupt
+    // one is. So are placed bytes of another length.
+    let mut wrong = Copy { bytes: Vec::new(), calls: 0, flip: Some(a.len() - 1), keep: None };
+    assert_eq!(store.place_by_wire_hash(w, n, &mut wrong).unwrap(), None);
+    assert!(store.find_by_wire_hash(w, None).unwrap().is_empty());
+    assert_eq!(store.stats().corrupt_dropped, 1);
+    store.put(&a, Some(w), None).unwrap();
+    let mut short = Copy { bytes: Vec::new(), calls: 0, flip: None, keep: Some(a.len() - 1) };
+    assert_eq!(store.place_by_wire_hash(w, n, &mut short).unwrap(), None);
+    assert!(store.find_by_wire_hash(w, None).unwrap().is_empty());
+}
