@@ -75,6 +75,35 @@ pub struct WorkerLayout {
 }
 
 impl WorkerLayout {
+    /// Lays out `weights` (`(name, bytes)` in graph order) in weight buffers of at most `max_size`
+    /// bytes, each weight at [`upload::place_after`]'s offset, and notes the first one larger than
+    /// `max_size`.
+    pub(crate) fn pack_weights(
+        &mut self,
+        weights: impl IntoIterator<Item = (String, u64)>,
+        align: u64,
+        max_size: u64,
+    ) {
+        let mut cur: WeightBuffer = (0, Vec::new());
+        for (name, bytes) in weights {
+            let padded = bytes.div_ceil(align) * align;
+            if padded > max_size && self.oversize.is_none() {
+                self.oversize = Some((name.clone(), bytes));
+            }
+            let prev = cur.1.last().map(|(n, _, b)| (n.as_str(), *b));
+            let mut off = upload::place_after(prev, cur.0, &name, bytes, align);
+            if !cur.1.is_empty() && off + padded > max_size {
+                self.weight_bufs.push(std::mem::take(&mut cur));
+                off = 0;
+            }
+            cur.1.push((name, off, bytes));
+            cur.0 = off + padded;
+        }
+        if !cur.1.is_empty() {
+            self.weight_bufs.push(cur);
+        }
+    }
+
     /// Total bytes of weights.
     pub fn weight_bytes(&self) -> u64 {
         self.weight_bufs.iter().map(|(s, _)| s).sum()
@@ -276,21 +305,7 @@ impl Worker {
             }
         }
         let mut out = WorkerLayout::default();
-        let mut cur: WeightBuffer = (0, Vec::new());
-        for (name, bytes) in names {
-            let padded = bytes.div_ceil(align) * align;
-            if padded > self.probe.max_size && out.oversize.is_none() {
-                out.oversize = Some((name.clone(), bytes));
-            }
-            if !cur.1.is_empty() && cur.0 + padded > self.probe.max_size {
-                out.weight_bufs.push(std::mem::take(&mut cur));
-            }
-            cur.1.push((name, cur.0, bytes));
-            cur.0 += padded;
-        }
-        if !cur.1.is_empty() {
-            out.weight_bufs.push(cur);
-        }
+        out.pack_weights(names, align, self.probe.max_size);
         for il in layers {
             for (kind, rows) in [(KvKind::K, hp.n_embd_k_gqa()), (KvKind::V, hp.n_embd_v_gqa())] {
                 let bytes = Layout::contiguous(p.kv_type, [rows, p.kv_size, 1, 1])

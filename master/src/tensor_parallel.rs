@@ -41,7 +41,7 @@ use llamad_proto::{ext, Cmd, Command, RpcTensor};
 
 use super::export::{export_nodes, wire_id};
 use super::pipeline::{free_of, LoadEvent, SplitOptions};
-use super::remote::{mib, Region, StagingSink, WeightBuffer, Worker, WorkerLayout};
+use super::remote::{mib, Region, StagingSink, Worker, WorkerLayout};
 use super::Forward;
 
 /// Everything a worker needs for one graph shape.
@@ -316,23 +316,11 @@ fn layout(s: &Shard, max_params: &BuildParams) -> Result<WorkerLayout> {
     let align = s.w.probe.alignment.max(1);
     let sg = build_shard(&s.hp, s.src.as_ref(), &s.spec, max_params).context("building the shard graph")?;
     let mut out = WorkerLayout::default();
-    let mut cur: WeightBuffer = (0, Vec::new());
-    for t in sg.built.graph.tensors() {
-        let Storage::Weight(name) = &t.storage else { continue };
-        let bytes = t.layout.nbytes().unwrap_or(0);
-        let padded = bytes.div_ceil(align) * align;
-        if padded > s.w.probe.max_size && out.oversize.is_none() {
-            out.oversize = Some((name.clone(), bytes));
-        }
-        if !cur.1.is_empty() && cur.0 + padded > s.w.probe.max_size {
-            out.weight_bufs.push(std::mem::take(&mut cur));
-        }
-        cur.1.push((name.clone(), cur.0, bytes));
-        cur.0 += padded;
-    }
-    if !cur.1.is_empty() {
-        out.weight_bufs.push(cur);
-    }
+    let weights = sg.built.graph.tensors().iter().filter_map(|t| match &t.storage {
+        Storage::Weight(name) => Some((name.clone(), t.layout.nbytes().unwrap_or(0))),
+        _ => None,
+    });
+    out.pack_weights(weights, align, s.w.probe.max_size);
     for il in 0..s.hp.n_layer {
         for (kind, rows) in [(KvKind::K, s.hp.n_embd_k_gqa()), (KvKind::V, s.hp.n_embd_v_gqa())] {
             let bytes = Layout::contiguous(max_params.kv_type, [rows, max_params.kv_size, 1, 1])

@@ -123,6 +123,21 @@ impl<'a> Write<'a> {
     }
 }
 
+/// Page size of the workers' cache mappings: a write that starts on such a boundary of its buffer can be
+/// served from a llamad worker's cache by mapping the object's pages instead of copying them.
+pub const PAGE: u64 = 4096;
+
+/// The offset of a weight of `bytes` bytes named `name` in a weight buffer whose last weight (`prev`:
+/// name and bytes) ends at `end`: the next multiple of `align`, or of [`PAGE`] when [`plan`] will start
+/// a write with it (the first weight of a layer, a weight written alone, the one after it). A write that
+/// [`plan`] starts because the run reached [`COALESCE_MAX`] is not moved; it is copied, not mapped.
+pub fn place_after(prev: Option<(&str, u64)>, end: u64, name: &str, bytes: u64, align: u64) -> u64 {
+    let starts_write =
+        prev.is_none_or(|(p, pb)| layer_of(p) != layer_of(name) || bytes > COALESCE_MAX || pb > COALESCE_MAX);
+    let a = if starts_write { align.max(PAGE) } else { align.max(1) };
+    end.div_ceil(a) * a
+}
+
 /// `blk.N` for a weight of layer N, `None` for the others.
 fn layer_of(name: &str) -> Option<&str> {
     let rest = name.strip_prefix("blk.")?;
@@ -399,5 +414,59 @@ mod tests {
         ];
         let w = plan(1, 0, &items, &mut 1).unwrap();
         assert_eq!(w.iter().map(|w| w.len).collect::<Vec<_>>(), [COALESCE_MAX, COALESCE_MAX / 2]);
+    }
+
+    #[test]
+    fn writes_the_cache_serves_start_on_pages() {
+        // SmolLM2-like sizes: a layer of small weights, a weight above COALESCE_MAX, layer-less ones.
+        let big = COALESCE_MAX + 5;
+        let sizes: [(&str, u64); 9] = [
+            ("token_embd.weight", 3000),
+            ("blk.0.attn_norm.weight", 2304),
+            ("blk.0.attn_q.weight", 207_360),
+            ("blk.0.ffn_up.weight", 552_970),
+            ("blk.1.attn_norm.weight", 2304),
+            ("blk.1.ffn_down.weight", big),
+            ("blk.1.ffn_up.weight", 999),
+            ("output_norm.weight", 2304),
+            ("output.weight", 70_001),
+        ];
+        let mut lay = crate::remote::WorkerLayout::default();
+        lay.pack_weights(sizes.iter().map(|&(n, b)| (n.to_string(), b)), 32, u64::MAX);
+        assert_eq!(lay.weight_bufs.len(), 1);
+        let (size, items) = &lay.weight_bufs[0];
+        let offs: Vec<u64> = items.iter().map(|(_, o, _)| *o).collect();
+        let up = |x: u64, a: u64| x.div_ceil(a) * a;
+        // The first weight of each layer, the big weight and the one after it start on pages; the other
+        // weights of a layer follow at the buffer's alignment.
+        assert_eq!(offs[0], 0);
+        assert_eq!(offs[1], PAGE);
+        assert_eq!(offs[2], offs[1] + up(2304, 32));
+        assert_eq!(offs[3], offs[2] + up(207_360, 32));
+        assert_eq!(offs[4], up(offs[3] + up(552_970, 32), PAGE));
+        assert_eq!(offs[5], up(offs[4] + 2304, PAGE));
+        assert_eq!(offs[6], up(offs[5] + up(big, 32), PAGE));
+        assert_eq!(offs[7], up(offs[6] + up(999, 32), PAGE), "a layer-less weight after a layer");
+        assert_eq!(offs[8], offs[7] + up(2304, 32), "layer-less neighbours coalesce");
+        assert_eq!(*size, offs[8] + up(70_001, 32));
+
+        // And every write planned over them starts on a page.
+        let data: Vec<Vec<u8>> = sizes.iter().map(|&(_, b)| vec![1u8; b as usize]).collect();
+        let placed_items: Vec<Placed<'_>> =
+            items.iter().zip(&data).map(|((n, o, _), d)| placed(n, *o, d)).collect();
+        let base = 0x1000_0000;
+        let writes = plan(1, base, &placed_items, &mut 1).unwrap();
+        assert_eq!(writes.len(), 6);
+        for w in &writes {
+            assert_eq!((w.tensor.data - base) % PAGE, 0, "{}", w.tensor.name_str());
+        }
+
+        // A weight that opens a new buffer starts it.
+        let mut lay = crate::remote::WorkerLayout::default();
+        lay.pack_weights([("blk.0.a".to_string(), 5000), ("blk.0.b".to_string(), 5000)], 32, 8192);
+        assert_eq!(
+            lay.weight_bufs.iter().map(|(s, w)| (*s, w[0].1)).collect::<Vec<_>>(),
+            [(5024, 0), (5024, 0)]
+        );
     }
 }

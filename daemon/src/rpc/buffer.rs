@@ -178,6 +178,8 @@ pub struct Buffer {
     copies: Mutex<Vec<Arc<WeightCopy>>>,
     /// Whether `copies` is non-empty (writes skip the lock when it is not).
     has_copies: AtomicBool,
+    /// Whether pages of a file are mapped into the buffer ([`Buffer::map_file`]).
+    file_backed: AtomicBool,
 }
 
 // SAFETY: the buffer owns its allocation; all access to the bytes goes through raw regions whose
@@ -216,6 +218,7 @@ impl Buffer {
             account: account.clone(),
             copies: Mutex::new(Vec::new()),
             has_copies: AtomicBool::new(false),
+            file_backed: AtomicBool::new(false),
         })
     }
 
@@ -300,6 +303,15 @@ impl Buffer {
         }
         #[cfg(target_os = "linux")]
         {
+            if self.file_backed.load(Ordering::Acquire) {
+                // Discarded file pages would read as the file again: map fresh anonymous memory instead.
+                // SAFETY: as below; the new mapping replaces exactly the buffer's own range.
+                let ok = unsafe { file_map::anonymous_over(self.ptr.as_ptr(), map.len()) }.is_ok();
+                if ok {
+                    self.file_backed.store(false, Ordering::Release);
+                }
+                return ok;
+            }
             // SAFETY: MADV_DONTNEED on a private anonymous mapping makes its contents read as zeros
             // from now on, which is what the caller asked for; the caller holds the whole range
             // exclusively, so no slice of it is alive to see the change.
@@ -312,6 +324,35 @@ impl Buffer {
         }
     }
 
+    /// Whether [`Buffer::map_file`] can map pages over `r`: the buffer is a mapping and `r` starts on a
+    /// page boundary and holds at least one whole page.
+    pub fn can_map(&self, r: &Region) -> bool {
+        cfg!(target_os = "linux")
+            && matches!(self.memory, Memory::Map(_))
+            && file_map::page_size().is_some_and(|p| (r.ptr as usize).is_multiple_of(p) && r.len >= p)
+    }
+
+    /// Maps the whole pages at the start of `file` over `r` and returns how many bytes that covers (the
+    /// largest multiple of the page size ≤ `r.len()`); the caller fills the rest. The mapping is private:
+    /// the buffer reads the file's page-cache pages without copying them (no fresh memory is touched),
+    /// and a later write to a page copies it, so the file never changes. Freed with the buffer.
+    ///
+    /// # Safety
+    /// `r` lies inside this buffer (as every [`Region`] it hands out does), [`Buffer::can_map`] holds for
+    /// it, and the caller holds it exclusively, as for [`Region::as_mut_slice`]. `file` holds at least
+    /// `r.len()` bytes and is never truncated or written while the buffer lives: a truncation would turn
+    /// reads of the buffer into SIGBUS, and a write would change bytes the buffer has not copied yet
+    /// (the tensor cache's objects are immutable: written once, mode 0444, replaced only by rename).
+    pub unsafe fn map_file(&self, r: Region, file: &std::fs::File) -> std::io::Result<usize> {
+        let page = file_map::page_size().ok_or_else(|| std::io::Error::other("no page size"))?;
+        let len = r.len / page * page;
+        // SAFETY: forwarded contract: `r.ptr` is page-aligned, `[r.ptr, r.ptr + len)` lies inside this
+        // buffer's own mapping and nothing else uses it; the file outlives nothing it must not.
+        unsafe { file_map::file_over(r.ptr, len, file)? };
+        self.file_backed.store(true, Ordering::Release);
+        Ok(len)
+    }
+
     /// The bytes `[off, off + len)` as a raw region, `None` if outside the buffer.
     pub fn region(&self, off: u64, len: u64) -> Option<Region> {
         let end = off.checked_add(len)?;
@@ -319,6 +360,76 @@ impl Buffer {
             return None;
         }
         Some(Region { ptr: self.ptr.as_ptr().wrapping_add(off as usize), len: len as usize })
+    }
+}
+
+/// Raw mappings over a buffer's own range: file pages for cache hits, fresh anonymous memory to clear.
+mod file_map {
+    use std::io;
+
+    /// The system's page size.
+    pub fn page_size() -> Option<usize> {
+        // SAFETY: sysconf has no preconditions.
+        let p = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
+        usize::try_from(p).ok().filter(|p| p.is_power_of_two())
+    }
+
+    /// Maps `len` bytes of `file` from offset 0, private and writable, at `ptr`, replacing what was
+    /// there, and asks the kernel to map the file's resident pages now (one call instead of a fault per
+    /// few pages; only advice).
+    ///
+    /// # Safety
+    /// `ptr` is page-aligned and `[ptr, ptr + len)` is a range of a private mapping this process owns,
+    /// that no live reference points into; `file` holds at least `len` bytes and is not truncated while
+    /// mapped.
+    #[cfg(target_os = "linux")]
+    pub unsafe fn file_over(ptr: *mut u8, len: usize, file: &std::fs::File) -> io::Result<()> {
+        use std::os::fd::AsRawFd;
+        if len == 0 {
+            return Ok(());
+        }
+        let prot = libc::PROT_READ | libc::PROT_WRITE;
+        let flags = libc::MAP_PRIVATE | libc::MAP_FIXED;
+        // SAFETY: the caller guarantees the range is ours to replace; MAP_FIXED replaces exactly it.
+        let got = unsafe { libc::mmap(ptr.cast(), len, prot, flags, file.as_raw_fd(), 0) };
+        if got == libc::MAP_FAILED {
+            return Err(io::Error::last_os_error());
+        }
+        if got.cast::<u8>() != ptr {
+            return Err(io::Error::other("mmap moved a fixed mapping"));
+        }
+        // SAFETY: advice on a range just mapped; MADV_POPULATE_READ maps page-cache pages read-only
+        // without copying them. Refused (older kernels), the pages fault in as they are read.
+        let _ = unsafe { libc::madvise(ptr.cast(), len, libc::MADV_POPULATE_READ) };
+        Ok(())
+    }
+
+    /// See the Linux version; elsewhere nothing can be mapped.
+    ///
+    /// # Safety
+    /// None needed: it does nothing.
+    #[cfg(not(target_os = "linux"))]
+    pub unsafe fn file_over(_ptr: *mut u8, _len: usize, _file: &std::fs::File) -> io::Result<()> {
+        Err(io::Error::other("file mappings need Linux"))
+    }
+
+    /// Replaces `[ptr, ptr + len)` with fresh private anonymous memory (zeros), on transparent huge
+    /// pages where allowed, as a new buffer gets.
+    ///
+    /// # Safety
+    /// As for [`file_over`], without the file.
+    #[cfg(target_os = "linux")]
+    pub unsafe fn anonymous_over(ptr: *mut u8, len: usize) -> io::Result<()> {
+        let prot = libc::PROT_READ | libc::PROT_WRITE;
+        let flags = libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_FIXED;
+        // SAFETY: the caller guarantees the range is ours to replace.
+        let got = unsafe { libc::mmap(ptr.cast(), len, prot, flags, -1, 0) };
+        if got == libc::MAP_FAILED {
+            return Err(io::Error::last_os_error());
+        }
+        // SAFETY: advice on the range just mapped; refused, the buffer uses small pages.
+        let _ = unsafe { libc::madvise(ptr.cast(), len, libc::MADV_HUGEPAGE) };
+        Ok(())
     }
 }
 
@@ -391,6 +502,15 @@ impl Region {
         self.len == 0
     }
 
+    /// Whether the two regions share a byte (regions of different buffers never do).
+    pub fn overlaps(&self, other: &Region) -> bool {
+        let (a, b) = (self.ptr as usize, other.ptr as usize);
+        !self.is_empty()
+            && !other.is_empty()
+            && a < b.saturating_add(other.len)
+            && b < a.saturating_add(self.len)
+    }
+
     /// The bytes, for reading.
     ///
     /// # Safety
@@ -448,6 +568,11 @@ mod tests {
         assert_eq!(z.offset_of(z.base(), 0), Some(0));
         assert_eq!(z.offset_of(z.base(), 1), None);
         assert!(a.region(50, 51).is_none());
+        let (r1, r2, r3) = (a.region(0, 10).unwrap(), a.region(9, 5).unwrap(), a.region(10, 5).unwrap());
+        assert!(r1.overlaps(&r2) && r2.overlaps(&r1) && r2.overlaps(&r3));
+        assert!(!r1.overlaps(&r3) && !r3.overlaps(&r1), "neighbours do not overlap");
+        assert!(!a.region(5, 0).unwrap().overlaps(&r1), "an empty region overlaps nothing");
+        assert!(!r1.overlaps(&b.region(0, 5000).unwrap()));
         // SAFETY: the buffer outlives the slice and nothing else touches it.
         let s = unsafe { a.region(0, 100).unwrap().as_slice() };
         assert!(s.iter().all(|&x| x == 0));

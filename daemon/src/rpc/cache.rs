@@ -35,33 +35,67 @@ pub trait WireCache: Send + Sync + 'static {
     /// Fills `dst` with the entry stored under (`hash`, `dst.len()`) and says how far it can be trusted
     /// (on [`Loaded::Miss`] `dst` may hold garbage; the caller answers "miss" and the peer rewrites it).
     fn load(&self, hash: WireHash, dst: &mut [u8]) -> Loaded;
+    /// As [`WireCache::load`], into `region` of `buf`. A store of files may map an entry's pages into
+    /// the buffer instead of copying them ([`Buffer::map_file`]); this one copies.
+    ///
+    /// # Safety
+    /// `region` lies inside `buf`, and the caller holds it exclusively for the call.
+    unsafe fn load_into(&self, hash: WireHash, buf: &Buffer, region: Region) -> Loaded {
+        let _ = buf;
+        // SAFETY: forwarded contract.
+        self.load(hash, unsafe { region.as_mut_slice() })
+    }
     /// Stores `data` under (`hash`, `data.len()`); failures are the store's to log.
     fn store(&self, hash: WireHash, data: &[u8]);
+}
+
+/// A lookup running on a blocking thread ([`start_load`]).
+pub struct PendingLoad {
+    task: tokio::task::JoinHandle<bool>,
+    /// The bytes being filled.
+    pub region: Region,
+}
+
+impl PendingLoad {
+    /// True only if the loaded bytes hash to the requested key.
+    pub async fn hit(self) -> bool {
+        match self.task.await {
+            Ok(hit) => hit,
+            Err(e) => {
+                warn!(error = %e, "cache load task failed; answering miss");
+                false
+            }
+        }
+    }
 }
 
 /// Loads an entry straight into `region` of `buf`; true only if the loaded bytes hash to `hash`
 /// (vouched for by the store, or re-hashed here).
 pub async fn load(cache: Arc<dyn WireCache>, hash: WireHash, buf: Arc<Buffer>, region: Region) -> bool {
-    let r = tokio::task::spawn_blocking(move || {
-        // SAFETY: `region` lies inside `buf`, kept alive by this closure; the session awaits this task
-        // before touching any buffer again.
-        let dst = unsafe { region.as_mut_slice() };
-        let hit = match cache.load(hash, dst) {
+    start_load(cache, hash, buf, region).hit().await
+}
+
+/// Starts [`load`] on a blocking thread. The caller must not touch `region` (nor let another load
+/// into bytes overlapping it start) until [`PendingLoad::hit`] has returned.
+pub fn start_load(
+    cache: Arc<dyn WireCache>,
+    hash: WireHash,
+    buf: Arc<Buffer>,
+    region: Region,
+) -> PendingLoad {
+    let task = tokio::task::spawn_blocking(move || {
+        // SAFETY: `region` lies inside `buf`, kept alive by this closure; the caller leaves the region
+        // alone until the task is awaited (see above).
+        let hit = match unsafe { cache.load_into(hash, &buf, region) } {
             Loaded::Miss => false,
             Loaded::Verified => true,
-            Loaded::Unchecked => WireHash::of(dst) == hash,
+            // SAFETY: as above; the load is over, the bytes are only read.
+            Loaded::Unchecked => WireHash::of(unsafe { region.as_slice() }) == hash,
         };
         drop(buf);
         hit
-    })
-    .await;
-    match r {
-        Ok(hit) => hit,
-        Err(e) => {
-            warn!(error = %e, "cache load task failed; answering miss");
-            false
-        }
-    }
+    });
+    PendingLoad { task, region }
 }
 
 /// Hashes `region` of `buf` and stores it.

@@ -1,5 +1,7 @@
 //! One connection: the HELLO handshake, then frames read and executed strictly in order, responses
-//! written for the commands that have one, and a log line when it closes.
+//! written for the commands that have one, and a log line when it closes. The one overlap: a cache
+//! lookup (SET_TENSOR_HASH) runs while the next one, already received, starts ([`LOOKAHEAD`]); their
+//! answers still go out in order, and every other command waits for them.
 //!
 //! ref: ggml-rpc-protocol.md §3 (framing), §6 (handshake), §3.4 (ordering). A protocol violation
 //! closes only this connection, with a `warn!` naming the peer, the command and the reason.
@@ -29,6 +31,18 @@ use llamad_proto::ext;
 /// Fills and copies at least this large run on a blocking thread, not on the runtime.
 const BLOCKING_BYTES: usize = 1 << 20;
 
+/// Cache lookups (SET_TENSOR_HASH) run at once at most, when the peer has already sent the next one:
+/// a lookup is mostly one core hashing a cache object, so a master that pipelines its requests (as
+/// llamactl does) gets a warm load on two cores.
+const LOOKAHEAD: usize = 2;
+
+/// A cache lookup whose one-byte answer is not written yet.
+struct Lookup {
+    load: cache::PendingLoad,
+    hash: llamad_proto::WireHash,
+    started: Instant,
+}
+
 struct Conn<R, W> {
     reader: BufReader<Timed<R>>,
     writer: BufWriter<Timed<W>>,
@@ -39,6 +53,9 @@ struct Conn<R, W> {
     current: Option<Cmd>,
     /// Our address on a plain connection (where extension links are offered); `None` over TLS.
     local: Option<IpAddr>,
+    /// Cache lookups running, oldest first; their answers are written in this order, before any other
+    /// response, and no other command runs until they are (see [`LOOKAHEAD`]).
+    lookups: std::collections::VecDeque<Lookup>,
 }
 
 /// What a connection did, for its closing log line.
@@ -192,6 +209,7 @@ where
         live,
         current: None,
         local,
+        lookups: std::collections::VecDeque::new(),
     };
     let outcome = conn.run(cancel).await;
     let buffers = conn.session.buffer_count();
@@ -279,6 +297,11 @@ impl<R: AsyncRead + Unpin + Send, W: AsyncWrite + Unpin + Send> Conn<R, W> {
         }
         loop {
             self.current = None;
+            if !self.lookups.is_empty() && !self.lookup_is_next() {
+                // Nothing to overlap with: answer the lookups before waiting for the peer, who may be
+                // waiting for them.
+                self.finish_lookups(0).await?;
+            }
             let header = tokio::select! {
                 _ = cancel.cancelled() => return Ok("shutdown"),
                 h = self.header() => h?,
@@ -301,8 +324,36 @@ impl<R: AsyncRead + Unpin + Send, W: AsyncWrite + Unpin + Send> Conn<R, W> {
         }
     }
 
+    /// Whether the next request is a SET_TENSOR_HASH that has arrived whole (it can be read without
+    /// waiting for the peer).
+    fn lookup_is_next(&self) -> bool {
+        let b = self.reader.buffer();
+        let Some(Ok((cmd, len))) = b.get(..REQUEST_HEADER_SIZE).map(llamad_proto::msg::decode_request_header)
+        else {
+            return false;
+        };
+        cmd == Cmd::SetTensorHash as u8
+            && Cmd::SetTensorHash.accepts_len(len)
+            && (b.len() as u64) >= REQUEST_HEADER_SIZE as u64 + len
+    }
+
+    /// Answers running cache lookups, oldest first, until at most `keep` are left.
+    async fn finish_lookups(&mut self, keep: usize) -> Result<()> {
+        while self.lookups.len() > keep {
+            let Some(Lookup { load, hash, started }) = self.lookups.pop_front() else { break };
+            let len = load.region.len();
+            let hit = load.hit().await;
+            debug!(%hash, hit, len, us = started.elapsed().as_micros() as u64, "cache lookup");
+            self.respond(&[u8::from(hit)]).await?;
+        }
+        Ok(())
+    }
+
     /// Reads and executes one command whose header has been checked; returns the response bytes sent.
     async fn command(&mut self, cmd: Cmd, len: u64) -> Result<u64> {
+        if cmd != Cmd::SetTensorHash {
+            self.finish_lookups(0).await?;
+        }
         let out = if cmd == Cmd::SetTensor {
             self.set_tensor(len).await?
         } else {
@@ -320,6 +371,7 @@ impl<R: AsyncRead + Unpin + Send, W: AsyncWrite + Unpin + Send> Conn<R, W> {
 
     /// An extension command (see [`crate::rpc::ext`]); refused unless negotiated at HELLO.
     async fn ext_command(&mut self, byte: u8, len: u64) -> Result<u64> {
+        self.finish_lookups(0).await?;
         if len > self.shared.max_frame {
             refuse!("payload of {len} bytes exceeds max_frame {}", self.shared.max_frame);
         }
@@ -348,6 +400,9 @@ impl<R: AsyncRead + Unpin + Send, W: AsyncWrite + Unpin + Send> Conn<R, W> {
     }
 
     async fn reply(&mut self, reply: Reply) -> Result<u64> {
+        if !matches!(reply, Reply::CacheLoad(..)) {
+            self.finish_lookups(0).await?;
+        }
         match reply {
             Reply::Nothing => Ok(0),
             Reply::Bytes(b) => self.respond(&b).await,
@@ -358,10 +413,15 @@ impl<R: AsyncRead + Unpin + Send, W: AsyncWrite + Unpin + Send> Conn<R, W> {
                 self.respond(bytes).await
             }
             Reply::CacheLoad(cache, hash, buf, region) => {
-                let (t0, len) = (std::time::Instant::now(), region.len());
-                let hit = cache::load(cache, hash, buf, region).await;
-                debug!(%hash, hit, len, us = t0.elapsed().as_micros() as u64, "cache lookup");
-                self.respond(&[u8::from(hit)]).await
+                // Two loads never fill the same bytes at once: the later one waits for the earlier.
+                if self.lookups.iter().any(|l| l.load.region.overlaps(&region)) {
+                    self.finish_lookups(0).await?;
+                }
+                let load = cache::start_load(cache, hash, buf, region);
+                self.lookups.push_back(Lookup { load, hash, started: Instant::now() });
+                self.finish_lookups(LOOKAHEAD - 1).await?;
+                // The answer (written by `finish_lookups`, now or later) is 8 + 1 bytes.
+                Ok(9)
             }
             Reply::Job(job, rsp) => {
                 if job.len() >= BLOCKING_BYTES {

@@ -539,6 +539,68 @@ fn c24_cache_store_then_hit_on_a_new_connection() {
     assert!(!c.set_tensor_hash(&t, 0, planted).unwrap());
 }
 
+/// A cache whose lookups take 40 ms and count how many run at once.
+#[derive(Default)]
+struct SlowCache {
+    inner: llamad::rpc::cache::MemoryCache,
+    running: std::sync::atomic::AtomicUsize,
+    most: std::sync::atomic::AtomicUsize,
+}
+
+impl llamad::rpc::cache::WireCache for SlowCache {
+    fn load(&self, hash: WireHash, dst: &mut [u8]) -> llamad::rpc::cache::Loaded {
+        use std::sync::atomic::Ordering::SeqCst;
+        let now = self.running.fetch_add(1, SeqCst) + 1;
+        self.most.fetch_max(now, SeqCst);
+        std::thread::sleep(Duration::from_millis(40));
+        let r = self.inner.load(hash, dst);
+        self.running.fetch_sub(1, SeqCst);
+        r
+    }
+
+    fn store(&self, hash: WireHash, data: &[u8]) {
+        self.inner.store(hash, data)
+    }
+}
+
+#[test]
+fn c26_pipelined_lookups_overlap_but_act_in_order() {
+    use llamad::rpc::cache::WireCache;
+    let cache = std::sync::Arc::new(SlowCache::default());
+    let cfg = llamad::Config { threads: 1, mem: Some(TEST_MEM), cache: true, ..llamad::Config::default() };
+    let dyn_cache: std::sync::Arc<dyn WireCache> = cache.clone();
+    let s = TestServer::with_shared(llamad::Shared::with_cache(cfg, Some(dyn_cache)));
+    let entry = |seed: u32| -> Vec<u8> { (0..4096u32).map(|i| (i.wrapping_mul(seed) % 251) as u8).collect() };
+    let (a, b, c, d) = (entry(7), entry(11), entry(13), entry(17));
+    for x in [&a, &b, &c, &d] {
+        cache.store(WireHash::of(x), x);
+    }
+    let mut cl = s.client();
+    let (buf, base) = buffer(&mut cl, 6 * 4096);
+    let at = |id: u64, off: u64| bytes_tensor(id, buf, base + off, 4096);
+    // All sent before any answer is read, as llamactl does. In order: a hit, a miss, a hit over bytes
+    // that overlap the first (it must land after it), a SET_TENSOR over the first hit's bytes (it must
+    // land after the lookups before it), then two independent hits (these two may run at once).
+    let zeros = [0u8; 16];
+    cl.send_set_tensor_hash(&at(1, 0), 0, WireHash::of(&a)).unwrap();
+    cl.send_set_tensor_hash(&at(2, 4 * 4096), 0, WireHash(1)).unwrap();
+    cl.send_set_tensor_hash(&at(3, 2048), 0, WireHash::of(&b)).unwrap();
+    cl.set_tensor(&bytes_tensor(4, buf, base, 16), 0, &zeros, false).unwrap();
+    cl.send_set_tensor_hash(&at(5, 2 * 4096), 0, WireHash::of(&c)).unwrap();
+    cl.send_set_tensor_hash(&at(6, 4 * 4096), 0, WireHash::of(&d)).unwrap();
+    let answers: Vec<bool> = (0..5).map(|_| cl.recv_set_tensor_hash().unwrap()).collect();
+    assert_eq!(answers, [true, false, true, true, true]);
+    let got = cl.get_tensor(&bytes_tensor(7, buf, base, 6 * 4096), 0, 6 * 4096).unwrap();
+    let mut want = vec![0u8; 6 * 4096];
+    want[..2048].copy_from_slice(&a[..2048]);
+    want[2048..2048 + 4096].copy_from_slice(&b);
+    want[..16].fill(0);
+    want[2 * 4096..3 * 4096].copy_from_slice(&c);
+    want[4 * 4096..5 * 4096].copy_from_slice(&d);
+    assert!(got == want, "the buffer holds what the requests give in order");
+    assert_eq!(cache.most.load(std::sync::atomic::Ordering::SeqCst), 2, "two lookups ran at once");
+}
+
 #[test]
 fn c31_master_side_graph_encoding_is_accepted() {
     // (a + b) + a, encoded the way a master does (post-order table from the node list).
