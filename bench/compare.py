@@ -241,9 +241,9 @@ def case_d(cfg, model, t: Table, res: dict) -> None:
     # llamactl asks the worker's cache for writes above --hash-threshold (1 MiB by default); a write is
     # a weight or a run of small neighbouring weights of one layer, so each SmolLM2 layer (2.2 MB in
     # nine weights) is one cached write. "all hashed" (threshold 0) adds the 2 KB output norm.
-    # At least 5 pairs: on this VM a warm load now and then copies its cache objects several times
-    # slower (5-6 ms instead of 0.8 ms per 3 MB object; the objects are in the page cache, the cause
-    # is not pinned down), and a median of 3 lands on such an outlier too often.
+    # At least 5 pairs: on this VM a load now and then runs several times slower (first touches of
+    # fresh memory were the worst of it until llamad began mapping cache hits instead of copying
+    # them), and a median of 3 lands on such an outlier too often.
     reps = max(cfg.reps, 5)
     for who in ["llamactl+llamad", "llamactl+llamad, all hashed", "llama.cpp+llamad", "llama.cpp+rpc-server"]:
         cold, warm = [], []
