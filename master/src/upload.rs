@@ -124,7 +124,8 @@ impl<'a> Write<'a> {
 }
 
 /// Page size of the workers' cache mappings: a write that starts on such a boundary of its buffer can be
-/// served from a llamad worker's cache by mapping the object's pages instead of copying them.
+/// served from a llamad worker's cache by mapping the object's pages instead of copying them. 4 KiB is
+/// the page of x86-64 and of Ubuntu's generic arm64 kernels; a worker with larger pages copies its hits.
 pub const PAGE: u64 = 4096;
 
 /// The offset of a weight of `bytes` bytes named `name` in a weight buffer whose last weight (`prev`:

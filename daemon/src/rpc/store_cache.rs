@@ -213,9 +213,9 @@ mod map_tests {
     fn page_aligned_hits_are_mapped_copy_on_write_and_verified() {
         let dir = tempfile::tempdir().unwrap();
         let c = cache(dir.path(), true);
-        let page = 4096;
+        let page = crate::rpc::buffer::page_size().unwrap();
         // Not a whole number of pages: the tail is read, and the bytes after it stay.
-        let a = data(MAP_MIN + 3000, 5);
+        let a = data(MAP_MIN.max(page) + 3000, 5);
         let h = WireHash::of(&a);
         WireCache::store(&c, h, &a);
         let path = c.store().layout().object_path(&cachestore::Digest::of(&a));
