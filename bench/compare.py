@@ -2,7 +2,8 @@
 this machine, in one run; driven by bench/compare.sh, which builds the binaries and picks the peer.
 
 Cases (issue 8):
-  a  local compute: `llamactl bench` vs llama.cpp's CPU backend, pp/tg, per weight type
+  a  local compute: `llamactl bench` vs llama.cpp's CPU backend, pp/tg, per weight type (the two
+     sides' repetitions interleaved, one per process)
   b  llama.cpp master with one llamad worker vs with llama.cpp's reference RPC server
   c  llamactl over 2 llamad workers (1 thread each) vs llama.cpp over 2 reference servers
      (1 thread each), and vs llamactl over one 2-thread llamad worker
@@ -165,23 +166,44 @@ class Table:
 # Cases
 
 
+def paired(reps: int, run_ours, run_theirs) -> tuple:
+    """`reps` single-repetition runs of each side, interleaved A B B A ..., merged per test: mean and
+    sample standard deviation over the runs. On this shared VM throughput drifts by 10-30% over
+    minutes; back-to-back blocks of repetitions put that drift between the two sides, interleaving
+    spreads it over both."""
+    ours_runs, theirs_runs = [], []
+    for i in range(reps):
+        if i % 2 == 0:
+            ours_runs.append(run_ours()); theirs_runs.append(run_theirs())
+        else:
+            theirs_runs.append(run_theirs()); ours_runs.append(run_ours())
+    return merge_runs(ours_runs), merge_runs(theirs_runs)
+
+
+def merge_runs(runs: list) -> dict:
+    out = {}
+    for key, row in runs[0].items():
+        v = [r[key]["avg_ts"] for r in runs]
+        mean = sum(v) / len(v)
+        sd = (sum((x - mean) ** 2 for x in v) / (len(v) - 1)) ** 0.5 if len(v) > 1 else 0.0
+        out[key] = dict(row, avg_ts=mean, stddev_ts=sd, runs=v)
+    return out
+
+
 def case_a(cfg, models, t: Table, res: dict) -> None:
     t.section(f"(a) local compute, {cfg.threads} thread(s): llamactl bench vs llama.cpp CPU (t/s)")
-    for i, (wtype, m) in enumerate(models.items()):
+    for wtype, m in models.items():
         def run_ours():
             log(f"(a) {wtype}: llamactl bench")
-            return by_test(llamactl_bench(cfg.llamactl, m, cfg.p, cfg.n, cfg.reps, cfg.threads))
+            return by_test(llamactl_bench(cfg.llamactl, m, cfg.p, cfg.n, 1, cfg.threads))
 
         def run_theirs():
             log(f"(a) {wtype}: llama.cpp")
-            return by_test(lcpp_bench(m, cfg.p, cfg.n, cfg.reps, cfg.threads)["results"])
+            return by_test(lcpp_bench(m, cfg.p, cfg.n, 1, cfg.threads)["results"])
 
-        # Alternate which side goes first, so that the moment right after the other side's process
-        # exits (the machine still settling) falls on both sides, not always on ours.
-        if i % 2 == 0:
-            ours, theirs = run_ours(), run_theirs()
-        else:
-            theirs, ours = run_theirs(), run_ours()
+        # One repetition per process, the two sides interleaved (see `paired`); each process warms
+        # up first, as llama-bench does.
+        ours, theirs = paired(cfg.reps, run_ours, run_theirs)
         res.setdefault("a", {})[wtype] = {"ours": list(ours.values()), "llama.cpp": list(theirs.values())}
         for key in sorted(ours, key=lambda k: (k[1], k[0])):
             o, th = ours[key], theirs[key]
