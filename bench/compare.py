@@ -4,9 +4,11 @@ this machine, in one run; driven by bench/compare.sh, which builds the binaries 
 Cases (issue 8):
   a  local compute: `llamactl bench` vs llama.cpp's CPU backend, pp/tg, per weight type (the two
      sides' repetitions interleaved, one per process)
-  b  llama.cpp master with one llamad worker vs with llama.cpp's reference RPC server
+  b  llama.cpp master with one llamad worker vs with llama.cpp's reference RPC server (interleaved
+     as in a, a fresh worker per repetition)
   c  llamactl over 2 llamad workers (1 thread each) vs llama.cpp over 2 reference servers
-     (1 thread each), and vs llamactl over one 2-thread llamad worker
+     (1 thread each), and vs llamactl over one 2-thread llamad worker (the three in rotation, fresh
+     workers per repetition)
   d  model load with a cold vs a warm worker cache (llamad -c, llama.cpp's server with its cache)
   e  a llamad worker's peak RSS (VmHWM) vs the bytes of the buffers it holds (admin API)
   bw streaming-read memory bandwidth, and generation's weight bytes/s as a fraction of it
@@ -212,30 +214,51 @@ def case_a(cfg, models, t: Table, res: dict) -> None:
 
 def case_b(cfg, model, t: Table, res: dict) -> None:
     t.section(f"(b) llama.cpp master ({cfg.threads} thread(s)) with one worker: llamad vs reference rpc-server (t/s)")
-    with llamad(cfg.threads) as w:
-        log("(b) llama.cpp master on llamad")
-        ours = lcpp_bench(model, cfg.p, cfg.n, cfg.reps, cfg.threads, [w.endpoint])
-    with peer.start_reference_server(threads=cfg.threads) as r:
-        log("(b) llama.cpp master on the reference server")
-        theirs = lcpp_bench(model, cfg.p, cfg.n, cfg.reps, cfg.threads, [r.endpoint])
-    res["b"] = {"llamad": ours, "reference": theirs}
-    o, th = by_test(ours["results"]), by_test(theirs["results"])
+
+    def run_ours():
+        with llamad(cfg.threads) as w:
+            log("(b) llama.cpp master on llamad")
+            return by_test(lcpp_bench(model, cfg.p, cfg.n, 1, cfg.threads, [w.endpoint])["results"])
+
+    def run_theirs():
+        with peer.start_reference_server(threads=cfg.threads) as r:
+            log("(b) llama.cpp master on the reference server")
+            return by_test(lcpp_bench(model, cfg.p, cfg.n, 1, cfg.threads, [r.endpoint])["results"])
+
+    # A fresh worker and master per repetition, the two sides interleaved (see `paired`).
+    o, th = paired(cfg.reps, run_ours, run_theirs)
+    res["b"] = {"llamad": list(o.values()), "reference": list(th.values())}
     for key in sorted(o, key=lambda k: (k[1], k[0])):
         t.speed("b", "llama.cpp master, 1 worker", o[key]["test"], o[key], th[key], 1.0, "llamad", "rpc-server")
 
 
 def case_c(cfg, model, t: Table, res: dict) -> None:
     t.section("(c) two workers of 1 thread each (t/s); llamactl in split mode row (linked llamad workers)")
-    with llamad(1) as w1, llamad(1) as w2:
-        log("(c) llamactl --split-mode row over 2 llamad workers")
-        two = by_test(llamactl_bench(cfg.llamactl, model, cfg.p, cfg.n, cfg.reps, 1, [w1.endpoint, w2.endpoint],
-                                     ["--split-mode", "row"]))
-    with peer.start_reference_server(threads=1) as r1, peer.start_reference_server(threads=1) as r2:
-        log("(c) llama.cpp over 2 reference servers")
-        ref = by_test(lcpp_bench(model, cfg.p, cfg.n, cfg.reps, 1, [r1.endpoint, r2.endpoint])["results"])
-    with llamad(2) as w:
-        log("(c) llamactl over one 2-thread llamad worker")
-        one = by_test(llamactl_bench(cfg.llamactl, model, cfg.p, cfg.n, cfg.reps, 1, [w.endpoint]))
+
+    def run_two():
+        with llamad(1) as w1, llamad(1) as w2:
+            log("(c) llamactl --split-mode row over 2 llamad workers")
+            return by_test(llamactl_bench(cfg.llamactl, model, cfg.p, cfg.n, 1, 1, [w1.endpoint, w2.endpoint],
+                                          ["--split-mode", "row"]))
+
+    def run_ref():
+        with peer.start_reference_server(threads=1) as r1, peer.start_reference_server(threads=1) as r2:
+            log("(c) llama.cpp over 2 reference servers")
+            return by_test(lcpp_bench(model, cfg.p, cfg.n, 1, 1, [r1.endpoint, r2.endpoint])["results"])
+
+    def run_one():
+        with llamad(2) as w:
+            log("(c) llamactl over one 2-thread llamad worker")
+            return by_test(llamactl_bench(cfg.llamactl, model, cfg.p, cfg.n, 1, 1, [w.endpoint]))
+
+    # The three configurations in rotation, one repetition per set of processes (see `paired`).
+    runs = {"two": [], "ref": [], "one": []}
+    order = [("two", run_two), ("ref", run_ref), ("one", run_one)]
+    for i in range(cfg.reps):
+        k = i % len(order)
+        for name, run in order[k:] + order[:k]:
+            runs[name].append(run())
+    two, ref, one = (merge_runs(runs[n]) for n in ("two", "ref", "one"))
     res["c"] = {"llamactl_2x1": list(two.values()), "llama.cpp_2x1": list(ref.values()),
                 "llamactl_1x2": list(one.values())}
     for key in sorted(two, key=lambda k: (k[1], k[0])):
