@@ -188,7 +188,10 @@ def merge_runs(runs: list) -> dict:
         v = [r[key]["avg_ts"] for r in runs]
         mean = sum(v) / len(v)
         sd = (sum((x - mean) ** 2 for x in v) / (len(v) - 1)) ** 0.5 if len(v) > 1 else 0.0
-        out[key] = dict(row, avg_ts=mean, stddev_ts=sd, runs=v)
+        ns = [r[key].get("avg_ns", 0) for r in runs]
+        # Every per-run figure is one repetition's; the merged row lists them all.
+        out[key] = dict(row, avg_ts=mean, stddev_ts=sd, samples_ts=v, avg_ns=sum(ns) / len(ns), samples_ns=ns,
+                        stddev_ns=None, runs=len(v))
     return out
 
 
