@@ -168,18 +168,18 @@ class Table:
 # Cases
 
 
-def paired(reps: int, run_ours, run_theirs) -> tuple:
-    """`reps` single-repetition runs of each side, interleaved A B B A ..., merged per test: mean and
-    sample standard deviation over the runs. On this shared VM throughput drifts by 10-30% over
-    minutes; back-to-back blocks of repetitions put that drift between the two sides, interleaving
-    spreads it over both."""
-    ours_runs, theirs_runs = [], []
+def rotated(reps: int, configs: list) -> list:
+    """`reps` single-repetition runs of each configuration (a function returning `by_test` rows), the
+    order rotated every repetition (two sides: A B, B A, A B ...), merged per configuration and test:
+    mean and sample standard deviation over the runs. On this shared VM throughput drifts by 10-30%
+    over minutes; back-to-back blocks of repetitions put that drift between the configurations,
+    rotating spreads it over all of them."""
+    runs = [[] for _ in configs]
     for i in range(reps):
-        if i % 2 == 0:
-            ours_runs.append(run_ours()); theirs_runs.append(run_theirs())
-        else:
-            theirs_runs.append(run_theirs()); ours_runs.append(run_ours())
-    return merge_runs(ours_runs), merge_runs(theirs_runs)
+        k = i % len(configs)
+        for c in list(range(k, len(configs))) + list(range(k)):
+            runs[c].append(configs[c]())
+    return [merge_runs(r) for r in runs]
 
 
 def merge_runs(runs: list) -> dict:
@@ -206,9 +206,9 @@ def case_a(cfg, models, t: Table, res: dict) -> None:
             log(f"(a) {wtype}: llama.cpp")
             return by_test(lcpp_bench(m, cfg.p, cfg.n, 1, cfg.threads)["results"])
 
-        # One repetition per process, the two sides interleaved (see `paired`); each process warms
+        # One repetition per process, the two sides interleaved (see `rotated`); each process warms
         # up first, as llama-bench does.
-        ours, theirs = paired(cfg.reps, run_ours, run_theirs)
+        ours, theirs = rotated(cfg.reps, [run_ours, run_theirs])
         res.setdefault("a", {})[wtype] = {"ours": list(ours.values()), "llama.cpp": list(theirs.values())}
         for key in sorted(ours, key=lambda k: (k[1], k[0])):
             o, th = ours[key], theirs[key]
@@ -228,8 +228,8 @@ def case_b(cfg, model, t: Table, res: dict) -> None:
             log("(b) llama.cpp master on the reference server")
             return by_test(lcpp_bench(model, cfg.p, cfg.n, 1, cfg.threads, [r.endpoint])["results"])
 
-    # A fresh worker and master per repetition, the two sides interleaved (see `paired`).
-    o, th = paired(cfg.reps, run_ours, run_theirs)
+    # A fresh worker and master per repetition, the two sides interleaved (see `rotated`).
+    o, th = rotated(cfg.reps, [run_ours, run_theirs])
     res["b"] = {"llamad": list(o.values()), "reference": list(th.values())}
     for key in sorted(o, key=lambda k: (k[1], k[0])):
         t.speed("b", "llama.cpp master, 1 worker", o[key]["test"], o[key], th[key], 1.0, "llamad", "rpc-server")
@@ -254,14 +254,8 @@ def case_c(cfg, model, t: Table, res: dict) -> None:
             log("(c) llamactl over one 2-thread llamad worker")
             return by_test(llamactl_bench(cfg.llamactl, model, cfg.p, cfg.n, 1, 1, [w.endpoint]))
 
-    # The three configurations in rotation, one repetition per set of processes (see `paired`).
-    runs = {"two": [], "ref": [], "one": []}
-    order = [("two", run_two), ("ref", run_ref), ("one", run_one)]
-    for i in range(cfg.reps):
-        k = i % len(order)
-        for name, run in order[k:] + order[:k]:
-            runs[name].append(run())
-    two, ref, one = (merge_runs(runs[n]) for n in ("two", "ref", "one"))
+    # The three configurations in rotation, one repetition per set of processes (see `rotated`).
+    two, ref, one = rotated(cfg.reps, [run_two, run_ref, run_one])
     res["c"] = {"llamactl_2x1": list(two.values()), "llama.cpp_2x1": list(ref.values()),
                 "llamactl_1x2": list(one.values())}
     for key in sorted(two, key=lambda k: (k[1], k[0])):

@@ -133,10 +133,16 @@ pub const PAGE: u64 = 4096;
 /// a write with it (the first weight of a layer, a weight written alone, the one after it). A write that
 /// [`plan`] starts because the run reached [`COALESCE_MAX`] is not moved; it is copied, not mapped.
 pub fn place_after(prev: Option<(&str, u64)>, end: u64, name: &str, bytes: u64, align: u64) -> u64 {
-    let starts_write =
-        prev.is_none_or(|(p, pb)| layer_of(p) != layer_of(name) || bytes > COALESCE_MAX || pb > COALESCE_MAX);
+    let starts_write = prev.is_none_or(|(p, pb)| !may_share_write(p, pb, name, bytes));
     let a = if starts_write { align.max(PAGE) } else { align.max(1) };
     end.div_ceil(a) * a
+}
+
+/// Whether a weight (`name`, `bytes`) may join the write of the weight before it (`prev`, `prev_bytes`):
+/// both of one layer (or of none), and neither larger than [`COALESCE_MAX`], which is written alone.
+/// [`plan`] also needs them adjacent and the run within [`COALESCE_MAX`].
+fn may_share_write(prev: &str, prev_bytes: u64, name: &str, bytes: u64) -> bool {
+    layer_of(prev) == layer_of(name) && prev_bytes <= COALESCE_MAX && bytes <= COALESCE_MAX
 }
 
 /// `blk.N` for a weight of layer N, `None` for the others.
@@ -173,7 +179,7 @@ pub fn plan<'a>(handle: u64, base: u64, items: &[Placed<'a>], next_id: &mut u64)
         let bytes = p.data.len() as u64;
         let joins = run.last().is_some_and(|last| {
             let start = run[0].off;
-            layer_of(last.name) == layer_of(p.name)
+            may_share_write(last.name, last.data.len() as u64, p.name, bytes)
                 && p.off >= last.off + last.data.len() as u64
                 && p.off + bytes - start <= COALESCE_MAX
         });

@@ -363,16 +363,14 @@ impl Buffer {
     }
 }
 
-/// The system's page size: the granule of [`Buffer::map_file`] (`None` if the system does not say).
-pub fn page_size() -> Option<usize> {
-    file_map::page_size()
-}
+pub use file_map::page_size;
 
 /// Raw mappings over a buffer's own range: file pages for cache hits, fresh anonymous memory to clear.
 mod file_map {
     use std::io;
 
-    /// The system's page size.
+    /// The system's page size: the granule of [`super::Buffer::map_file`] (`None` if the system does
+    /// not say).
     pub fn page_size() -> Option<usize> {
         // SAFETY: sysconf has no preconditions.
         let p = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };

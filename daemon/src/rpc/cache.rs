@@ -69,14 +69,10 @@ impl PendingLoad {
     }
 }
 
-/// Loads an entry straight into `region` of `buf`; true only if the loaded bytes hash to `hash`
-/// (vouched for by the store, or re-hashed here).
-pub async fn load(cache: Arc<dyn WireCache>, hash: WireHash, buf: Arc<Buffer>, region: Region) -> bool {
-    start_load(cache, hash, buf, region).hit().await
-}
-
-/// Starts [`load`] on a blocking thread. The caller must not touch `region` (nor let another load
-/// into bytes overlapping it start) until [`PendingLoad::hit`] has returned.
+/// Starts loading an entry straight into `region` of `buf` on a blocking thread; [`PendingLoad::hit`]
+/// is true only if the loaded bytes hash to `hash` (vouched for by the store, or re-hashed here). The
+/// caller must not touch `region` (nor let another load into bytes overlapping it start) until
+/// [`PendingLoad::hit`] has returned.
 pub fn start_load(
     cache: Arc<dyn WireCache>,
     hash: WireHash,

@@ -307,6 +307,10 @@ impl<R: AsyncRead + Unpin + Send, W: AsyncWrite + Unpin + Send> Conn<R, W> {
                 h = self.header() => h?,
             };
             let Some((byte, len)) = header else { return Ok("peer closed") };
+            if byte != Cmd::SetTensorHash as u8 {
+                // Every other command may touch the buffers the lookups fill: they finish first.
+                self.finish_lookups(0).await?;
+            }
             if ext::is_ext(byte) {
                 let span = debug_span!("cmd", cmd = ext::name(byte), len);
                 let out = self.ext_command(byte, len).instrument(span).await?;
@@ -351,9 +355,6 @@ impl<R: AsyncRead + Unpin + Send, W: AsyncWrite + Unpin + Send> Conn<R, W> {
 
     /// Reads and executes one command whose header has been checked; returns the response bytes sent.
     async fn command(&mut self, cmd: Cmd, len: u64) -> Result<u64> {
-        if cmd != Cmd::SetTensorHash {
-            self.finish_lookups(0).await?;
-        }
         let out = if cmd == Cmd::SetTensor {
             self.set_tensor(len).await?
         } else {
@@ -371,7 +372,6 @@ impl<R: AsyncRead + Unpin + Send, W: AsyncWrite + Unpin + Send> Conn<R, W> {
 
     /// An extension command (see [`crate::rpc::ext`]); refused unless negotiated at HELLO.
     async fn ext_command(&mut self, byte: u8, len: u64) -> Result<u64> {
-        self.finish_lookups(0).await?;
         if len > self.shared.max_frame {
             refuse!("payload of {len} bytes exceeds max_frame {}", self.shared.max_frame);
         }
@@ -401,6 +401,8 @@ impl<R: AsyncRead + Unpin + Send, W: AsyncWrite + Unpin + Send> Conn<R, W> {
 
     async fn reply(&mut self, reply: Reply) -> Result<u64> {
         if !matches!(reply, Reply::CacheLoad(..)) {
+            // A SET_TENSOR_HASH answered without a lookup (no cache, nothing to fill) still answers in
+            // order.
             self.finish_lookups(0).await?;
         }
         match reply {

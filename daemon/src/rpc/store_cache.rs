@@ -185,7 +185,7 @@ mod tests {
         assert_eq!(c.load(h, &mut dst), Loaded::Unchecked);
         assert!(dst == a);
         // The store only checks the size now: the flipped object comes back, and only the caller's
-        // FNV-1a re-hash (`cache::load`) tells it from the original.
+        // FNV-1a re-hash (`cache::start_load`) tells it from the original.
         flip_first_byte(&c, &a);
         assert_eq!(c.load(h, &mut dst), Loaded::Unchecked);
         assert_ne!(WireHash::of(&dst), h);
