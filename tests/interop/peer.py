@@ -37,17 +37,61 @@ def free_port() -> int:
     raise RuntimeError("no free port found below 32768")
 
 
+def listens(pid: int, port: int) -> Optional[bool]:
+    """Whether process ``pid`` holds a TCP socket listening on ``port`` (IPv4): its socket inodes
+    against the LISTEN rows of /proc/net/tcp. None when /proc cannot say."""
+    try:
+        inodes = set()
+        for fd in os.listdir(f"/proc/{pid}/fd"):
+            try:
+                link = os.readlink(f"/proc/{pid}/fd/{fd}")
+            except OSError:
+                continue
+            if link.startswith("socket:["):
+                inodes.add(link[8:-1])
+        with open("/proc/net/tcp") as f:
+            rows = f.read().splitlines()[1:]
+    except OSError:
+        return None
+    for row in rows:
+        f = row.split()
+        if len(f) > 9 and f[3] == "0A" and int(f[1].rsplit(":", 1)[1], 16) == port and f[9] in inodes:
+            return True
+    return False
+
+
+def port_taken(port: int) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError:
+            return True
+    return False
+
+
+class PortTaken(RuntimeError):
+    """The server exited because another process took its port first."""
+
+
 def wait_port(port: int, proc: subprocess.Popen, timeout: float, what: str, log_path: str) -> None:
-    """Waits until 127.0.0.1:port accepts a connection; raises if the process exits first."""
+    """Waits until the process itself listens on 127.0.0.1:port (a connection that succeeds counts
+    where /proc cannot tell): a probe could otherwise reach another test's server that took the
+    port first. Raises PortTaken when the process exits with its port held by another."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if proc.poll() is not None:
-            raise RuntimeError(f"{what} exited with status {proc.returncode} before listening:\n{_tail(log_path)}")
-        try:
-            with socket.create_connection(("127.0.0.1", port), timeout=0.5):
-                return
-        except OSError:
-            time.sleep(0.05)
+            msg = f"{what} exited with status {proc.returncode} before listening:\n{_tail(log_path)}"
+            raise PortTaken(msg) if port_taken(port) else RuntimeError(msg)
+        mine = listens(proc.pid, port)
+        if mine:
+            return
+        if mine is None:
+            try:
+                with socket.create_connection(("127.0.0.1", port), timeout=0.5):
+                    return
+            except OSError:
+                pass
+        time.sleep(0.05)
     raise RuntimeError(f"{what} did not listen on port {port} within {timeout}s:\n{_tail(log_path)}")
 
 
@@ -113,13 +157,28 @@ def _spawn(kind: str, argv: Sequence[str], port: int, env=None, timeout: float =
     return server
 
 
+def _spawn_on_free_port(kind: str, argv, port: Optional[int], env=None) -> Server:
+    """``_spawn(kind, argv(port), port)``; without a given port, on a free one, and on another when
+    a different process takes it before the server binds it."""
+    if port:
+        return _spawn(kind, argv(port), port, env=env)
+    for attempt in range(4):
+        port = free_port()
+        try:
+            return _spawn(kind, argv(port), port, env=env)
+        except PortTaken:
+            if attempt == 3:
+                raise
+    raise AssertionError("unreachable")
+
+
 def start_reference_server(port: Optional[int] = None, cache_dir: Optional[str] = None, threads: int = 1) -> Server:
     """llama.cpp's RPC server (CPU device) from the wheel's libraries, on 127.0.0.1:port."""
-    port = port or free_port()
-    argv = [sys.executable, os.path.join(HERE, "ref_server.py"), "-p", str(port), "-t", str(threads)]
-    if cache_dir:
-        argv += ["--cache-dir", cache_dir]
-    return _spawn("reference", argv, port)
+    def argv(port: int) -> List[str]:
+        extra = ["--cache-dir", cache_dir] if cache_dir else []
+        return [sys.executable, os.path.join(HERE, "ref_server.py"), "-p", str(port), "-t", str(threads), *extra]
+
+    return _spawn_on_free_port("reference", argv, port)
 
 
 def llamad_bin() -> str:
@@ -133,13 +192,14 @@ def llamad_bin() -> str:
 
 def start_llamad(port: Optional[int] = None, threads: int = 1, extra_args: Sequence[str] = (), env_extra=None) -> Server:
     """``$LLAMAD_BIN -H 127.0.0.1 -p PORT -t N [extra_args]`` (ggml-rpc-server compatible flags, §10.1)."""
-    port = port or free_port()
     env = dict(os.environ)
     # Several workers run side by side here: none of them needs the admin API (port 50053).
     env.setdefault("LLAMAD__ADMIN__ENABLED", "false")
     env.update(env_extra or {})
-    argv = [llamad_bin(), "-H", "127.0.0.1", "-p", str(port), "-t", str(threads), *extra_args]
-    return _spawn("llamad", argv, port, env=env)
+    binary = llamad_bin()
+    return _spawn_on_free_port(
+        "llamad", lambda p: [binary, "-H", "127.0.0.1", "-p", str(p), "-t", str(threads), *extra_args], port, env=env
+    )
 
 
 @dataclass

@@ -14,7 +14,7 @@ use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use e2e::opdiff::server::workspace_root;
+use e2e::server::workspace_root;
 
 /// How long a run may take to fail once a worker is gone.
 const FAIL_BOUND: Duration = Duration::from_secs(10);

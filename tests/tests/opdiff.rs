@@ -15,7 +15,7 @@ use e2e::opdiff::cases::{self, Case, ORDER};
 use e2e::opdiff::compare::{compare, Bound};
 use e2e::opdiff::data;
 use e2e::opdiff::run::run_graph;
-use e2e::opdiff::server::{llamad_bin, Server};
+use e2e::server::{llamad_bin, Server};
 
 /// The reference peer's Python, or `None` when the test is to be skipped.
 fn peer_python() -> Option<PathBuf> {
