@@ -122,7 +122,9 @@ fn llama_graph_has_the_reference_node_sequence() {
     // ref: ggml-compute-semantics.md §4.3: the ops of the first layer (FA on) in llama.cpp's order.
     use compute::op::GgmlOp::*;
     let m = tiny(Spec::llama(), 1);
-    let mut s = InterpSession::new(&m.src, SessionConfig { n_ctx: 512, ..SessionConfig::default() });
+    // llama.cpp's rounding of the attended extent (256 cells), for its shapes below.
+    let cfg = SessionConfig { n_ctx: 512, kv_pad: 256, ..SessionConfig::default() };
+    let mut s = InterpSession::new(&m.src, cfg);
     s.decode(&[1, 2, 3]);
     let g = &s.graphs[0];
     let ops: Vec<_> = g.nodes().iter().map(|&id| g.get(id).op).collect();
@@ -155,7 +157,7 @@ fn llama_graph_has_the_reference_node_sequence() {
         ]
     );
     assert_eq!(ops[0], GetRows);
-    // Nkv is padded to 256 and the mask is F16 [Nkv, T].
+    // Nkv is padded to 256 (kv_pad) and the mask is F16 [Nkv, T].
     let mask = g.tensors().iter().find(|t| t.name == "attn_inp_kq_mask").unwrap();
     assert_eq!(mask.layout.ne, [256, 3, 1, 1]);
     assert_eq!(mask.layout.dtype, compute::GgmlType::F16);

@@ -141,3 +141,50 @@ fn an_impossible_kv_cache_is_an_error_not_an_abort() {
     let mut s = Session::new(model, SessionConfig { n_ctx: 1 << 50, ..SessionConfig::default() }).unwrap();
     assert!(s.decode(&[1]).is_err());
 }
+
+#[test]
+fn attending_32_padded_cells_gives_the_logits_of_256_padded_cells() {
+    // `KV_PAD` (32) against llama.cpp's 256: the cells in between are masked and must change no
+    // bit of any logit, with and without flash attention, with a cache whose size is not a
+    // multiple of 32 (the extent is then capped at it), and over a prompt split into ubatches.
+    let m = tiny(Spec::llama(), 11);
+    let prompt = [3u32, 17, 42, 99, 0, 56, 8, 1, 23];
+    for (n_ctx, steps, n_ubatch) in [(300u64, 40usize, 512u64), (45, 35, 4)] {
+        for flash_attn in [true, false] {
+            let session = |kv_pad: u64| {
+                let cfg = SessionConfig {
+                    n_ctx,
+                    n_ubatch,
+                    flash_attn,
+                    n_threads: 2,
+                    kv_pad,
+                    ..SessionConfig::default()
+                };
+                Session::new(Model::new(Arc::new(m.src.clone())).unwrap(), cfg).unwrap()
+            };
+            let (mut wide, mut narrow) = (session(256), session(compute::model::KV_PAD));
+            let bits = |l: &[f32]| l.iter().map(|x| x.to_bits()).collect::<Vec<u32>>();
+            let what = format!("n_ctx {n_ctx} fa={flash_attn}");
+            assert_eq!(
+                bits(wide.decode(&prompt).unwrap()),
+                bits(narrow.decode(&prompt).unwrap()),
+                "{what}: prompt"
+            );
+            for i in 0..steps {
+                let t = (i as u32 * 37 + 5) % 100;
+                assert_eq!(
+                    bits(wide.decode(&[t]).unwrap()),
+                    bits(narrow.decode(&[t]).unwrap()),
+                    "{what}: step {i}"
+                );
+            }
+            // The extents really differed: 256 (or the cache size) throughout, against 32 then 64
+            // (or the cache size) for the narrow session, one single-token graph per extent.
+            let tg_graphs = |s: &Session| s.backend().graphs_built();
+            assert!(
+                tg_graphs(&narrow) > tg_graphs(&wide),
+                "{what}: the narrow session built no extra graphs"
+            );
+        }
+    }
+}

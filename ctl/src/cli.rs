@@ -92,6 +92,10 @@ pub struct RunArgs {
     /// Largest micro-batch of prompt tokens per forward pass.
     #[arg(long = "ubatch-size", default_value_t = 512, conflicts_with = "server")]
     pub ubatch_size: u64,
+    /// Round the attended KV extent up to a multiple of N (a multiple of 32; llama.cpp uses 256).
+    /// Every value gives the same tokens; a smaller one attends fewer empty cells.
+    #[arg(long = "kv-pad", value_name = "N", default_value_t = compute::model::KV_PAD, value_parser = parse_kv_pad, conflicts_with = "server")]
+    pub kv_pad: u64,
     /// Temperature (≤ 0 = greedy) [default: model's, else 0.8].
     #[arg(long)]
     pub temp: Option<f32>,
@@ -195,6 +199,10 @@ pub struct BenchArgs {
     /// Largest micro-batch of prompt tokens per forward pass (also `-ub`).
     #[arg(long = "ubatch-size", default_value_t = 512)]
     pub ubatch_size: u64,
+    /// Round the attended KV extent up to a multiple of N (a multiple of 32; 256 attends what
+    /// llama-bench attends). Every value gives the same logits.
+    #[arg(long = "kv-pad", value_name = "N", default_value_t = compute::model::KV_PAD, value_parser = parse_kv_pad)]
+    pub kv_pad: u64,
     /// Flash attention (llama-bench's default: off).
     #[arg(long = "flash-attn", value_enum, default_value_t = FlashAttn::Off)]
     pub flash_attn: FlashAttn,
@@ -239,6 +247,14 @@ pub struct BenchArgs {
 /// clap's own usage errors, where other errors exit 1.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct UsageError(pub String);
+
+/// `--kv-pad`: a positive multiple of 32 (see `compute::model::KV_PAD`).
+fn parse_kv_pad(s: &str) -> Result<u64, String> {
+    match s.parse::<u64>() {
+        Ok(n) if n > 0 && n.is_multiple_of(32) => Ok(n),
+        _ => Err(format!("{s:?} is not a positive multiple of 32")),
+    }
+}
 
 impl std::fmt::Display for UsageError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {

@@ -138,6 +138,7 @@ fn pipelined_hash_answers_match_their_writes_through_hits_and_misses() {
         flash_attn: false,
         kv_type: compute::GgmlType::F16,
         n_threads: 1,
+        ..SessionConfig::default()
     };
     let memo = HashMemo::open_with(
         &dir.path().join("memo"),

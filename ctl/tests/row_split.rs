@@ -65,7 +65,14 @@ fn compare(
 }
 
 fn cfg(flash_attn: bool, n_ubatch: u64) -> SessionConfig {
-    SessionConfig { n_ctx: 256, n_ubatch, flash_attn, kv_type: GgmlType::F16, n_threads: 1 }
+    SessionConfig {
+        n_ctx: 256,
+        n_ubatch,
+        flash_attn,
+        kv_type: GgmlType::F16,
+        n_threads: 1,
+        ..SessionConfig::default()
+    }
 }
 
 #[test]

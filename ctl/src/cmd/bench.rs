@@ -9,8 +9,10 @@
 //! repetition's speed is `tokens / seconds`; the report gives their mean and sample standard
 //! deviation (`avg_ts`, `stddev_ts`) as llama-bench does.
 //!
-//! The context holds `max(256, pad256(p + n))` cells for the largest test, so the attended extent
-//! `Nkv` of every step equals llama.cpp's for the same test (it pads its context to 256 as well).
+//! The context holds `max(256, pad256(p + n))` cells for the largest test, as llama-bench's does.
+//! The attended extent `Nkv` of a step is the used cells rounded up to `--kv-pad` (32 by default,
+//! see `compute::model::KV_PAD`), where llama.cpp rounds to 256: the same logits, fewer empty
+//! cells attended while the cache is short. `--kv-pad 256` attends what llama-bench attends.
 
 use std::io::Write;
 use std::path::Path;
@@ -363,6 +365,7 @@ pub fn run(args: &BenchArgs) -> Result<()> {
             flash_attn,
             kv_type: GgmlType::F16,
             n_threads: nt,
+            kv_pad: args.kv_pad,
         };
         let mut fwd: Box<dyn Forward> = if workers.is_empty() {
             Box::new(Session::new(model.clone(), cfg.clone())?)

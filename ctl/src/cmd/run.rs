@@ -157,6 +157,7 @@ fn open_forward(
         flash_attn: args.flash_attn != FlashAttn::Off,
         kv_type: GgmlType::F16,
         n_threads: threads,
+        kv_pad: args.kv_pad,
     };
     let fwd: Box<dyn Forward> = if args.workers.is_empty() {
         Box::new(Session::new(model, cfg)?)
