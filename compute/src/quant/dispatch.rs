@@ -155,6 +155,24 @@ impl Kernels {
         }
     }
 
+    /// Replaces the weight packer of `t`'s panel product (a SIMD twin of the scalar one); does
+    /// nothing when `t` has no panel product.
+    #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
+    pub(crate) fn set_panel_pack_rows(&mut self, t: GgmlType, pack_rows: super::panel::PackRowsFn) {
+        if let Some(p) = self.types[t as usize].panel.as_mut() {
+            p.pack_rows = pack_rows;
+        }
+    }
+
+    /// Replaces the activation packer of `t`'s panel product (a SIMD twin of the scalar one);
+    /// does nothing when `t` has no panel product.
+    #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
+    pub(crate) fn set_panel_pack_col(&mut self, t: GgmlType, pack_col: super::panel::PackColFn) {
+        if let Some(p) = self.types[t as usize].panel.as_mut() {
+            p.pack_col = pack_col;
+        }
+    }
+
     /// Sets the interleaved-weight product of `t` (see [`super::interleave`]).
     #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
     pub(crate) fn set_interleaved_dot(&mut self, t: GgmlType, f: super::interleave::InterleavedDotFn) {

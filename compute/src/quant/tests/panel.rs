@@ -148,6 +148,48 @@ fn simd_panels_equal_the_reference_bit_for_bit() {
 }
 
 #[test]
+fn simd_packers_equal_the_scalar_packers_byte_for_byte() {
+    // Every kernel set's packers (SIMD twins where a set has them) against the scalar ones, on
+    // random rows at three scales and rows of extreme code bytes, over several block counts.
+    let s = scalar_table();
+    let mut r = rng(63);
+    for isa in Isa::all_available() {
+        let k = Kernels::build(isa);
+        for t in PANEL_TYPES {
+            let Some(p) = k.get(t).panel else { continue };
+            let reference = panel::scalar_kernels(t).unwrap();
+            let vt = s.get(t).vec_dot_type;
+            for nb in block_counts(t) {
+                let n = nb * t.blck_size();
+                let rows = weight_rows(&mut r, t, nb);
+                let ys = activation_rows(&mut r, vt, n);
+                let (got_panel, got_cols) = pack(&p, n, &rows, &ys);
+                let (want_panel, want_cols) = pack(&reference, n, &rows, &ys);
+                assert!(got_panel == want_panel, "{} {t} n={n}: weight panels differ", isa.name());
+                assert!(got_cols == want_cols, "{} {t} n={n}: activation columns differ", isa.name());
+            }
+        }
+    }
+}
+
+#[test]
+#[should_panic(expected = "row too short")]
+fn short_weight_rows_are_refused_before_any_read() {
+    // The SIMD packer where one is installed, else the scalar one: both check every row first.
+    let t = GgmlType::Q4_0;
+    let p = Kernels::build(*Isa::all_available().last().unwrap())
+        .get(t)
+        .panel
+        .or(panel::scalar_kernels(t))
+        .unwrap();
+    let mut rows: Vec<Vec<u8>> = (0..PANEL_ROWS).map(|_| vec![0u8; 2 * t.type_size()]).collect();
+    rows[PANEL_ROWS - 1].pop();
+    let refs: [&[u8]; PANEL_ROWS] = std::array::from_fn(|i| rows[i].as_slice());
+    let mut out = vec![0u8; p.format.panel_bytes(64)];
+    (p.pack_rows)(64, &refs, &mut out);
+}
+
+#[test]
 #[should_panic(expected = "a column is short")]
 fn short_columns_are_refused_before_any_read() {
     let p = panel::scalar_kernels(GgmlType::Q4_0).unwrap();
