@@ -206,13 +206,24 @@ def case_a(cfg, models, t: Table, res: dict) -> None:
             log(f"(a) {wtype}: llama.cpp")
             return by_test(lcpp_bench(m, cfg.p, cfg.n, 1, cfg.threads)["results"])
 
-        # One repetition per process, the two sides interleaved (see `rotated`); each process warms
-        # up first, as llama-bench does.
-        ours, theirs = rotated(cfg.reps, [run_ours, run_theirs])
-        res.setdefault("a", {})[wtype] = {"ours": list(ours.values()), "llama.cpp": list(theirs.values())}
+        def run_wide():
+            # llamactl attends the used KV cells rounded up to 32, llama.cpp to 256 (same logits,
+            # see compute::model::KV_PAD); `--kv-pad 256` shows generation on llama.cpp's extent.
+            log(f"(a) {wtype}: llamactl bench --kv-pad 256")
+            return by_test(llamactl_bench(cfg.llamactl, m, [0], cfg.n, 1, cfg.threads, extra=["--kv-pad", "256"]))
+
+        # One repetition per process, the configurations interleaved (see `rotated`); each process
+        # warms up first, as llama-bench does.
+        ours, theirs, wide = rotated(cfg.reps, [run_ours, run_theirs, run_wide])
+        res.setdefault("a", {})[wtype] = {"ours": list(ours.values()), "llama.cpp": list(theirs.values()),
+                                          "ours_kv_pad_256": list(wide.values())}
         for key in sorted(ours, key=lambda k: (k[1], k[0])):
             o, th = ours[key], theirs[key]
             t.speed("a", f"{wtype} {o['type']}-dominant, local", o["test"], o, th, 1.0, "llamactl", "llama.cpp")
+        for key in sorted(wide, key=lambda k: (k[1], k[0])):
+            w = wide[key]
+            t.speed("a", f"{wtype} local, llama.cpp's KV extent", w["test"], w, theirs[key], None,
+                    "llamactl --kv-pad 256", "llama.cpp")
 
 
 def case_b(cfg, model, t: Table, res: dict) -> None:
