@@ -92,8 +92,9 @@ pub struct RunArgs {
     /// Largest micro-batch of prompt tokens per forward pass.
     #[arg(long = "ubatch-size", default_value_t = 512, conflicts_with = "server")]
     pub ubatch_size: u64,
-    /// Round the attended KV extent up to a multiple of N (a multiple of 32; llama.cpp uses 256).
-    /// Every value gives the same tokens; a smaller one attends fewer empty cells.
+    /// Round the attended KV extent up to a multiple of N while it is short, of up to 256 as it
+    /// grows (N a multiple of 32; llama.cpp rounds to 256). Every value gives the same tokens; a
+    /// smaller one attends fewer empty cells.
     #[arg(long = "kv-pad", value_name = "N", default_value_t = compute::model::KV_PAD, value_parser = parse_kv_pad, conflicts_with = "server")]
     pub kv_pad: u64,
     /// Temperature (≤ 0 = greedy) [default: model's, else 0.8].
@@ -199,8 +200,9 @@ pub struct BenchArgs {
     /// Largest micro-batch of prompt tokens per forward pass (also `-ub`).
     #[arg(long = "ubatch-size", default_value_t = 512)]
     pub ubatch_size: u64,
-    /// Round the attended KV extent up to a multiple of N (a multiple of 32; 256 attends what
-    /// llama-bench attends). Every value gives the same logits.
+    /// Round the attended KV extent up to a multiple of N while it is short, of up to 256 as it
+    /// grows (N a multiple of 32; 256 attends what llama-bench attends). Every value gives the same
+    /// logits.
     #[arg(long = "kv-pad", value_name = "N", default_value_t = compute::model::KV_PAD, value_parser = parse_kv_pad)]
     pub kv_pad: u64,
     /// Flash attention (llama-bench's default: off).

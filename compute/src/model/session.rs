@@ -5,8 +5,9 @@
 //! as llama.cpp does for a single sequence with a unified cache (ref: ggml-compute-semantics.md
 //! §4.2): cell `i` holds position `i`, so the K/V destination rows are the positions, the causal
 //! mask is `0` for cells `<= p` and `-inf` otherwise. `Nkv`, the cells attended, is the used
-//! extent rounded up to [`SessionConfig::kv_pad`] (capped at the cache size): 32 by default where
-//! llama.cpp rounds to 256, which gives the same logits bit for bit (see [`KV_PAD`]).
+//! extent rounded up to [`SessionConfig::kv_pad`] while short, to a granule growing to 256 as it
+//! grows (capped at the cache size; [`n_kv_for`]): 32 by default where llama.cpp always rounds
+//! to 256, which gives the same logits bit for bit (see [`KV_PAD`]).
 
 use std::sync::Arc;
 
@@ -33,8 +34,8 @@ pub struct SessionConfig {
     pub kv_type: GgmlType,
     /// Executor threads.
     pub n_threads: usize,
-    /// `Nkv` is the used extent rounded up to a multiple of this ([`KV_PAD`] by default; llama.cpp
-    /// uses 256). Must be a positive multiple of 32.
+    /// `Nkv` is the used extent rounded up to a multiple of this while short ([`KV_PAD`] by
+    /// default; llama.cpp uses 256; see [`n_kv_for`]). Must be a positive multiple of 32.
     pub kv_pad: u64,
 }
 
@@ -46,8 +47,9 @@ pub struct SessionConfig {
 /// (four 8-lane accumulators), no nonzero term changes lane or order, so the logits equal those
 /// of llama.cpp's 256-cell rounding bit for bit (tested in `compute/tests/model_session.rs`).
 /// Generation from a short context then attends up to 224 fewer empty cells per step (tg128 from an
-/// empty cache: 80 cells on average instead of 256); the price is a new graph every 32 cells
-/// instead of every 256.
+/// empty cache: 80 cells on average instead of 256). The price is more graphs to build and keep
+/// (about 2 MB each for SmolLM2 on a worker that caches them), which is why the granule grows with
+/// the extent ([`n_kv_for`]): 28 graph extents for a 4096-cell context against llama.cpp's 16.
 pub const KV_PAD: u64 = 32;
 
 impl Default for SessionConfig {
@@ -96,11 +98,16 @@ impl Model {
     }
 }
 
-/// The cells attended for a cache of `kv_size` cells holding `used`: `max(pad, pad(used, pad))`,
-/// capped at the cache size (llama.cpp: `pad` = 256, ref §4.1; see [`KV_PAD`]).
+/// The cells attended for a cache of `kv_size` cells holding `used`: `used` rounded up to a
+/// granule, capped at the cache size. The granule is `pad` while `used` ≤ 8 · `pad`, then an
+/// eighth of the next power of two above `used`, at most 256 (or `pad` when larger): llama.cpp's
+/// rounding (`pad` = 256, ref §4.1) never attends fewer cells, and a long context builds few
+/// graphs (with `pad` = 32: eight extents up to 256, four each up to 512 and 1024, then one per 256
+/// cells as llama.cpp). See [`KV_PAD`].
 pub fn n_kv_for(used: u64, kv_size: u64, pad: u64) -> u64 {
     let pad = pad.max(1);
-    used.div_ceil(pad).max(1).saturating_mul(pad).min(kv_size)
+    let granule = (used.max(1).next_power_of_two() / 8).clamp(pad, pad.max(256));
+    used.div_ceil(granule).max(1).saturating_mul(granule).min(kv_size)
 }
 
 /// One sequence being decoded.
@@ -329,5 +336,17 @@ mod tests {
         assert_eq!(n_kv_for(1, 4096, 32), 32);
         assert_eq!(n_kv_for(33, 4096, 32), 64);
         assert_eq!(n_kv_for(35, 40, 32), 40);
+        // The granule grows with the extent: 32 up to 256, 64 up to 512, 128 up to 1024, then 256.
+        assert_eq!(n_kv_for(256, 4096, 32), 256);
+        assert_eq!(n_kv_for(257, 4096, 32), 320);
+        assert_eq!(n_kv_for(513, 4096, 32), 640);
+        assert_eq!(n_kv_for(1025, 4096, 32), 1280);
+        assert_eq!(n_kv_for(3000, 4096, 32), 3072);
+        let extents: std::collections::BTreeSet<u64> = (1..=4096).map(|u| n_kv_for(u, 4096, 32)).collect();
+        assert_eq!(extents.len(), 28);
+        assert!(extents.iter().all(|n| n % 32 == 0));
+        // Never more cells than llama.cpp's rounding, and 256 is llama.cpp's rounding itself.
+        assert!((1..=4096).all(|u| n_kv_for(u, 4096, 32) <= n_kv_for(u, 4096, 256)));
+        assert!((1..=4096).all(|u| n_kv_for(u, 4096, 256) == u.div_ceil(256) * 256));
     }
 }
