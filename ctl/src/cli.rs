@@ -250,12 +250,11 @@ pub struct BenchArgs {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct UsageError(pub String);
 
-/// `--kv-pad`: a positive multiple of 32 (see `compute::model::KV_PAD`).
+/// `--kv-pad`: a positive multiple of 32 (`compute::model::check_kv_pad`).
 fn parse_kv_pad(s: &str) -> Result<u64, String> {
-    match s.parse::<u64>() {
-        Ok(n) if n > 0 && n.is_multiple_of(32) => Ok(n),
-        _ => Err(format!("{s:?} is not a positive multiple of 32")),
-    }
+    let n = s.parse::<u64>().map_err(|_| format!("{s:?} is not a positive multiple of 32"))?;
+    compute::model::check_kv_pad(n).map_err(|e| e.to_string())?;
+    Ok(n)
 }
 
 impl std::fmt::Display for UsageError {

@@ -14,6 +14,9 @@ pub enum Error {
     /// A server could not be started or answered badly.
     #[error("server: {0}")]
     Server(String),
+    /// A server exited before listening because another process held its port (try another).
+    #[error("server: {0}")]
+    PortTaken(String),
     /// The RPC client failed (connection closed, bad response).
     #[error("rpc: {0}")]
     Rpc(#[from] llamad_proto::Error),

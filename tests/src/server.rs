@@ -48,11 +48,16 @@ pub fn free_port() -> Result<u16> {
     let mut rng = rand::rng();
     for _ in 0..200 {
         let port = rng.random_range(PORT_RANGE);
-        if TcpListener::bind(("127.0.0.1", port)).is_ok() {
+        if port_free(port) {
             return Ok(port);
         }
     }
     Err(Error::Server("no free port below 32768".into()))
+}
+
+/// Whether nothing holds 127.0.0.1:`port` (a bind succeeds).
+fn port_free(port: u16) -> bool {
+    TcpListener::bind(("127.0.0.1", port)).is_ok()
 }
 
 /// A running server process.
@@ -72,22 +77,18 @@ impl Server {
         let mut last = String::new();
         for _ in 0..PORT_TRIES {
             let port = free_port()?;
-            match Server::spawn_on(kind, make(port), port)? {
-                Ok(server) => return Ok(server),
-                Err(why) => last = why,
+            match Server::spawn_on(kind, make(port), port) {
+                Err(Error::PortTaken(why)) => last = why,
+                started => return started,
             }
         }
         Err(Error::Server(format!("{kind} found no port in {PORT_TRIES} tries; last: {last}")))
     }
 
     /// Spawns `cmd` (which must listen on `port`), logging to a temp file, and waits until the
-    /// child holds a listening socket on `port`. `Ok(Err(why))`: the child exited while another
-    /// process held the port (try another port).
-    fn spawn_on(
-        kind: &'static str,
-        mut cmd: Command,
-        port: u16,
-    ) -> Result<std::result::Result<Server, String>> {
+    /// child holds a listening socket on `port`. [`Error::PortTaken`]: the child exited while
+    /// another process held the port.
+    fn spawn_on(kind: &'static str, mut cmd: Command, port: u16) -> Result<Server> {
         let log = std::env::temp_dir().join(format!("e2e-{kind}-{}-{port}.log", std::process::id()));
         let out = File::create(&log)?;
         let err = out.try_clone()?;
@@ -104,13 +105,10 @@ impl Server {
             if let Some(st) = server.child.try_wait()? {
                 let why =
                     format!("{kind} exited with {st} before listening on {addr}:\n{}", server.log_tail());
-                if TcpListener::bind(addr).is_err() {
-                    return Ok(Err(why));
-                }
-                return Err(Error::Server(why));
+                return Err(if port_free(port) { Error::Server(why) } else { Error::PortTaken(why) });
             }
             if server.listening() {
-                return Ok(Ok(server));
+                return Ok(server);
             }
             if Instant::now() > deadline {
                 return Err(Error::Server(format!(

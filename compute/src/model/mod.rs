@@ -34,5 +34,5 @@ pub use arch::{build, BuildParams, Built, Inputs};
 pub use graph_def::{GraphDef, KvKind, RopeParams, Storage, TensorDef, TensorId};
 pub use hparams::{Arch, HParams};
 pub use local::LocalBackend;
-pub use session::{Model, Session, SessionConfig, KV_PAD};
+pub use session::{check_kv_pad, Model, Session, SessionConfig, KV_PAD};
 pub use weights::{MemWeights, MetaValue, WeightSource, WeightView};

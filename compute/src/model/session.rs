@@ -52,6 +52,14 @@ pub struct SessionConfig {
 /// the extent ([`n_kv_for`]): 28 graph extents for a 4096-cell context against llama.cpp's 16.
 pub const KV_PAD: u64 = 32;
 
+/// Checks a [`SessionConfig::kv_pad`]: a positive multiple of 32 (see [`KV_PAD`]).
+pub fn check_kv_pad(pad: u64) -> Result<()> {
+    if pad == 0 || !pad.is_multiple_of(32) {
+        return Err(Error::Model(format!("kv_pad {pad} is not a positive multiple of 32")));
+    }
+    Ok(())
+}
+
 impl Default for SessionConfig {
     fn default() -> Self {
         SessionConfig {
@@ -125,9 +133,7 @@ impl Session {
         if cfg.n_ctx == 0 || cfg.n_ubatch == 0 {
             return Err(Error::Model("n_ctx and n_ubatch must be positive".into()));
         }
-        if cfg.kv_pad == 0 || !cfg.kv_pad.is_multiple_of(32) {
-            return Err(Error::Model(format!("kv_pad {} is not a positive multiple of 32", cfg.kv_pad)));
-        }
+        check_kv_pad(cfg.kv_pad)?;
         let backend = LocalBackend::new(model.src.clone(), model.hp.clone(), cfg.n_threads)?;
         Ok(Session { model, cfg, backend, n_past: 0, logits: Vec::new() })
     }
