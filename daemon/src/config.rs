@@ -56,6 +56,8 @@ pub struct RawServer {
     /// Keep interleaved copies of the Q4_0/Q4_1/Q5_0/Q8_0 weight matrices graphs multiply by (faster
     /// generation, as much memory again as those matrices, from the same budget). Default true.
     pub interleave: Option<bool>,
+    /// Ask for transparent huge pages for buffers of 1 MiB and more. Default false.
+    pub huge_pages: Option<bool>,
     /// Memory budget for all buffers of all connections. Default: the machine's available memory.
     pub mem: Option<RawSize>,
     /// Peers allowed to connect: CIDR networks or addresses, `loopback`, `any`; a list or one
@@ -209,6 +211,8 @@ pub struct Config {
     pub cache: bool,
     /// Interleaved weight copies for generation (see `rpc::weight_copy`).
     pub interleave: bool,
+    /// Buffers on transparent huge pages (`rpc::buffer::MemoryAccount::with_huge_pages`).
+    pub huge_pages: bool,
     /// Memory budget in bytes; `None` = the machine's available memory.
     pub mem: Option<u64>,
     /// Largest buffered request payload.
@@ -252,6 +256,7 @@ impl Default for Config {
             devices: vec!["CPU".into()],
             cache: false,
             interleave: true,
+            huge_pages: false,
             mem: None,
             max_frame: 1 << 30,
             max_connections: 64,
@@ -324,6 +329,7 @@ impl Config {
         let devices = parse_devices(flags.device.as_deref().or(s.device.as_deref()).unwrap_or("CPU"))?;
         let cache = flags.cache || s.cache.unwrap_or(false);
         let interleave = !flags.no_interleave && s.interleave.unwrap_or(d.interleave);
+        let huge_pages = s.huge_pages.unwrap_or(d.huge_pages);
         let mem = match (&flags.mem, &s.mem) {
             (Some(m), _) => Some(RawSize::Text(m.clone()).bytes("mem")?),
             (None, Some(m)) => Some(m.bytes("mem")?),
@@ -401,6 +407,7 @@ impl Config {
             devices,
             cache,
             interleave,
+            huge_pages,
             mem,
             max_frame,
             max_connections,
@@ -558,6 +565,10 @@ mod tests {
         )
         .unwrap();
         assert_eq!((c.port, c.threads), (7000, 3));
+        assert!(!c.huge_pages, "small pages unless asked");
+        let c = Config::load(Some(&p), env(&[("LLAMAD__SERVER__HUGE_PAGES", "true")]), &Overrides::default())
+            .unwrap();
+        assert!(c.huge_pages);
         let flags = Overrides { port: Some(8000), mem: Some("1M".into()), ..Default::default() };
         let c = Config::load(Some(&p), env(&[("LLAMAD__SERVER__PORT", "7000")]), &flags).unwrap();
         assert_eq!((c.port, c.mem, c.max_frame), (8000, Some(1 << 20), 1 << 20));

@@ -23,6 +23,9 @@ const REAL_ALIGNMENT: usize = 64;
 /// allocation would write zeros over the whole buffer at once (a 96 MiB weight buffer took longer to
 /// zero than to fill from the tensor cache).
 const MAP_MIN: usize = 1 << 20;
+/// Regions of at least this many bytes are faulted in with one call before they are filled
+/// ([`Region::prefault_for_write`]); below it, the call costs about what it saves.
+pub const PREFAULT_MIN: usize = 64 << 10;
 /// Granule of the synthetic address space.
 const ADDRESS_GRANULE: u64 = 4096;
 /// First synthetic base address.
@@ -37,6 +40,8 @@ pub struct MemoryAccount {
     interleaved: AtomicU64,
     next_base: AtomicU64,
     next_handle: AtomicU64,
+    /// Whether buffers ask for transparent huge pages (`server.huge_pages`).
+    huge_pages: bool,
 }
 
 /// Free and total memory as GET_DEVICE_MEMORY reports it.
@@ -57,7 +62,16 @@ impl MemoryAccount {
             interleaved: AtomicU64::new(0),
             next_base: AtomicU64::new(FIRST_BASE),
             next_handle: AtomicU64::new(1),
+            huge_pages: false,
         }
+    }
+
+    /// The same account, with buffers of [`MAP_MIN`] bytes and more on transparent huge pages where
+    /// the system allows them on request (`madvise`). Off by default: see `server.huge_pages` in
+    /// `packaging/llamad.toml` for what it costs and saves.
+    pub fn with_huge_pages(mut self, on: bool) -> MemoryAccount {
+        self.huge_pages = on;
+        self
     }
 
     /// Bytes held by live buffers of all connections.
@@ -198,7 +212,7 @@ impl Buffer {
         if !account.reserve(size) {
             return None;
         }
-        let Some((ptr, memory)) = allocate(len) else {
+        let Some((ptr, memory)) = allocate(len, account.huge_pages) else {
             account.release(size);
             return None;
         };
@@ -306,7 +320,10 @@ impl Buffer {
             if self.file_backed.load(Ordering::Acquire) {
                 // Discarded file pages would read as the file again: map fresh anonymous memory instead.
                 // SAFETY: as below; the new mapping replaces exactly the buffer's own range.
-                let ok = unsafe { file_map::anonymous_over(self.ptr.as_ptr(), map.len()) }.is_ok();
+                let ok = unsafe {
+                    file_map::anonymous_over(self.ptr.as_ptr(), map.len(), self.account.huge_pages)
+                }
+                .is_ok();
                 if ok {
                     self.file_backed.store(false, Ordering::Release);
                 }
@@ -417,12 +434,12 @@ mod file_map {
     }
 
     /// Replaces `[ptr, ptr + len)` with fresh private anonymous memory (zeros), on transparent huge
-    /// pages where allowed, as a new buffer gets.
+    /// pages where allowed if `huge_pages`, as a new buffer gets.
     ///
     /// # Safety
     /// As for [`file_over`], without the file.
     #[cfg(target_os = "linux")]
-    pub unsafe fn anonymous_over(ptr: *mut u8, len: usize) -> io::Result<()> {
+    pub unsafe fn anonymous_over(ptr: *mut u8, len: usize, huge_pages: bool) -> io::Result<()> {
         let prot = libc::PROT_READ | libc::PROT_WRITE;
         let flags = libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_FIXED;
         // SAFETY: the caller guarantees the range is ours to replace.
@@ -430,24 +447,30 @@ mod file_map {
         if got == libc::MAP_FAILED {
             return Err(io::Error::last_os_error());
         }
-        // SAFETY: advice on the range just mapped; refused, the buffer uses small pages.
-        let _ = unsafe { libc::madvise(ptr.cast(), len, libc::MADV_HUGEPAGE) };
+        if huge_pages {
+            // SAFETY: advice on the range just mapped; refused, the buffer uses small pages.
+            let _ = unsafe { libc::madvise(ptr.cast(), len, libc::MADV_HUGEPAGE) };
+        }
         Ok(())
     }
 }
 
-/// `len` zeroed bytes aligned to [`REAL_ALIGNMENT`]: `None` when the system says no.
-fn allocate(len: usize) -> Option<(NonNull<u8>, Memory)> {
+/// `len` zeroed bytes aligned to [`REAL_ALIGNMENT`], mappings on transparent huge pages if
+/// `huge_pages`: `None` when the system says no.
+fn allocate(len: usize, huge_pages: bool) -> Option<(NonNull<u8>, Memory)> {
     if len == 0 {
         return Some((NonNull::dangling(), Memory::Empty));
     }
     if len >= MAP_MIN {
         let mut map = memmap2::MmapMut::map_anon(len).ok()?;
-        // Transparent huge pages where the system allows them on request: a weight buffer is filled
-        // once and then read by every graph, so 2 MiB pages save both the page faults of the fill and
-        // TLB misses afterwards. Only advice: refused, the buffer works with small pages.
+        // Transparent huge pages, if configured and where the system allows them on request: 2 MiB
+        // pages save page faults of the fill and TLB misses afterwards, but on a VM whose host backs
+        // guest memory as it is first touched a fresh huge page can take several times longer to
+        // fault in than the small pages it replaces. Only advice: refused, small pages.
         #[cfg(target_os = "linux")]
-        let _ = map.advise(memmap2::Advice::HugePage);
+        if huge_pages {
+            let _ = map.advise(memmap2::Advice::HugePage);
+        }
         // Pages are page-aligned, which is more than REAL_ALIGNMENT.
         let ptr = NonNull::new(map.as_mut_ptr())?;
         return Some((ptr, Memory::Map(map)));
@@ -522,6 +545,27 @@ impl Region {
         // SAFETY: the range lies inside the allocation (checked by `Buffer::region`); the caller
         // guarantees lifetime and the absence of writers. Empty regions may use a dangling pointer.
         unsafe { std::slice::from_raw_parts(self.ptr, self.len) }
+    }
+
+    /// Asks the kernel to back the region's whole pages with memory now, in one call, instead of a
+    /// page fault per page as the bytes arrive (a SET_TENSOR's data, a cache hit read into a tensor).
+    /// Regions under [`PREFAULT_MIN`] are left to fault. Only advice: refused (kernels before 5.14),
+    /// the pages fault in as they are written.
+    pub fn prefault_for_write(&self) {
+        #[cfg(target_os = "linux")]
+        if self.len >= PREFAULT_MIN {
+            let Some(page) = file_map::page_size() else { return };
+            let start = (self.ptr as usize).next_multiple_of(page);
+            let end = (self.ptr as usize + self.len) / page * page;
+            if end > start {
+                // SAFETY: advice on whole pages inside the region, which lies inside a live buffer
+                // of this process; MADV_POPULATE_WRITE only faults them in writable, it changes no
+                // byte.
+                let _ = unsafe {
+                    libc::madvise(start as *mut libc::c_void, end - start, libc::MADV_POPULATE_WRITE)
+                };
+            }
+        }
     }
 
     /// The bytes, for writing.
@@ -609,5 +653,79 @@ mod tests {
             drop(b);
             assert_eq!(acc.allocated(), 0);
         }
+    }
+
+    /// The `VmFlags` of the mapping holding `addr`, from /proc/self/smaps.
+    #[cfg(target_os = "linux")]
+    fn vm_flags(addr: usize) -> Vec<String> {
+        let smaps = std::fs::read_to_string("/proc/self/smaps").unwrap();
+        let mut inside = false;
+        for line in smaps.lines() {
+            let first = line.split_whitespace().next().unwrap_or("");
+            if let Some((a, b)) = first.split_once('-') {
+                if let (Ok(a), Ok(b)) = (usize::from_str_radix(a, 16), usize::from_str_radix(b, 16)) {
+                    inside = a <= addr && addr < b;
+                    continue;
+                }
+            }
+            if inside {
+                if let Some(f) = line.strip_prefix("VmFlags:") {
+                    return f.split_whitespace().map(String::from).collect();
+                }
+            }
+        }
+        panic!("no mapping holds {addr:#x}");
+    }
+
+    #[test]
+    #[cfg(target_os = "linux")]
+    fn huge_pages_are_asked_for_only_when_configured() {
+        for on in [false, true] {
+            let acc = Arc::new(MemoryAccount::new(Some(64 << 20)).with_huge_pages(on));
+            let b = Buffer::alloc(&acc, 4 * MAP_MIN as u64).unwrap();
+            let addr = b.addr(0).unwrap() as usize;
+            // `hg`: the mapping was advised MADV_HUGEPAGE.
+            assert_eq!(vm_flags(addr).iter().any(|f| f == "hg"), on, "huge_pages = {on}");
+        }
+    }
+
+    #[test]
+    #[cfg(target_os = "linux")]
+    fn prefaulting_maps_the_whole_pages_and_changes_no_byte() {
+        let page = page_size().unwrap();
+        let acc = Arc::new(MemoryAccount::new(Some(64 << 20)));
+        let size = 4 * MAP_MIN as u64;
+        let b = Buffer::alloc(&acc, size).unwrap();
+        let base = b.addr(0).unwrap() as usize;
+        let resident = |from: usize, to: usize| -> Vec<u8> {
+            let mut v = vec![0u8; (to - from) / page];
+            // SAFETY: `[from, to)` is a page-aligned range of this buffer's mapping; `v` has one byte
+            // per page.
+            let rc = unsafe { libc::mincore(from as *mut libc::c_void, to - from, v.as_mut_ptr()) };
+            assert_eq!(rc, 0);
+            v
+        };
+        // A fresh mapping has no pages yet; a region that starts and ends inside pages gets the whole
+        // pages between.
+        let (off, len) = (page as u64 / 2, 2 * MAP_MIN as u64);
+        let r = b.region(off, len).unwrap();
+        // SAFETY: the buffer outlives the slice and nothing else touches it.
+        let w = unsafe { r.as_mut_slice() };
+        w[..3].copy_from_slice(&[1u8, 2, 3]);
+        let first_whole = base + page;
+        let last_whole = (base + (off + len) as usize) / page * page;
+        r.prefault_for_write();
+        assert!(resident(first_whole, last_whole).iter().all(|&p| p & 1 == 1), "whole pages mapped");
+        // SAFETY: as above.
+        let s = unsafe { b.region(0, size).unwrap().as_slice() };
+        assert_eq!(&s[off as usize..off as usize + 3], &[1, 2, 3], "written bytes kept");
+        assert!(s[off as usize + 3..].iter().all(|&x| x == 0), "the rest still zero");
+        // Regions under the threshold, empty and heap regions are left alone, and still correct.
+        b.region(size - 10, 10).unwrap().prefault_for_write();
+        b.region(5, 0).unwrap().prefault_for_write();
+        let h = Buffer::alloc(&acc, MAP_MIN as u64 - 1).unwrap();
+        h.region(1, MAP_MIN as u64 - 2).unwrap().prefault_for_write();
+        // SAFETY: as above.
+        assert!(unsafe { h.region(0, MAP_MIN as u64 - 1).unwrap().as_slice() }.iter().all(|&x| x == 0));
     }
 }

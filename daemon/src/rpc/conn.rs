@@ -387,6 +387,7 @@ impl<R: AsyncRead + Unpin + Send, W: AsyncWrite + Unpin + Send> Conn<R, W> {
         let header = SetTensorHeader::decode(&h)?;
         let n = len - SET_TENSOR_HEADER_SIZE as u64; // accepts_len guarantees len >= 305
         let (buf, region) = self.session.set_tensor_target(&header, n)?;
+        region.prefault_for_write();
         // SAFETY: `region` lies inside the live buffer `buf`, held until the end of this function;
         // no graph is running (every run is awaited) and no other command executes meanwhile.
         let dst = unsafe { region.as_mut_slice() };

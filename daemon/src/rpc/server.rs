@@ -57,7 +57,7 @@ impl Shared {
 
     /// Shared state for `cfg` with a tensor cache behind SET_TENSOR_HASH and `cache_flag`.
     pub fn with_cache(cfg: Config, cache: Option<Arc<dyn WireCache>>) -> Arc<Shared> {
-        let memory = Arc::new(MemoryAccount::new(cfg.mem));
+        let memory = Arc::new(MemoryAccount::new(cfg.mem).with_huge_pages(cfg.huge_pages));
         let max_size = memory.max_size();
         let limits = Limits { max_nodes: cfg.max_graph_nodes, max_tensors: cfg.max_graph_tensors };
         let executor = Arc::new(Mutex::new(Executor::new(cfg.threads)));

@@ -111,6 +111,7 @@ impl WireCache for StoreCache {
     /// buffer rather than copied (see the module documentation); the rest are read.
     unsafe fn load_into(&self, hash: WireHash, buf: &Buffer, region: Region) -> Loaded {
         if region.len() < MAP_MIN || !buf.can_map(&region) {
+            region.prefault_for_write();
             // SAFETY: forwarded contract.
             return self.load(hash, unsafe { region.as_mut_slice() });
         }
