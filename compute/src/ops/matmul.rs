@@ -115,8 +115,15 @@ fn plan_repack(a: &Tv, b: &Tv, act: &mut Activations) -> usize {
     }
 }
 
-/// Phase 0: converts the rows `rows` (flat indices over `b`) into shared scratch.
-fn convert_rows(b: &Tv, act: &Activations, rows: std::ops::Range<usize>, ctx: &mut Ctx<'_>) {
+/// Phase 0: converts the rows `rows` (flat indices over `b`) into shared scratch, and records
+/// their extents when asked.
+fn convert_rows(
+    b: &Tv,
+    act: &Activations,
+    extents: Option<Extents>,
+    rows: std::ops::Range<usize>,
+    ctx: &mut Ctx<'_>,
+) {
     for r in rows {
         let (i1, i2, i3) = b.unravel_row(r);
         let k = b.ne[0];
@@ -142,7 +149,16 @@ fn convert_rows(b: &Tv, act: &Activations, rows: std::ops::Range<usize>, ctx: &m
                 }
             }
         }
+        if let Some(e) = extents {
+            let ext = f16_extent(out) as u32;
+            sh.bytes_mut(e.off + 4 * r, 4).copy_from_slice(&ext.to_ne_bytes());
+        }
     }
+}
+
+/// The number of values of the F16 row `row` up to and including its last one that is not ±0.
+fn f16_extent(row: &[u8]) -> usize {
+    row.chunks_exact(2).rposition(|h| u16::from_le_bytes([h[0], h[1]]) & 0x7fff != 0).map_or(0, |i| i + 1)
 }
 
 /// Activation row `(i1, i2, i3)` of `b`, converted or in place.
@@ -171,7 +187,24 @@ pub(crate) struct MulMat {
     act: Activations,
     /// The interleaved copy of `a` (whole groups of its rows) and its kernel, for generation.
     interleaved: Option<(*const u8, InterleavedDotFn)>,
+    /// Where phase 0 records each converted activation row's extent (see [`Extents`]).
+    extents: Option<Extents>,
 }
+
+/// The extents of converted F16 activation rows: one `u32` per row at `off` in shared scratch, the
+/// row's length up to and including its last nonzero value. Products in the float GEMM order
+/// accumulate eight lanes at a time, so stopping a block of columns at the eight-element group
+/// after its longest extent leaves out only products with a zero factor: the sums keep their bits
+/// (a lane that is exactly -0.0 could end as +0.0 with the full length; nothing else changes).
+/// Attention's KQV product meets this on every prompt: the softmax rows of a causal mask end in
+/// zeros, about half of them.
+#[derive(Clone, Copy)]
+struct Extents {
+    off: usize,
+}
+
+/// Group of elements the float GEMM order accumulates per lane step (see [`Extents`]).
+const EXTENT_STEP: usize = 8;
 
 /// The interleaved copy of `a` and its kernel, when the product can read it: a 2-D matrix of a
 /// type with an interleaved kernel, whose rows form whole groups, and a copy that holds them all.
@@ -245,11 +278,28 @@ pub(crate) unsafe fn prepare_mul_mat(n: &Node, interleaved: Option<Interleaved>)
         (Some(Repack::Prepared(_)), Some(il)) => plan_interleaved(&a, il),
         _ => None,
     };
-    let shared_bytes = if act.convert {
+    let mut shared_bytes = if act.convert {
         b.nrows().checked_mul(act.row).ok_or_else(|| shape_err(op, "scratch size overflows"))?
     } else {
         0
     };
+    // F16 weights against converted rows in the float GEMM order, with whole lane steps: rows
+    // may stop at their extent.
+    let extents = (gemm.is_some()
+        && a.dtype() == GgmlType::F16
+        && act.convert
+        && act.vdt == GgmlType::F16
+        && a.ne[0].is_multiple_of(EXTENT_STEP))
+    .then(|| -> Result<Extents> {
+        let off = shared_bytes.next_multiple_of(4);
+        shared_bytes = b
+            .nrows()
+            .checked_mul(4)
+            .and_then(|n| n.checked_add(off))
+            .ok_or_else(|| shape_err(op, "scratch size overflows"))?;
+        Ok(Extents { off })
+    })
+    .transpose()?;
     let phases = if act.convert { 2 } else { 1 };
     let local = if act.convert { a.ne[0].max(repack_local) } else { 0 };
     let work = b.ne[2] * b.ne[3] * a.ne[1].div_ceil(ROW_BLOCK);
@@ -259,7 +309,7 @@ pub(crate) unsafe fn prepare_mul_mat(n: &Node, interleaved: Option<Interleaved>)
         units,
         shared_bytes,
         local_f32: local,
-        kind: Kind::MulMat(MulMat { a, b, dst, k, act, interleaved }),
+        kind: Kind::MulMat(MulMat { a, b, dst, k, act, interleaved, extents }),
     })
 }
 
@@ -267,7 +317,7 @@ impl MulMat {
     pub(crate) fn run(&self, phase: u8, ctx: &mut Ctx<'_>) {
         if self.act.convert && phase == 0 {
             let rows = ctx.range(self.b.nrows());
-            convert_rows(&self.b, &self.act, rows, ctx);
+            convert_rows(&self.b, &self.act, self.extents, rows, ctx);
             return;
         }
         let (a, b, dst) = (&self.a, &self.b, &self.dst);
@@ -299,7 +349,11 @@ impl MulMat {
             let nc = COL_BLOCK.min(n - c0);
             let ys: [&[u8]; COL_BLOCK] =
                 std::array::from_fn(|j| act_row(b, &self.act, &ctx.sh, c0 + j.min(nc - 1), i12, i13));
-            self.k.products(a.ne[0], &xs[..nr], &ys[..nc], &mut out[..nr * nc]);
+            let k = match self.extents {
+                Some(e) => self.block_extent(e, &ctx.sh, c0..c0 + nc, i12, i13),
+                None => a.ne[0],
+            };
+            self.k.products(k, &xs[..nr], &ys[..nc], &mut out[..nr * nc]);
             for (j, col) in out[..nr * nc].chunks_exact(nr).enumerate() {
                 dst.store_f32s(r0, c0 + j, i12, i13, col);
             }
@@ -309,6 +363,28 @@ impl MulMat {
 }
 
 impl MulMat {
+    /// How far the products of the activation rows `cols` of batch `(i12, i13)` must run: their
+    /// longest extent rounded up to whole lane steps (at least one step, at most the row).
+    fn block_extent(
+        &self,
+        e: Extents,
+        sh: &SharedScratch,
+        cols: std::ops::Range<usize>,
+        i12: usize,
+        i13: usize,
+    ) -> usize {
+        let b = &self.b;
+        let first = b.ne[1] * (i12 + b.ne[2] * i13);
+        let longest = cols
+            .map(|c| {
+                let v = sh.bytes(e.off + 4 * (first + c), 4);
+                u32::from_ne_bytes([v[0], v[1], v[2], v[3]]) as usize
+            })
+            .max()
+            .unwrap_or(0);
+        longest.next_multiple_of(EXTENT_STEP).clamp(EXTENT_STEP, self.a.ne[0])
+    }
+
     /// One unit on the interleaved copy: the group of rows `r0..r0 + 16` against the one or two
     /// prepared activation rows.
     fn run_interleaved(
@@ -546,7 +622,7 @@ impl MulMatId {
                 self.build_lists(op, ctx);
             } else {
                 let rows = access::split(b.nrows(), ctx.unit, ctx.units - 1);
-                convert_rows(b, &self.act, rows, ctx);
+                convert_rows(b, &self.act, None, rows, ctx);
             }
             return;
         }

@@ -94,22 +94,39 @@ impl SoftMax {
                 }
                 None => x.iter_mut().for_each(|v| *v *= self.scale),
             }
-            let mut max = x.iter().copied().fold(f32::NEG_INFINITY, f32::max);
             let sink = self.sinks.as_ref().map(|s| s.get_f32(i2, 0, 0, 0));
-            if let Some(s) = sink {
-                max = max.max(s);
-            }
-            let (y, _) = m.split_at_mut(n0);
-            let mut sum = super::vexp::soft_max_exp(x, max, y);
-            x.copy_from_slice(y);
-            if let Some(s) = sink {
-                sum += (s - max).exp() as f64;
-            }
-            let inv = (1.0 / sum) as f32;
-            x.iter_mut().for_each(|v| *v *= inv);
+            normalize_row(x, &mut m[..n0], sink, true);
             d.store_row(i1, i2, i3, x);
         }
     }
+}
+
+/// Turns the scaled and masked row `x` into its softmax (with an optional sink logit), `y` being
+/// scratch of the same length. With `skip_tail`, a tail of -inf (the masked end of a causal
+/// mask's row) is not run through `exp`: it is cut after the eight-element group holding the last
+/// other value, which keeps [`super::vexp::soft_max_exp`]'s groups and so every bit of the sum,
+/// and written as the +0.0 that `exp(-inf)` gives. A row of -inf only is computed in full (its
+/// NaNs are ggml's).
+fn normalize_row(x: &mut [f32], y: &mut [f32], sink: Option<f32>, skip_tail: bool) {
+    let n = x.len();
+    let live = match x.iter().rposition(|&v| v != f32::NEG_INFINITY) {
+        Some(i) if skip_tail => (i + 1).next_multiple_of(8).min(n),
+        _ => n,
+    };
+    let (x, tail) = x.split_at_mut(live);
+    let y = &mut y[..live];
+    let mut max = x.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+    if let Some(s) = sink {
+        max = max.max(s);
+    }
+    let mut sum = super::vexp::soft_max_exp(x, max, y);
+    x.copy_from_slice(y);
+    if let Some(s) = sink {
+        sum += (s - max).exp() as f64;
+    }
+    let inv = (1.0 / sum) as f32;
+    x.iter_mut().for_each(|v| *v *= inv);
+    tail.fill(0.0);
 }
 
 /// A planned DIAG_MASK_INF.
@@ -149,5 +166,40 @@ impl DiagMaskInf {
             }
             d.store_row(i1, i2, i3, x);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Cutting a -inf tail gives the bits of the full computation, for every tail length around
+    /// the eight-element groups, with and without a sink, on rows of every length modulo 8.
+    #[test]
+    fn a_cut_minus_infinity_tail_keeps_every_bit() {
+        let mut seed = 0x9e37_79b9_u32;
+        let mut rnd = move || {
+            seed ^= seed << 13;
+            seed ^= seed >> 17;
+            seed ^= seed << 5;
+            (seed as f32 / u32::MAX as f32 - 0.5) * 20.0
+        };
+        let mut cut_something = false;
+        for n in [1usize, 7, 8, 9, 31, 64, 77] {
+            for keep in 0..=n {
+                for sink in [None, Some(1.5f32)] {
+                    let mut row: Vec<f32> = (0..n).map(|_| rnd()).collect();
+                    row[keep..].fill(f32::NEG_INFINITY);
+                    let (mut full, mut cut) = (row.clone(), row.clone());
+                    let mut y = vec![0.0f32; n];
+                    normalize_row(&mut full, &mut y, sink, false);
+                    normalize_row(&mut cut, &mut y, sink, true);
+                    let bits = |v: &[f32]| v.iter().map(|f| f.to_bits()).collect::<Vec<_>>();
+                    assert_eq!(bits(&cut), bits(&full), "n {n} keep {keep} sink {sink:?}");
+                    cut_something |= keep > 0 && keep.next_multiple_of(8) < n;
+                }
+            }
+        }
+        assert!(cut_something);
     }
 }

@@ -280,3 +280,61 @@ fn mul_mat_on_interleaved_weights_equals_the_rows_bit_for_bit() {
     }
     assert!(tested > 0);
 }
+
+/// F16 weights times F32 activation rows that end in zeros (attention's softmax rows under a
+/// causal mask): the products stop at each block's last nonzero eight-element group, and every
+/// output keeps the bits of the full-length float GEMM order (`vec_dot_gemm` over the whole row).
+#[test]
+fn f16_products_of_rows_ending_in_zeros_keep_the_full_length_bits() {
+    let kern = kernels(GgmlType::F16);
+    let (Some(dot), Some(to_f16)) = (kern.vec_dot_gemm, kernels(GgmlType::F16).from_f32) else {
+        eprintln!("no F16 GEMM order on this kernel set: nothing to compare");
+        return;
+    };
+    let mut r = rng(4242);
+    // k multiple of 8 (extents used) and not (full length always); 2 columns take the one-column
+    // dot, more the tiles; 37 columns leave a partial block of 16.
+    for (k, m, n) in [(64u64, 20u64, 37u64), (200, 16, 5), (64, 7, 2), (68, 9, 6)] {
+        let a = T::from_f32(GgmlType::F16, [k, m, 1, 1], &randv(&mut r, (k * m) as usize, 1.0));
+        let mut vals = randv(&mut r, (k * n) as usize, 1.0);
+        for (j, row) in vals.chunks_exact_mut(k as usize).enumerate() {
+            // Nonzero prefixes of every kind of length: none, inside a group, ending on a group's
+            // first or last element, the whole row; a -0.0 tail counts as zero.
+            let keep = match j % 8 {
+                0 => 0,
+                1 => 1,
+                2 => 9,
+                3 => 16,
+                4 => 17,
+                5 => k as usize,
+                6 => k as usize - 1,
+                _ => j * 7 % k as usize,
+            };
+            for (i, v) in row.iter_mut().enumerate().skip(keep) {
+                *v = if i % 3 == 0 { -0.0 } else { 0.0 };
+            }
+        }
+        let b = T::from_f32(GgmlType::F32, [k, n, 1, 1], &vals);
+        let a_bytes = a.slice_mut(0, 2 * (k * m) as usize).to_vec();
+        let mut want = Vec::new();
+        for row in vals.chunks_exact(k as usize) {
+            let mut y = vec![0u8; 2 * k as usize];
+            to_f16(row, &mut y);
+            for x in a_bytes.chunks_exact(2 * k as usize) {
+                want.push(dot(k as usize, x, &y));
+            }
+        }
+        for nth in [1, 3] {
+            let d = T::new(GgmlType::F32, [m, n, 1, 1]);
+            run(vec![node(GgmlOp::MulMat, d.t(), &[a.t(), b.t()])], nth).unwrap();
+            let got = d.values();
+            for (i, (g, w)) in got.iter().zip(&want).enumerate() {
+                assert_eq!(
+                    (*g as f32).to_bits(),
+                    w.to_bits(),
+                    "k{k} m{m} n{n} nth{nth}: output {i}: {g} vs {w}"
+                );
+            }
+        }
+    }
+}
