@@ -26,6 +26,7 @@
 //!   the same arithmetic), so 1-thread and N-thread runs are bit-identical.
 
 mod exec;
+mod fusion;
 mod schedule;
 
 pub use exec::Executor;
@@ -128,16 +129,23 @@ impl Graph {
     pub unsafe fn with_interleaved(nodes: Vec<Node>, interleaved: &[Option<Interleaved>]) -> Result<Graph> {
         let mut plans = Vec::new();
         let mut local_f32 = 0usize;
+        let masks = fusion::masked_products(&nodes);
+        tracing::debug!(
+            products = masks.iter().flatten().count(),
+            softmaxes = nodes.iter().filter(|n| n.op == GgmlOp::SoftMax).count(),
+            "products only a masked softmax reads"
+        );
         for (i, n) in nodes.iter().enumerate().filter(|(_, n)| n.runs()) {
             let il = interleaved.get(i).copied().flatten();
-            // SAFETY: forwarded contract of this function.
-            let plan = unsafe { ops::prepare(n, il)? };
+            // SAFETY: forwarded contract of this function; a mask is a source of another node,
+            // under the same contract.
+            let plan = unsafe { ops::prepare(n, il, masks[i].as_ref())? };
             local_f32 = local_f32.max(plan.local_f32);
             if plan.phases > 0 {
                 plans.push((i, plan));
             }
         }
-        let s = schedule::schedule(&nodes, &plans);
+        let s = schedule::schedule(&nodes, &plans, &masks);
         Ok(Graph {
             nodes,
             plans,

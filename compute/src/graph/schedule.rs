@@ -60,23 +60,24 @@ struct Extents {
     reads: Vec<(usize, usize)>,
 }
 
-fn extent(t: &super::Tensor) -> Option<(usize, usize)> {
+pub(super) fn extent(t: &super::Tensor) -> Option<(usize, usize)> {
     let n = usize::try_from(t.layout.nbytes()?).ok()?;
     let a = t.data as usize;
     (n > 0).then(|| (a, a.saturating_add(n)))
 }
 
-fn overlaps(a: (usize, usize), b: (usize, usize)) -> bool {
+pub(super) fn overlaps(a: (usize, usize), b: (usize, usize)) -> bool {
     a.0 < b.1 && b.0 < a.1
 }
 
 impl Extents {
-    fn of(n: &Node) -> Extents {
+    /// What `n` writes and reads, `also` being a tensor its plan reads besides its sources.
+    fn of(n: &Node, also: Option<&super::Tensor>) -> Extents {
         Extents {
             // A destination whose extent cannot be computed was refused by `ops::prepare`; an
             // empty one conflicts with nothing.
             write: extent(&n.dst).unwrap_or((0, 0)),
-            reads: n.src.iter().flatten().filter_map(extent).collect(),
+            reads: n.src.iter().flatten().chain(also).filter_map(extent).collect(),
         }
     }
 
@@ -88,9 +89,11 @@ impl Extents {
     }
 }
 
-/// Groups the phases of `plans` (`(node index, plan)` in graph order) into steps.
-pub(crate) fn schedule(nodes: &[Node], plans: &[(usize, Plan)]) -> Schedule {
-    let ext: Vec<Extents> = plans.iter().map(|(i, _)| Extents::of(&nodes[*i])).collect();
+/// Groups the phases of `plans` (`(node index, plan)` in graph order) into steps; `masks[i]` is a
+/// tensor node `i`'s plan also reads (`fusion::masked_products`).
+pub(crate) fn schedule(nodes: &[Node], plans: &[(usize, Plan)], masks: &[Option<super::Tensor>]) -> Schedule {
+    let ext: Vec<Extents> =
+        plans.iter().map(|(i, _)| Extents::of(&nodes[*i], masks.get(*i).and_then(|m| m.as_ref()))).collect();
     let mut steps: Vec<Step> = Vec::new();
     // Per plan: the steps of its first and last phase.
     let mut span = vec![(0usize, 0usize); plans.len()];

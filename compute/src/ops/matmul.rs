@@ -189,6 +189,22 @@ pub(crate) struct MulMat {
     interleaved: Option<(*const u8, InterleavedDotFn)>,
     /// Where phase 0 records each converted activation row's extent (see [`Extents`]).
     extents: Option<Extents>,
+    /// The softmax mask that alone reads the result, and where phase 0 records which blocks it
+    /// hides (see [`Hidden`]).
+    hidden: Option<Hidden>,
+}
+
+/// The blocks of the result a softmax mask hides: for every mask row (token, mask head, mask
+/// batch) and every block of [`ROW_BLOCK`] weight rows (KV cells), one byte at `off` in shared
+/// scratch, 1 when the mask holds -inf for all of them. Such a block of outputs is written as 0
+/// instead of computed: the softmax turns it into exact zeros either way (`graph::fusion`).
+struct Hidden {
+    mask: Tv,
+    off: usize,
+    /// Mask rows: `dst.ne[1] * mask.ne[2] * mask.ne[3]`.
+    rows: usize,
+    /// Row blocks per mask row.
+    blocks: usize,
 }
 
 /// The extents of converted F16 activation rows: one `u32` per row at `off` in shared scratch, the
@@ -223,7 +239,11 @@ fn plan_interleaved(a: &Tv, il: Interleaved) -> Option<(*const u8, InterleavedDo
 ///
 /// # Safety
 /// As `ops::prepare`.
-pub(crate) unsafe fn prepare_mul_mat(n: &Node, interleaved: Option<Interleaved>) -> Result<Plan> {
+pub(crate) unsafe fn prepare_mul_mat(
+    n: &Node,
+    interleaved: Option<Interleaved>,
+    mask: Option<&crate::graph::Tensor>,
+) -> Result<Plan> {
     let op = n.op;
     // SAFETY: forwarded contract.
     let (a, b, dst) = unsafe { (tv(src(n, 0)?)?, tv(src(n, 1)?)?, tv(&n.dst)?) };
@@ -300,8 +320,18 @@ pub(crate) unsafe fn prepare_mul_mat(n: &Node, interleaved: Option<Interleaved>)
         Ok(Extents { off })
     })
     .transpose()?;
+    let hidden = match mask {
+        // SAFETY: forwarded contract (the mask is a live tensor of the same graph).
+        Some(m) if act.convert && act.repack.is_none() => unsafe {
+            plan_hidden(m, &dst, &b, &mut shared_bytes)
+        },
+        _ => None,
+    };
     let phases = if act.convert { 2 } else { 1 };
-    let local = if act.convert { a.ne[0].max(repack_local) } else { 0 };
+    let mut local = if act.convert { a.ne[0].max(repack_local) } else { 0 };
+    if let Some(h) = &hidden {
+        local = local.max(h.mask.ne[0]);
+    }
     let work = b.ne[2] * b.ne[3] * a.ne[1].div_ceil(ROW_BLOCK);
     let units = if act.convert { [b.nrows().clamp(1, super::MAX_UNITS), work] } else { [work, 0] };
     Ok(Plan {
@@ -309,15 +339,83 @@ pub(crate) unsafe fn prepare_mul_mat(n: &Node, interleaved: Option<Interleaved>)
         units,
         shared_bytes,
         local_f32: local,
-        kind: Kind::MulMat(MulMat { a, b, dst, k, act, interleaved, extents }),
+        kind: Kind::MulMat(MulMat { a, b, dst, k, act, interleaved, extents, hidden }),
     })
+}
+
+/// The [`Hidden`] blocks of a product whose result only the softmax with `mask` reads, when the
+/// mask fits the result as SOFT_MAX requires and can be read; `None` (compute everything)
+/// otherwise. Grows the shared scratch by the flags.
+///
+/// # Safety
+/// As `ops::prepare`, for `mask`.
+unsafe fn plan_hidden(mask: &crate::graph::Tensor, dst: &Tv, b: &Tv, shared: &mut usize) -> Option<Hidden> {
+    // SAFETY: forwarded contract.
+    let m = unsafe { tv(mask) }.ok()?;
+    let fits = matches!(m.dtype(), GgmlType::F16 | GgmlType::F32)
+        && m.can_load()
+        && m.ne[0] == dst.ne[0]
+        && m.ne[1] >= dst.ne[1]
+        && m.ne[2] > 0
+        && m.ne[3] > 0
+        && dst.ne[2].is_multiple_of(m.ne[2])
+        && dst.ne[3].is_multiple_of(m.ne[3]);
+    if !fits {
+        return None;
+    }
+    let rows = dst.ne[1].checked_mul(m.ne[2])?.checked_mul(m.ne[3])?;
+    // Phase 0 visits every activation row once; the mask rows are a prefix of them.
+    if rows > b.nrows() {
+        return None;
+    }
+    let blocks = dst.ne[0].div_ceil(ROW_BLOCK);
+    let off = *shared;
+    *shared = rows.checked_mul(blocks)?.checked_add(off)?;
+    Some(Hidden { mask: m, off, rows, blocks })
+}
+
+impl Hidden {
+    /// Phase 0: the flags of mask row `r`, from `row` (scratch of at least `mask.ne[0]` floats).
+    fn record(&self, r: usize, n_tokens: usize, row: &mut [f32], sh: &SharedScratch) {
+        let m = &self.mask;
+        let (c, rest) = (r % n_tokens, r / n_tokens);
+        let row = &mut row[..m.ne[0]];
+        m.load_row(c, rest % m.ne[2], rest / m.ne[2], row);
+        let flags = sh.bytes_mut(self.off + r * self.blocks, self.blocks);
+        for (f, block) in flags.iter_mut().zip(row.chunks(ROW_BLOCK)) {
+            *f = u8::from(block.iter().all(|&v| v == f32::NEG_INFINITY));
+        }
+    }
+
+    /// Whether the mask hides the block `rb` of weight rows from every activation row `cols` of
+    /// batch `(i12, i13)`.
+    fn hides(
+        &self,
+        sh: &SharedScratch,
+        rb: usize,
+        cols: std::ops::Range<usize>,
+        n_tokens: usize,
+        i12: usize,
+        i13: usize,
+    ) -> bool {
+        let m = &self.mask;
+        let base = n_tokens * (i12 % m.ne[2] + m.ne[2] * (i13 % m.ne[3]));
+        let flags = sh.bytes(self.off, self.rows * self.blocks);
+        cols.into_iter().all(|c| flags[(base + c) * self.blocks + rb] != 0)
+    }
 }
 
 impl MulMat {
     pub(crate) fn run(&self, phase: u8, ctx: &mut Ctx<'_>) {
         if self.act.convert && phase == 0 {
             let rows = ctx.range(self.b.nrows());
-            convert_rows(&self.b, &self.act, self.extents, rows, ctx);
+            convert_rows(&self.b, &self.act, self.extents, rows.clone(), ctx);
+            if let Some(h) = &self.hidden {
+                let sh = ctx.sh;
+                for r in rows.filter(|&r| r < h.rows) {
+                    h.record(r, self.dst.ne[1], ctx.local, &sh);
+                }
+            }
             return;
         }
         let (a, b, dst) = (&self.a, &self.b, &self.dst);
@@ -347,6 +445,13 @@ impl MulMat {
         let mut c0 = 0;
         while c0 < n {
             let nc = COL_BLOCK.min(n - c0);
+            if self.hidden.as_ref().is_some_and(|h| h.hides(&ctx.sh, rb, c0..c0 + nc, n, i12, i13)) {
+                for j in 0..nc {
+                    dst.store_f32s(r0, c0 + j, i12, i13, &[0.0; ROW_BLOCK][..nr]);
+                }
+                c0 += nc;
+                continue;
+            }
             let ys: [&[u8]; COL_BLOCK] =
                 std::array::from_fn(|j| act_row(b, &self.act, &ctx.sh, c0 + j.min(nc - 1), i12, i13));
             let k = match self.extents {

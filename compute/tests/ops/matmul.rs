@@ -338,3 +338,77 @@ fn f16_products_of_rows_ending_in_zeros_keep_the_full_length_bits() {
         }
     }
 }
+
+/// KQ = MUL_MAT(K, Q) read only by SOFT_MAX(KQ, causal mask): the blocks of KQ the mask hides are
+/// written as 0 instead of computed, and the softmax keeps every bit. With another reader of KQ,
+/// KQ flagged as an output, or the mask rewritten in between, KQ is computed in full.
+#[test]
+fn products_only_a_masked_softmax_reads_skip_the_hidden_blocks() {
+    use compute::op::flags;
+    let (d, hkv, h, kv, t, past) = (64u64, 2u64, 6u64, 80u64, 40u64, 8u64);
+    let mut r = rng(77);
+    let kc = T::from_f32(GgmlType::F16, [d, kv, hkv, 1], &randv(&mut r, (d * kv * hkv) as usize, 1.0));
+    let q = T::from_f32(GgmlType::F32, [d, t, h, 1], &randv(&mut r, (d * t * h) as usize, 1.0));
+    // Causal: token c sees cells 0..=past + c; the padded rows below t see nothing.
+    let mut mv = vec![0f32; (kv * (t + 3)) as usize];
+    for (c, row) in mv.chunks_exact_mut(kv as usize).enumerate() {
+        for (j, v) in row.iter_mut().enumerate() {
+            if j as u64 > past + c as u64 {
+                *v = f32::NEG_INFINITY;
+            }
+        }
+    }
+    let scale = f(0.125);
+    let run_case = |mask_t: GgmlType, variant: &str| -> (Vec<f64>, Vec<f64>) {
+        let mask = T::from_f32(mask_t, [kv, t + 3, 1, 1], &mv);
+        let kq = T::new(GgmlType::F32, [kv, t, h, 1]);
+        let sm = T::new(GgmlType::F32, [kv, t, h, 1]);
+        let other = T::new(GgmlType::F32, [kv, t, h, 1]);
+        let mut product = node(GgmlOp::MulMat, kq.t(), &[kc.t(), q.t()]);
+        let mut nodes = Vec::new();
+        match variant {
+            "output" => product.flags |= flags::OUTPUT,
+            "mask written" => {
+                nodes.push(product.clone());
+                nodes.push(node(GgmlOp::Cpy, mask.t(), &[mask.t()]));
+            }
+            _ => {}
+        }
+        if variant != "mask written" {
+            nodes.push(product);
+        }
+        nodes.push(node_p(GgmlOp::SoftMax, &[scale, f(0.0)], sm.t(), &[kq.t(), mask.t()]));
+        if variant == "read again" {
+            nodes.push(node(GgmlOp::Cpy, other.t(), &[kq.t()]));
+        }
+        run(nodes, 3).unwrap();
+        (kq.values(), sm.values())
+    };
+    let bits = |v: &[f64]| v.iter().map(|x| (*x as f32).to_bits()).collect::<Vec<_>>();
+    for mask_t in [GgmlType::F16, GgmlType::F32] {
+        let (full_kq, full_sm) = run_case(mask_t, "read again");
+        let (kq, sm) = run_case(mask_t, "fused");
+        assert_eq!(bits(&sm), bits(&full_sm), "{mask_t}: the softmax changed");
+        // Blocks of 16 cells hidden from all 16 tokens of a block are 0; everything else is the
+        // full product.
+        let (mut zeroed, mut kept) = (0, 0);
+        for (i, (a, b)) in kq.iter().zip(&full_kq).enumerate() {
+            let (j, c) = (i as u64 % kv, i as u64 / kv % t);
+            let hidden = j / 16 * 16 > past + (c / 16 * 16 + 15).min(t - 1);
+            if hidden {
+                assert_eq!(*a, 0.0, "{mask_t}: cell {j} token {c} computed");
+                zeroed += 1;
+            } else {
+                assert_eq!((*a as f32).to_bits(), (*b as f32).to_bits(), "{mask_t}: cell {j} token {c}");
+                kept += 1;
+            }
+        }
+        assert!(zeroed > 0 && kept > 0);
+        assert!(full_kq.iter().all(|v| *v != 0.0), "the full product has no zeros of its own");
+        for variant in ["output", "mask written"] {
+            let (kq, sm) = run_case(mask_t, variant);
+            assert_eq!(bits(&kq), bits(&full_kq), "{mask_t} {variant}: KQ not computed in full");
+            assert_eq!(bits(&sm), bits(&full_sm), "{mask_t} {variant}");
+        }
+    }
+}
