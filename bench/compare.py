@@ -265,8 +265,11 @@ def case_c(cfg, model, t: Table, res: dict) -> None:
             log("(c) llamactl over one 2-thread llamad worker")
             return by_test(llamactl_bench(cfg.llamactl, model, cfg.p, cfg.n, 1, 1, [w.endpoint]))
 
-    # The three configurations in rotation, one repetition per set of processes (see `rotated`).
-    two, ref, one = rotated(cfg.reps, [run_two, run_ref, run_one])
+    # The three configurations in rotation, one repetition per set of processes (see `rotated`), at
+    # least 5 each: two 1-thread workers in row split both wait whenever either core stalls, so a
+    # stall of this VM costs them about twice what it costs one 2-thread worker, and one such run
+    # among three moved the mean by 15% (pp512 runs of 463, 417 and 284 t/s at 19:34).
+    two, ref, one = rotated(max(cfg.reps, 5), [run_two, run_ref, run_one])
     res["c"] = {"llamactl_2x1": list(two.values()), "llama.cpp_2x1": list(ref.values()),
                 "llamactl_1x2": list(one.values())}
     for key in sorted(two, key=lambda k: (k[1], k[0])):
