@@ -293,7 +293,6 @@ def llamactl_load_s(cfg, model: str, endpoint: str, extra=()) -> float:
 
 def case_d(cfg, model, t: Table, res: dict) -> None:
     t.section("(d) model load through one worker: cold vs warm cache (seconds, lower is better)")
-    out = {}
     # llamactl asks the worker's cache for writes above --hash-threshold (1 MiB by default); a write is
     # a weight or a run of small neighbouring weights of one layer, so each SmolLM2 layer (2.2 MB in
     # nine weights) is one cached write. "all hashed" (threshold 0) adds the 2 KB output norm.
@@ -301,9 +300,13 @@ def case_d(cfg, model, t: Table, res: dict) -> None:
     # fresh memory were the worst of it until llamad began mapping cache hits instead of copying
     # them), and a median of 3 lands on such an outlier too often.
     reps = max(cfg.reps, 5)
-    for who in ["llamactl+llamad", "llamactl+llamad, all hashed", "llama.cpp+llamad", "llama.cpp+rpc-server"]:
-        cold, warm = [], []
-        for _ in range(reps):
+    whos = ["llamactl+llamad", "llamactl+llamad, all hashed", "llama.cpp+llamad", "llama.cpp+rpc-server"]
+    out = {who: {"cold_s": [], "warm_s": []} for who in whos}
+    # The configurations in rotation, as in cases a-c: each repetition starts with another one, so
+    # the VM's drift over the minutes this takes falls on all of them.
+    for i in range(reps):
+        k = i % len(whos)
+        for who in whos[k:] + whos[:k]:
             cache = tempfile.mkdtemp(prefix="compare-cache-")
             try:
                 for phase in ("cold", "warm"):
@@ -317,11 +320,11 @@ def case_d(cfg, model, t: Table, res: dict) -> None:
                             s = llamactl_load_s(cfg, model, srv.endpoint, extra)
                         else:
                             s = lcpp_bench(model, [], [], 1, 1, [srv.endpoint], load_only=True)["load_s"]
-                    (cold if phase == "cold" else warm).append(s)
+                    out[who][f"{phase}_s"].append(s)
             finally:
                 shutil.rmtree(cache, ignore_errors=True)
-        log(f"(d) {who}: cold {cold} warm {warm}")
-        out[who] = {"cold_s": cold, "warm_s": warm}
+    for who in whos:
+        log(f"(d) {who}: cold {out[who]['cold_s']} warm {out[who]['warm_s']}")
     res["d"] = out
     med = lambda v: sorted(v)[len(v) // 2]  # noqa: E731
     for who, v in out.items():
