@@ -14,6 +14,24 @@ use crate::op::{flags, GgmlOp};
 /// For each node, the mask of the softmax that alone reads its result, when the node is a
 /// MUL_MAT that may skip the elements the mask hides (see the module documentation).
 pub(crate) fn masked_products(nodes: &[Node]) -> Vec<Option<Tensor>> {
+    masked_products_within(
+        nodes,
+        SCAN_BUDGET_BASE.saturating_add(SCAN_BUDGET_PER_NODE.saturating_mul(nodes.len())),
+    )
+}
+
+/// Node visits [`masked_products`] may spend: a peer's graph of many softmaxes must not make the
+/// scans quadratic. A llama graph spends about one pass over the graph per layer (SmolLM2: 30
+/// softmaxes over 900 nodes).
+const SCAN_BUDGET_BASE: usize = 100_000;
+const SCAN_BUDGET_PER_NODE: usize = 8;
+/// Most separate written ranges [`dead_after`] tracks before it gives up (and the product is
+/// computed in full).
+const MAX_WRITTEN_RANGES: usize = 64;
+
+/// [`masked_products`] with at most `budget` node visits; once it is spent, the remaining products
+/// are computed in full.
+fn masked_products_within(nodes: &[Node], mut budget: usize) -> Vec<Option<Tensor>> {
     let mut out = vec![None; nodes.len()];
     for (s, sm) in nodes.iter().enumerate() {
         if sm.op != GgmlOp::SoftMax || !sm.runs() {
@@ -23,19 +41,24 @@ pub(crate) fn masked_products(nodes: &[Node]) -> Vec<Option<Tensor>> {
         let (Some(kx), Some(mx)) = (extent(&kq), extent(&mask)) else { continue };
         // The last node before the softmax that touches KQ's bytes must be the product writing
         // exactly KQ, and nothing between the two may write the mask.
-        let Some(i) = nodes[..s].iter().rposition(|n| n.runs() && touches(n, kx)) else { continue };
+        let Some(back) = nodes[..s].iter().rev().take(budget).position(|n| n.runs() && touches(n, kx)) else {
+            return out;
+        };
+        budget -= back + 1;
+        let i = s - 1 - back;
         let p = &nodes[i];
-        let between = &nodes[i + 1..s];
-        if p.op != GgmlOp::MulMat
-            || p.dst != kq
-            || p.flags & flags::OUTPUT != 0
-            || overlaps(kx, mx)
-            || between.iter().any(|n| n.runs() && writes(n, mx))
-            || !dead_after(&nodes[s + 1..], kx, extent(&sm.dst))
-        {
+        if p.op != GgmlOp::MulMat || p.dst != kq || p.flags & flags::OUTPUT != 0 || overlaps(kx, mx) {
             continue;
         }
-        out[i] = Some(mask);
+        // Every node between was visited above already.
+        if nodes[i + 1..s].iter().any(|n| n.runs() && writes(n, mx)) {
+            continue;
+        }
+        match dead_after(&nodes[s + 1..], kx, extent(&sm.dst), &mut budget) {
+            Some(true) => out[i] = Some(mask),
+            Some(false) => {}
+            None => return out,
+        }
     }
     out
 }
@@ -51,8 +74,14 @@ fn writes(n: &Node, x: (usize, usize)) -> bool {
 
 /// Whether no node of `rest` reads bytes of `x` before they are written again (a reuse of the
 /// memory: the reader sees the new bytes); `first` was written just before `rest` (the softmax's
-/// destination, which ggml's allocator often places over its source).
-fn dead_after(rest: &[Node], x: (usize, usize), first: Option<(usize, usize)>) -> bool {
+/// destination, which ggml's allocator often places over its source). Each node visited costs one
+/// of `budget`; `None` when it runs out. Too many separate rewritten parts count as a read.
+fn dead_after(
+    rest: &[Node],
+    x: (usize, usize),
+    first: Option<(usize, usize)>,
+    budget: &mut usize,
+) -> Option<bool> {
     // The parts of `x` written since, as sorted disjoint ranges.
     let mut written: Vec<(usize, usize)> = Vec::new();
     if let Some(d) = first {
@@ -61,24 +90,31 @@ fn dead_after(rest: &[Node], x: (usize, usize), first: Option<(usize, usize)>) -
             add(&mut written, part);
         }
     }
-    for n in rest.iter().filter(|n| n.runs()) {
+    for n in rest {
+        *budget = budget.checked_sub(1)?;
+        if !n.runs() {
+            continue;
+        }
         for r in n.src.iter().flatten().filter_map(extent) {
             let part = (r.0.max(x.0), r.1.min(x.1));
             if part.0 < part.1 && !covered(&written, part) {
-                return false;
+                return Some(false);
             }
         }
         if let Some(d) = extent(&n.dst) {
             let part = (d.0.max(x.0), d.1.min(x.1));
             if part.0 < part.1 {
+                if written.len() >= MAX_WRITTEN_RANGES {
+                    return Some(false);
+                }
                 add(&mut written, part);
                 if covered(&written, x) {
-                    return true;
+                    return Some(true);
                 }
             }
         }
     }
-    true
+    Some(true)
 }
 
 /// Whether the sorted disjoint ranges `set` cover `r`.
@@ -183,5 +219,23 @@ mod tests {
         add(&mut w, (45, 50));
         assert_eq!(w, vec![(0, 5), (10, 40), (45, 50)]);
         assert!(!covered(&w, (4, 11)));
+    }
+
+    #[test]
+    fn the_scans_stop_when_their_budget_is_spent() {
+        // Many softmaxes over one product: each scan goes back to it; a small budget fuses
+        // nothing, an ample one the product.
+        let mut nodes = vec![node(GgmlOp::MulMat, t(KQ, 256), &[t(K, 64), t(Q, 64)])];
+        for i in 0..50 {
+            nodes.push(node(GgmlOp::Cpy, t(OUT + 0x1000 * i, 4), &[t(K, 4)]));
+        }
+        nodes.push(node(GgmlOp::SoftMax, t(SM, 256), &[t(KQ, 256), t(MASK, 256)]));
+        nodes.push(node(GgmlOp::Cpy, t(OUT, 4), &[t(SM, 4)]));
+        assert!(masked_products_within(&nodes, 1000)[0].is_some());
+        assert!(masked_products_within(&nodes, 50)[0].is_none(), "the product is 51 nodes back");
+        assert!(masked_products_within(&nodes, 51)[0].is_none(), "nothing left for the forward scan");
+        assert!(masked_products_within(&nodes, 52)[0].is_some());
+        // The default budget of a huge graph stays linear in its size and still fuses here.
+        assert!(masked_products(&nodes)[0].is_some());
     }
 }

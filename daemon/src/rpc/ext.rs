@@ -380,6 +380,7 @@ fn run_streams(
     let (rank, n_ranks, n) = (first.p.rank, first.p.n_ranks, first.slots.len());
     let mut partials: Vec<Vec<u8>> = vec![Vec::new(); n_ranks as usize];
     let (mut t_compute, mut t_wait) = (Duration::ZERO, Duration::ZERO);
+    let t_start = Instant::now();
     let (tx, rx) = std::sync::mpsc::channel::<(u32, Arc<Vec<u8>>)>();
     std::thread::scope(|sc| {
         // The sender writes the partials in the order they were computed, which is the order every
@@ -447,6 +448,7 @@ fn run_streams(
         tokens = st.iter().map(|s| s.p.n_tokens).sum::<usize>(),
         compute_us = t_compute.as_micros() as u64,
         exchange_us = t_wait.as_micros() as u64,
+        total_us = t_start.elapsed().as_micros() as u64,
         "tp_run_streams"
     );
     Ok(st.into_iter().flat_map(|s| s.answer.unwrap_or_default()).collect())
