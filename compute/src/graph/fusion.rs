@@ -84,37 +84,35 @@ fn dead_after(
 ) -> Option<bool> {
     // The parts of `x` written since, as sorted disjoint ranges.
     let mut written: Vec<(usize, usize)> = Vec::new();
-    if let Some(d) = first {
-        let part = (d.0.max(x.0), d.1.min(x.1));
-        if part.0 < part.1 {
-            add(&mut written, part);
-        }
+    if let Some(part) = first.and_then(|d| clip(d, x)) {
+        add(&mut written, part);
     }
     for n in rest {
         *budget = budget.checked_sub(1)?;
         if !n.runs() {
             continue;
         }
-        for r in n.src.iter().flatten().filter_map(extent) {
-            let part = (r.0.max(x.0), r.1.min(x.1));
-            if part.0 < part.1 && !covered(&written, part) {
+        if n.src.iter().flatten().filter_map(extent).filter_map(|r| clip(r, x)).any(|p| !covered(&written, p))
+        {
+            return Some(false);
+        }
+        if let Some(part) = extent(&n.dst).and_then(|d| clip(d, x)) {
+            if written.len() >= MAX_WRITTEN_RANGES {
                 return Some(false);
             }
-        }
-        if let Some(d) = extent(&n.dst) {
-            let part = (d.0.max(x.0), d.1.min(x.1));
-            if part.0 < part.1 {
-                if written.len() >= MAX_WRITTEN_RANGES {
-                    return Some(false);
-                }
-                add(&mut written, part);
-                if covered(&written, x) {
-                    return Some(true);
-                }
+            add(&mut written, part);
+            if covered(&written, x) {
+                return Some(true);
             }
         }
     }
     Some(true)
+}
+
+/// The part of `r` inside `x`, `None` when they do not overlap.
+fn clip(r: (usize, usize), x: (usize, usize)) -> Option<(usize, usize)> {
+    let part = (r.0.max(x.0), r.1.min(x.1));
+    (part.0 < part.1).then_some(part)
 }
 
 /// Whether the sorted disjoint ranges `set` cover `r`.

@@ -201,7 +201,9 @@ pub(crate) struct MulMat {
 struct Hidden {
     mask: Tv,
     off: usize,
-    /// Mask rows: `dst.ne[1] * mask.ne[2] * mask.ne[3]`.
+    /// Tokens: the result's `ne[1]`.
+    tokens: usize,
+    /// Mask rows: `tokens * mask.ne[2] * mask.ne[3]`.
     rows: usize,
     /// Row blocks per mask row.
     blocks: usize,
@@ -371,14 +373,14 @@ unsafe fn plan_hidden(mask: &crate::graph::Tensor, dst: &Tv, b: &Tv, shared: &mu
     let blocks = dst.ne[0].div_ceil(ROW_BLOCK);
     let off = *shared;
     *shared = rows.checked_mul(blocks)?.checked_add(off)?;
-    Some(Hidden { mask: m, off, rows, blocks })
+    Some(Hidden { mask: m, off, tokens: dst.ne[1], rows, blocks })
 }
 
 impl Hidden {
     /// Phase 0: the flags of mask row `r`, from `row` (scratch of at least `mask.ne[0]` floats).
-    fn record(&self, r: usize, n_tokens: usize, row: &mut [f32], sh: &SharedScratch) {
+    fn record(&self, r: usize, row: &mut [f32], sh: &SharedScratch) {
         let m = &self.mask;
-        let (c, rest) = (r % n_tokens, r / n_tokens);
+        let (c, rest) = (r % self.tokens, r / self.tokens);
         let row = &mut row[..m.ne[0]];
         m.load_row(c, rest % m.ne[2], rest / m.ne[2], row);
         let flags = sh.bytes_mut(self.off + r * self.blocks, self.blocks);
@@ -394,12 +396,11 @@ impl Hidden {
         sh: &SharedScratch,
         rb: usize,
         cols: std::ops::Range<usize>,
-        n_tokens: usize,
         i12: usize,
         i13: usize,
     ) -> bool {
         let m = &self.mask;
-        let base = n_tokens * (i12 % m.ne[2] + m.ne[2] * (i13 % m.ne[3]));
+        let base = self.tokens * (i12 % m.ne[2] + m.ne[2] * (i13 % m.ne[3]));
         let flags = sh.bytes(self.off, self.rows * self.blocks);
         cols.into_iter().all(|c| flags[(base + c) * self.blocks + rb] != 0)
     }
@@ -413,7 +414,7 @@ impl MulMat {
             if let Some(h) = &self.hidden {
                 let sh = ctx.sh;
                 for r in rows.filter(|&r| r < h.rows) {
-                    h.record(r, self.dst.ne[1], ctx.local, &sh);
+                    h.record(r, ctx.local, &sh);
                 }
             }
             return;
@@ -445,7 +446,7 @@ impl MulMat {
         let mut c0 = 0;
         while c0 < n {
             let nc = COL_BLOCK.min(n - c0);
-            if self.hidden.as_ref().is_some_and(|h| h.hides(&ctx.sh, rb, c0..c0 + nc, n, i12, i13)) {
+            if self.hidden.as_ref().is_some_and(|h| h.hides(&ctx.sh, rb, c0..c0 + nc, i12, i13)) {
                 for j in 0..nc {
                     dst.store_f32s(r0, c0 + j, i12, i13, &[0.0; ROW_BLOCK][..nr]);
                 }
