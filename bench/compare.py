@@ -6,9 +6,10 @@ Cases (issue 8):
      sides' repetitions interleaved, one per process)
   b  llama.cpp master with one llamad worker vs with llama.cpp's reference RPC server (interleaved
      as in a, a fresh worker per repetition)
-  c  llamactl over 2 llamad workers (1 thread each) vs llama.cpp over 2 reference servers
-     (1 thread each), and vs llamactl over one 2-thread llamad worker (the three in rotation, fresh
-     workers per repetition)
+  c  llamactl over 2 llamad workers (1 thread each, split mode row) vs llama.cpp over 2 reference
+     servers (1 thread each), and vs llamactl over one 2-thread llamad worker; also llamactl in
+     llama.cpp's split mode (layer, prompts pipelined in micro-batches) vs llama.cpp (the four in
+     rotation, fresh workers per repetition)
   d  model load with a cold vs a warm worker cache (llamad -c, llama.cpp's server with its cache)
   e  a llamad worker's peak RSS (VmHWM) vs the bytes of the buffers it holds (admin API)
   bw streaming-read memory bandwidth, and generation's weight bytes/s as a fraction of it
@@ -255,6 +256,11 @@ def case_c(cfg, model, t: Table, res: dict) -> None:
             return by_test(llamactl_bench(cfg.llamactl, model, cfg.p, cfg.n, 1, 1, [w1.endpoint, w2.endpoint],
                                           ["--split-mode", "row"]))
 
+    def run_layer():
+        with llamad(1) as w1, llamad(1) as w2:
+            log("(c) llamactl --split-mode layer over 2 llamad workers (pipelined prompts)")
+            return by_test(llamactl_bench(cfg.llamactl, model, cfg.p, cfg.n, 1, 1, [w1.endpoint, w2.endpoint]))
+
     def run_ref():
         with peer.start_reference_server(threads=1) as r1, peer.start_reference_server(threads=1) as r2:
             log("(c) llama.cpp over 2 reference servers")
@@ -269,15 +275,20 @@ def case_c(cfg, model, t: Table, res: dict) -> None:
     # least 5 each: two 1-thread workers in row split both wait whenever either core stalls, so a
     # stall of this VM costs them about twice what it costs one 2-thread worker, and one such run
     # among three moved the mean by 15% (pp512 runs of 463, 417 and 284 t/s at 19:34).
-    two, ref, one = rotated(max(cfg.reps, 5), [run_two, run_ref, run_one])
+    two, ref, one, layer = rotated(max(cfg.reps, 5), [run_two, run_ref, run_one, run_layer])
     res["c"] = {"llamactl_2x1": list(two.values()), "llama.cpp_2x1": list(ref.values()),
-                "llamactl_1x2": list(one.values())}
+                "llamactl_1x2": list(one.values()), "llamactl_2x1_layer": list(layer.values())}
     for key in sorted(two, key=lambda k: (k[1], k[0])):
         t.speed("c", "2 workers x 1 thread (row)", two[key]["test"], two[key], ref[key], 1.5,
                 "llamactl+2 llamad", "llama.cpp+2 rpc-server")
     for key in sorted(two, key=lambda k: (k[1], k[0])):
         t.speed("c", "2x1-thread vs 1x2-thread worker", two[key]["test"], two[key], one[key], 0.8,
                 "llamactl+2 llamad", "llamactl+1 llamad -t 2")
+    # llama.cpp's own split (layers), where the workers take turns: llamactl pipelines a prompt's
+    # micro-batches through them, and generation still takes turns.
+    for key in sorted(layer, key=lambda k: (k[1], k[0])):
+        t.speed("c", "2 workers x 1 thread (layer)", layer[key]["test"], layer[key], ref[key], None,
+                "llamactl+2 llamad", "llama.cpp+2 rpc-server")
 
 
 def llamactl_load_s(cfg, model: str, endpoint: str, extra=()) -> float:

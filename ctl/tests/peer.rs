@@ -64,6 +64,42 @@ fn row_split_on_reference_servers_equals_row_split_on_llamad() {
 }
 
 #[test]
+fn pipelined_prompts_on_reference_servers_give_the_in_process_text() {
+    // A 177-token prompt over two workers in split mode layer runs as two pipelined micro-batches
+    // (protocol 7.0.0 commands only, so llama.cpp's servers run them too). Each micro-batch is
+    // computed as a ubatch of its own, which for this model gives the bits of the whole prompt,
+    // so the text is the in-process text on llamad workers and on the reference servers alike.
+    // Flash attention is off: for 64 and more query rows ggml's CPU backend tiles it in another
+    // order (tests/interop/README.md), and this prompt's text then differs from ours.
+    let (Some(p1), Some(p2)) = (start_peer(), start_peer()) else { return };
+    let model = smollm2();
+    let m = model.to_str().unwrap();
+    let (w1, w2) = (support::Worker::start(512 << 20), support::Worker::start(512 << 20));
+    let prompt = "Hello world, this is a test of the pipeline. ".repeat(16);
+    let base =
+        ["-m", m, "-p", &prompt, "-n", "12", "--temp", "0", "-t", "1", "-c", "512", "--flash-attn", "off"];
+    let run = |workers: Option<String>| {
+        let mut a = vec!["run"];
+        a.extend_from_slice(&base);
+        if let Some(w) = &workers {
+            a.extend_from_slice(&["--workers", w]);
+        }
+        let out = support::llamactl(&a);
+        let err = String::from_utf8_lossy(&out.stderr).into_owned();
+        assert!(out.status.success(), "{err}");
+        if workers.is_some() {
+            // Two micro-batches and 11 decode steps on each worker.
+            assert_eq!(err.matches(": 13 graphs").count(), 2, "{err}");
+        }
+        String::from_utf8(out.stdout).unwrap()
+    };
+    let local = run(None);
+    assert!(local.split_whitespace().count() > 5, "too little text: {local:?}");
+    assert_eq!(run(Some(format!("{},{}", w1.addr, w2.addr))), local, "two llamad workers");
+    assert_eq!(run(Some(format!("{},{}", p1.addr, p2.addr))), local, "two reference servers");
+}
+
+#[test]
 fn coalesced_writes_go_through_the_reference_servers_cache() {
     // llamactl sends each SmolLM2 layer's weights as one write (an I8 range over them): llama.cpp's
     // server with its cache (`-c`) stores those by their FNV-1a like any other write and serves them

@@ -251,6 +251,10 @@ impl Pipeline {
     }
 
     fn decode_ubatch(&mut self, tokens: &[u32]) -> Result<()> {
+        let m = micro_batches(tokens.len(), self.workers.len(), self.local.is_some());
+        if m > 1 {
+            return self.decode_pipelined(tokens, m);
+        }
         let hp = &self.hp;
         let base = ubatch_params(hp, &self.cfg, self.n_past, tokens.len() as u64, 1);
         let n_past = self.n_past;
@@ -265,15 +269,85 @@ impl Pipeline {
             let p = BuildParams { layers: w.layers.clone(), ..base.clone() };
             cur = w.run_ubatch(hp, self.src.as_ref(), &p, n_past, tokens, &cur)?;
         }
-        if cur.len() as u64 != hp.n_vocab * 4 {
-            bail!("expected {} logits, got {} bytes", hp.n_vocab, cur.len());
+        self.finish_ubatch(tokens.len(), &cur)
+    }
+
+    /// Runs a ubatch as `m` micro-batches through the workers' layer ranges in a wavefront: at step
+    /// `s` worker `w` computes micro-batch `s - w`, so all workers compute at once instead of in
+    /// turn. Each step writes every busy worker's work before reading any answer. Every micro-batch
+    /// is computed exactly as a ubatch of its own would be (its tokens, positions and KV extent), so
+    /// the logits are those of decoding the micro-batches one after another.
+    fn decode_pipelined(&mut self, tokens: &[u32], m: usize) -> Result<()> {
+        let out = self.wavefront(tokens, m);
+        if out.is_err() {
+            // An answer left unread would be taken for the next command's: read what still comes.
+            for w in &mut self.workers {
+                let _ = w.recv_ubatch();
+            }
         }
-        self.n_past += tokens.len() as u64;
+        let cur = out?;
+        self.finish_ubatch(tokens.len(), &cur)
+    }
+
+    fn wavefront(&mut self, tokens: &[u32], m: usize) -> Result<Vec<u8>> {
+        let (hp, src, cfg) = (&self.hp, self.src.as_ref(), &self.cfg);
+        let n = tokens.len();
+        let bounds: Vec<Range<usize>> = (0..m).map(|i| i * n / m..(i + 1) * n / m).collect();
+        let k = self.workers.len();
+        // carry[i]: micro-batch i's hidden state on its way to the next range.
+        let mut carry: Vec<Vec<u8>> = vec![Vec::new(); m];
+        for step in 0..m + k - 1 {
+            let busy = |w: usize| step.checked_sub(w).filter(|&i| i < m);
+            for (w, worker) in self.workers.iter_mut().enumerate() {
+                let Some(i) = busy(w) else { continue };
+                let r = bounds[i].clone();
+                let n_past = self.n_past + r.start as u64;
+                let p = BuildParams {
+                    layers: worker.layers.clone(),
+                    ..ubatch_params(hp, cfg, n_past, r.len() as u64, 1)
+                };
+                let hidden =
+                    if w == 0 { embed(src, &tokens[r.clone()])? } else { std::mem::take(&mut carry[i]) };
+                worker.send_ubatch(hp, src, &p, n_past, &tokens[r], &hidden)?;
+            }
+            for (w, worker) in self.workers.iter_mut().enumerate() {
+                if let Some(i) = busy(w) {
+                    carry[i] = worker.recv_ubatch()?;
+                }
+            }
+        }
+        Ok(std::mem::take(&mut carry[m - 1]))
+    }
+
+    /// Takes the last range's output as the logits of a ubatch of `n` tokens.
+    fn finish_ubatch(&mut self, n: usize, cur: &[u8]) -> Result<()> {
+        if cur.len() as u64 != self.hp.n_vocab * 4 {
+            bail!("expected {} logits, got {} bytes", self.hp.n_vocab, cur.len());
+        }
+        self.n_past += n as u64;
         self.logits.clear();
         self.logits.extend(cur.chunks_exact(4).map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]])));
         Ok(())
     }
 }
+
+/// A ubatch runs as micro-batches pipelined across the workers (see [`Pipeline::decode_pipelined`])
+/// when it is long enough to give each at least [`MICRO_MIN`] tokens, there are two or more workers
+/// and no layers run here. `LLAMACTL_PIPELINE=0` turns it off.
+fn micro_batches(n_tokens: usize, n_workers: usize, local: bool) -> usize {
+    if n_workers < 2 || local || std::env::var("LLAMACTL_PIPELINE").as_deref() == Ok("0") {
+        return 1;
+    }
+    (n_tokens / MICRO_MIN).clamp(1, MICRO_PER_WORKER * n_workers)
+}
+
+/// The smallest micro-batch: below it a worker's products lose more to short panels than the
+/// pipeline gains.
+const MICRO_MIN: usize = 64;
+
+/// At most this many micro-batches per worker: `k` workers finish `m` micro-batches in `m + k - 1`
+/// steps, so 4 per worker keeps the pipeline's fill and drain under a fifth of the time.
+const MICRO_PER_WORKER: usize = 4;
 
 impl Forward for Pipeline {
     fn decode(&mut self, tokens: &[u32]) -> Result<&[f32]> {

@@ -163,6 +163,14 @@ pub struct Worker {
     pub recomputes: u64,
     /// Time spent in [`Worker::run_ubatch`] (inputs, compute, output).
     pub busy: std::time::Duration,
+    /// The ubatch sent and not yet answered.
+    in_flight: Option<InFlight>,
+}
+
+/// A ubatch sent with [`Worker::send_ubatch`]: the size of its output and the layers it ran.
+struct InFlight {
+    bytes: u64,
+    layers: Range<u32>,
 }
 
 impl Worker {
@@ -278,6 +286,7 @@ impl Worker {
             graphs_sent: 0,
             recomputes: 0,
             busy: std::time::Duration::ZERO,
+            in_flight: None,
         })
     }
 
@@ -498,13 +507,14 @@ impl Worker {
         tokens: &[u32],
         hidden: &[u8],
     ) -> Result<Vec<u8>> {
-        let t0 = std::time::Instant::now();
-        let out = self.run_ubatch_inner(hp, src, p, n_past, tokens, hidden);
-        self.busy += t0.elapsed();
-        out
+        self.send_ubatch(hp, src, p, n_past, tokens, hidden)?;
+        self.recv_ubatch()
     }
 
-    fn run_ubatch_inner(
+    /// The request half of [`Worker::run_ubatch`]: writes the inputs, the graph and the read of its
+    /// output, and returns without waiting, so that other workers can be given work meanwhile. The
+    /// answer is read with [`Worker::recv_ubatch`] before anything else is asked of this worker.
+    pub fn send_ubatch(
         &mut self,
         hp: &HParams,
         src: &dyn WeightSource,
@@ -512,9 +522,12 @@ impl Worker {
         n_past: u64,
         tokens: &[u32],
         hidden: &[u8],
-    ) -> Result<Vec<u8>> {
+    ) -> Result<()> {
+        if self.in_flight.is_some() {
+            bail!("internal: worker {} already has a ubatch in flight", self.addr);
+        }
+        let t0 = std::time::Instant::now();
         self.prepare(hp, src, p)?;
-        let addr = self.addr.clone();
         let Some(pr) = self.prepared.as_ref() else { bail!("internal: no prepared graph") };
         let mut sink = StagingSink::new(&pr.built);
         fill_inputs(hp, &pr.built, n_past, tokens, &mut sink)?;
@@ -547,12 +560,7 @@ impl Worker {
         let out_bytes = out_def.layout.nbytes().unwrap_or(0);
         let recompute = self.graph_on_server;
         let blob = if recompute { None } else { Some(pr.blob.clone()) };
-        let ctx = || {
-            format!(
-                "worker {addr} (layers {}..{}) failed; if it closed the connection, its log says why",
-                p.layers.start, p.layers.end
-            )
-        };
+        let ctx = || Self::failed(&self.addr, &p.layers);
         for (t, bytes) in writes {
             self.client.set_tensor(&t, 0, bytes, false).with_context(ctx)?;
         }
@@ -565,8 +573,28 @@ impl Worker {
         }
         self.graphs_sent += 1;
         self.graph_on_server = true;
-        let res = self.client.get_tensor(&out_t, 0, out_bytes).with_context(ctx)?;
-        Ok(res)
+        self.client.send_get_tensor(&out_t, 0, out_bytes).with_context(ctx)?;
+        self.in_flight = Some(InFlight { bytes: out_bytes, layers: p.layers.clone() });
+        self.busy += t0.elapsed();
+        Ok(())
+    }
+
+    /// The output of the ubatch sent with [`Worker::send_ubatch`].
+    pub fn recv_ubatch(&mut self) -> Result<Vec<u8>> {
+        let t0 = std::time::Instant::now();
+        let Some(f) = self.in_flight.take() else {
+            bail!("internal: worker {} has no ubatch in flight", self.addr)
+        };
+        let out = self.client.recv_get_tensor(f.bytes).with_context(|| Self::failed(&self.addr, &f.layers));
+        self.busy += t0.elapsed();
+        out
+    }
+
+    fn failed(addr: &str, layers: &Range<u32>) -> String {
+        format!(
+            "worker {addr} (layers {}..{}) failed; if it closed the connection, its log says why",
+            layers.start, layers.end
+        )
     }
 
     /// Frees every buffer (the connection closes on drop as well).

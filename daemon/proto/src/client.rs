@@ -321,6 +321,20 @@ impl RpcClient {
         self.call(&Command::GetTensor(GetTensorReq { tensor: *tensor, offset, size }), size)
     }
 
+    /// The request half of GET_TENSOR, for a master that keeps several workers busy at once: it
+    /// writes to each, then reads each answer with [`RpcClient::recv_get_tensor`] (in the order sent,
+    /// before any other call that reads a response). The server answers once the commands before
+    /// it, e.g. a GRAPH_COMPUTE, are done.
+    pub fn send_get_tensor(&mut self, tensor: &RpcTensor, offset: u64, size: u64) -> Result<()> {
+        self.send(&Command::GetTensor(GetTensorReq { tensor: *tensor, offset, size }))
+    }
+
+    /// The answer to the oldest GET_TENSOR sent with [`RpcClient::send_get_tensor`]: exactly `size`
+    /// bytes.
+    pub fn recv_get_tensor(&mut self, size: u64) -> Result<Vec<u8>> {
+        read_response(&mut self.stream, Cmd::GetTensor, size)
+    }
+
     /// COPY_TENSOR; true when the server copied.
     pub fn copy_tensor(&mut self, src: &RpcTensor, dst: &RpcTensor) -> Result<bool> {
         let b = self.call(&Command::CopyTensor { src: *src, dst: *dst }, 1)?;
