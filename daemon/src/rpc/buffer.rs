@@ -306,11 +306,18 @@ impl Buffer {
         (off <= self.size).then(|| self.ptr.as_ptr().wrapping_add(off as usize))
     }
 
-    /// Zeroes the whole buffer by handing its pages back to the kernel, when it is a mapping and
-    /// `r` covers all of it: the next touch of each page maps a fresh zeroed one, so a buffer never
+    /// Zeroes the whole buffer when it is a mapping and `r` covers all of it: pages in memory are
+    /// written with zeros and kept, the others are handed back to the kernel, so a buffer never
     /// written costs nothing to clear. False (nothing done) otherwise; the caller then writes zeros.
     /// The caller must hold `r` exclusively, as for [`Region::as_mut_slice`].
-    pub fn discard(&self, r: Region) -> bool {
+    ///
+    /// Pages in use are not handed back because a master clears its KV cache before every request
+    /// (and `llamactl bench` before every repetition): each page handed back would cost a fault when
+    /// the next request writes it, and on a host that reclaims the memory a guest frees (this VM) such
+    /// a fault is often several times the cost of writing the page. Handing them back made a prompt
+    /// fault in its whole KV cache every time (2 600 faults per 512-token ubatch on each 1-thread
+    /// worker); ggml's CPU backend clears a buffer by writing zeros, too.
+    pub fn zero_whole(&self, r: Region) -> bool {
         let Memory::Map(map) = &self.memory else { return false };
         if r.ptr != self.ptr.as_ptr() || r.len as u64 != self.size {
             return false;
@@ -329,10 +336,10 @@ impl Buffer {
                 }
                 return ok;
             }
-            // SAFETY: MADV_DONTNEED on a private anonymous mapping makes its contents read as zeros
-            // from now on, which is what the caller asked for; the caller holds the whole range
+            // SAFETY: the buffer's mapping is private and anonymous (not file-backed, checked above),
+            // starts at `self.ptr` and is `map.len()` long; the caller holds the whole range
             // exclusively, so no slice of it is alive to see the change.
-            unsafe { map.unchecked_advise(memmap2::UncheckedAdvice::DontNeed) }.is_ok()
+            unsafe { file_map::zero_anonymous(self.ptr.as_ptr(), map.len()) }.is_ok()
         }
         #[cfg(not(target_os = "linux"))]
         {
@@ -382,7 +389,8 @@ impl Buffer {
 
 pub use file_map::page_size;
 
-/// Raw mappings over a buffer's own range: file pages for cache hits, fresh anonymous memory to clear.
+/// Raw mappings over a buffer's own range: file pages for cache hits, fresh anonymous memory to clear,
+/// and zeroing that keeps the pages in use.
 mod file_map {
     use std::io;
 
@@ -431,6 +439,41 @@ mod file_map {
     #[cfg(not(target_os = "linux"))]
     pub unsafe fn file_over(_ptr: *mut u8, _len: usize, _file: &std::fs::File) -> io::Result<()> {
         Err(io::Error::other("file mappings need Linux"))
+    }
+
+    /// Zeroes `[ptr, ptr + len)` of a private anonymous mapping: the pages in memory (`mincore`) are
+    /// written with zeros and kept, the others are handed back (`MADV_DONTNEED`: they read as zeros
+    /// again, and a swapped-out page's contents are dropped).
+    ///
+    /// # Safety
+    /// `ptr` is page-aligned and `[ptr, ptr + len)` is a range of a private anonymous mapping this
+    /// process owns, that no live reference points into.
+    #[cfg(target_os = "linux")]
+    pub unsafe fn zero_anonymous(ptr: *mut u8, len: usize) -> io::Result<()> {
+        let page = page_size().ok_or_else(|| io::Error::other("the system gives no page size"))?;
+        let n = len.div_ceil(page);
+        let mut state = vec![0u8; n];
+        // SAFETY: the range is mapped (caller); `state` holds one byte per page of it.
+        if unsafe { libc::mincore(ptr.cast(), len, state.as_mut_ptr()) } != 0 {
+            return Err(io::Error::last_os_error());
+        }
+        let mut i = 0;
+        while i < n {
+            let resident = state[i] & 1;
+            let j = (i..n).find(|&j| state[j] & 1 != resident).unwrap_or(n);
+            let (from, to) = (i * page, (j * page).min(len));
+            if resident == 1 {
+                // SAFETY: `[from, to)` lies inside the caller's range, which nothing else references.
+                unsafe { ptr.add(from).write_bytes(0, to - from) };
+            } else {
+                // SAFETY: as above; MADV_DONTNEED on a private anonymous range makes it read as zeros.
+                if unsafe { libc::madvise(ptr.add(from).cast(), to - from, libc::MADV_DONTNEED) } != 0 {
+                    return Err(io::Error::last_os_error());
+                }
+            }
+            i = j;
+        }
+        Ok(())
     }
 
     /// Replaces `[ptr, ptr + len)` with fresh private anonymous memory (zeros), on transparent huge
@@ -641,14 +684,14 @@ mod tests {
             // SAFETY: as above; the mutable slice is no longer used.
             let s = unsafe { r.as_slice() };
             assert_eq!((s[0], s[size as usize - 1]), (9, 7));
-            // Clearing: a mapped buffer discards its pages, a heap one is left to the caller.
+            // Clearing: a mapped buffer zeroes itself, a heap one is left to the caller.
             let whole = b.region(0, size).unwrap();
-            assert_eq!(b.discard(whole), size as usize >= MAP_MIN, "size {size}");
-            assert!(!b.discard(b.region(0, size - 1).unwrap()), "a part is never discarded");
+            assert_eq!(b.zero_whole(whole), size as usize >= MAP_MIN, "size {size}");
+            assert!(!b.zero_whole(b.region(0, size - 1).unwrap()), "a part is left to the caller");
             if size as usize >= MAP_MIN {
                 // SAFETY: as above.
                 let s = unsafe { whole.as_slice() };
-                assert!(s.iter().all(|&x| x == 0), "size {size}: not zero after discard");
+                assert!(s.iter().all(|&x| x == 0), "size {size}: not zero after clearing");
             }
             drop(b);
             assert_eq!(acc.allocated(), 0);
@@ -689,6 +732,47 @@ mod tests {
         }
     }
 
+    /// `mincore`'s answer for the pages of `[from, to)`, a page-aligned range of a live mapping.
+    #[cfg(target_os = "linux")]
+    fn resident(from: usize, to: usize) -> Vec<u8> {
+        let page = page_size().unwrap();
+        let mut v = vec![0u8; (to - from) / page];
+        // SAFETY: `[from, to)` is a page-aligned range of a mapping the caller holds; `v` has one
+        // byte per page.
+        let rc = unsafe { libc::mincore(from as *mut libc::c_void, to - from, v.as_mut_ptr()) };
+        assert_eq!(rc, 0);
+        v
+    }
+
+    #[test]
+    #[cfg(target_os = "linux")]
+    fn zeroing_a_whole_buffer_keeps_the_pages_in_use_and_hands_back_the_rest() {
+        let page = page_size().unwrap();
+        let acc = Arc::new(MemoryAccount::new(Some(64 << 20)));
+        let size = 4 * MAP_MIN as u64;
+        let b = Buffer::alloc(&acc, size).unwrap();
+        let base = b.addr(0).unwrap() as usize;
+        let half = size as usize / 2;
+        let whole = b.region(0, size).unwrap();
+        // SAFETY: the buffer outlives the slice and nothing else touches it.
+        let w = unsafe { whole.as_mut_slice() };
+        // The first half in use (a KV cache's used cells), a few bytes per page; the rest untouched.
+        for p in (0..half).step_by(page) {
+            w[p] = 0xA5;
+            w[p + page - 1] = 0x5A;
+        }
+        assert!(resident(base, base + half).iter().all(|&p| p & 1 == 1));
+        assert!(b.zero_whole(whole));
+        assert!(resident(base, base + half).iter().all(|&p| p & 1 == 1), "pages in use were handed back");
+        assert!(
+            resident(base + half, base + size as usize).iter().all(|&p| p & 1 == 0),
+            "untouched pages were faulted in"
+        );
+        // (Reading maps the untouched pages, so this comes last.)
+        // SAFETY: as above.
+        assert!(unsafe { whole.as_slice() }.iter().all(|&x| x == 0), "not zero");
+    }
+
     #[test]
     #[cfg(target_os = "linux")]
     fn prefaulting_maps_the_whole_pages_and_changes_no_byte() {
@@ -697,14 +781,6 @@ mod tests {
         let size = 4 * MAP_MIN as u64;
         let b = Buffer::alloc(&acc, size).unwrap();
         let base = b.addr(0).unwrap() as usize;
-        let resident = |from: usize, to: usize| -> Vec<u8> {
-            let mut v = vec![0u8; (to - from) / page];
-            // SAFETY: `[from, to)` is a page-aligned range of this buffer's mapping; `v` has one byte
-            // per page.
-            let rc = unsafe { libc::mincore(from as *mut libc::c_void, to - from, v.as_mut_ptr()) };
-            assert_eq!(rc, 0);
-            v
-        };
         // A fresh mapping has no pages yet; a region that starts and ends inside pages gets the whole
         // pages between.
         let (off, len) = (page as u64 / 2, 2 * MAP_MIN as u64);

@@ -67,9 +67,9 @@ impl MemJob {
     pub fn run(self) {
         match self {
             MemJob::Fill(buf, r, v) => {
-                // Zeroing a whole mapped buffer hands its pages back instead (BUFFER_CLEAR of a fresh
-                // KV cache: nothing to write at all).
-                if v == 0 && buf.discard(r) {
+                // A whole mapped buffer writes zeros only over the pages in memory and hands the rest
+                // back (BUFFER_CLEAR of a fresh KV cache: nothing to write at all).
+                if v == 0 && buf.zero_whole(r) {
                     return;
                 }
                 // SAFETY: `r` lies inside the live buffer `buf` (validated by the session, held here);

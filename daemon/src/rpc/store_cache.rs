@@ -246,7 +246,7 @@ mod map_tests {
         assert!(bytes_of(r2) == a);
 
         // Clearing a buffer with mapped pages gives zeros (not the file again) and ends the mapping.
-        assert!(buf.discard(buf.region(0, buf.size()).unwrap()));
+        assert!(buf.zero_whole(buf.region(0, buf.size()).unwrap()));
         assert!(bytes_of(buf.region(0, buf.size()).unwrap()).iter().all(|&b| b == 0));
         drop(buf2);
         assert!(!mapped(&path), "freed and cleared buffers leave no mapping");
