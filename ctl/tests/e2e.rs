@@ -12,7 +12,7 @@
 
 mod support;
 
-use std::net::{TcpListener, TcpStream};
+use std::net::TcpStream;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
@@ -43,8 +43,10 @@ fn llamad_bin() -> PathBuf {
     p
 }
 
+/// A port nothing holds, below the ephemeral range (see `e2e::server::free_port`): a `bind(0)` port
+/// may become an outgoing connection's local port before the daemon binds it.
 fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+    e2e::server::free_port().unwrap()
 }
 
 /// One `llamad` process; killed on drop. Its stderr (the log) goes to `log`.

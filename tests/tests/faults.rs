@@ -8,7 +8,6 @@
 //! (`cargo build -p llamad -p llamactl`). Model: `$LLAMAD_MODEL`, else `models/` (scripts/fetch-model.sh).
 
 use std::io::Read;
-use std::net::TcpListener;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex};
@@ -52,7 +51,8 @@ struct Worker {
 
 impl Worker {
     fn start(extra: &[&str], log: &Path) -> Worker {
-        let port = TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+        // Below the ephemeral range, where no outgoing connection takes it first.
+        let port = e2e::server::free_port().unwrap();
         let child = Command::new(binary("llamad", "LLAMAD_BIN"))
             .args(["serve", "-H", "127.0.0.1", "-p", &port.to_string(), "-t", "1", "--mem", "1G"])
             .args(["--admin-listen", "off"])

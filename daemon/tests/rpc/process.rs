@@ -2,16 +2,18 @@
 //! process (SIGKILL, restart, RSS): spawned with a log file, waited for until it answers HELLO,
 //! killed on drop.
 
-use std::net::{SocketAddr, TcpListener};
+use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use llamad_proto::RpcClient;
 
-/// A free port on 127.0.0.1 (bound and released; the daemon binds it right after).
+/// A port on 127.0.0.1 that nothing holds right now, below the kernel's ephemeral range
+/// (`e2e::server::free_port`): a port from `bind(0)` lies in that range, where the next outgoing
+/// connection of any process may take it as its local port before the daemon binds it.
 pub fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+    e2e::server::free_port().unwrap()
 }
 
 /// A running `llamad`.
