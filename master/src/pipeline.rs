@@ -74,6 +74,9 @@ pub struct Pipeline {
     n_past: u64,
     /// The last ubatch's logits (reused between tokens).
     logits: Vec<f32>,
+    /// Long ubatches run as pipelined micro-batches (see [`Pipeline::decode_pipelined`]): two or
+    /// more workers, no layers here, and not turned off with `LLAMACTL_PIPELINE=0`.
+    pipelined: bool,
 }
 
 /// One worker's upload: its index, the worker, its layout, the layers it holds, the weights' source.
@@ -228,7 +231,19 @@ impl Pipeline {
         if next != hp.n_layer {
             bail!("internal: layer plan ends at {next} of {}", hp.n_layer);
         }
-        Ok(Pipeline { hp, src, cfg, local, local_layers: plan.local, workers, n_past: 0, logits: Vec::new() })
+        let pipelined =
+            workers.len() >= 2 && local.is_none() && std::env::var("LLAMACTL_PIPELINE").as_deref() != Ok("0");
+        Ok(Pipeline {
+            hp,
+            src,
+            cfg,
+            local,
+            local_layers: plan.local,
+            workers,
+            n_past: 0,
+            logits: Vec::new(),
+            pipelined,
+        })
     }
 
     /// The workers in layer order.
@@ -251,7 +266,7 @@ impl Pipeline {
     }
 
     fn decode_ubatch(&mut self, tokens: &[u32]) -> Result<()> {
-        let m = micro_batches(tokens.len(), self.workers.len(), self.local.is_some());
+        let m = if self.pipelined { micro_batches(tokens.len(), self.workers.len()) } else { 1 };
         if m > 1 {
             return self.decode_pipelined(tokens, m);
         }
@@ -331,13 +346,9 @@ impl Pipeline {
     }
 }
 
-/// A ubatch runs as micro-batches pipelined across the workers (see [`Pipeline::decode_pipelined`])
-/// when it is long enough to give each at least [`MICRO_MIN`] tokens, there are two or more workers
-/// and no layers run here. `LLAMACTL_PIPELINE=0` turns it off.
-fn micro_batches(n_tokens: usize, n_workers: usize, local: bool) -> usize {
-    if n_workers < 2 || local || std::env::var("LLAMACTL_PIPELINE").as_deref() == Ok("0") {
-        return 1;
-    }
+/// How many micro-batches a ubatch of `n_tokens` runs as on a pipelined [`Pipeline`]: enough to give
+/// each at least [`MICRO_MIN`] tokens, at most [`MICRO_PER_WORKER`] per worker (1: run it whole).
+fn micro_batches(n_tokens: usize, n_workers: usize) -> usize {
     (n_tokens / MICRO_MIN).clamp(1, MICRO_PER_WORKER * n_workers)
 }
 

@@ -54,8 +54,7 @@ fn unknown_device_lists_the_devices() {
 
 #[test]
 fn sigterm_shuts_down_gracefully() {
-    // Below the ephemeral range, where no outgoing connection takes it first.
-    let port = e2e::server::free_port().unwrap();
+    let port = crate::process::free_port();
     let mut child = llamad()
         .args(["serve", "-H", "127.0.0.1", "-p", &port.to_string(), "-t", "1", "--mem", "64M"])
         .stderr(Stdio::piped())
