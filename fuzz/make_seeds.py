@@ -22,6 +22,8 @@ CMD = {
     "BUFFER_CLEAR": 5, "SET_TENSOR": 6, "SET_TENSOR_HASH": 7, "GET_TENSOR": 8, "COPY_TENSOR": 9,
     "GRAPH_COMPUTE": 10, "GET_DEVICE_MEMORY": 11, "INIT_TENSOR": 12, "GET_ALLOC_SIZE": 13, "HELLO": 14,
     "DEVICE_COUNT": 15, "GRAPH_RECOMPUTE": 16, "MEMSET_TENSOR": 17,
+    # Protocol 8.0.0 (ggml-rpc-protocol-8.md).
+    "SET_TENSOR_2D": 18, "GET_TENSOR_2D": 19, "COMM_INIT": 20, "COMM_ALLREDUCE": 21, "COMM_FREE": 22,
 }
 # A fresh llamad's first buffer (daemon/src/rpc/buffer.rs: FIRST_BASE; handle = counter(1) * 0x9e3779b97f4a7c15 | 1).
 FIRST_BASE = 0x0000_1000_0000_0000
@@ -100,6 +102,32 @@ def synthetic_sessions():
         out.append(hello + alloc + frame(CMD["BUFFER_GET_BASE"], struct.pack("<Q", h)) + sets + g + get +
                    recompute + get + free)
     return out
+
+
+def synthetic_sessions_v8():
+    """Valid 8.0.0 sessions: graphs with uids replayed by uid, 2D writes and reads, COMM_FREE, and an
+    all-reduce before COMM_INIT (refused)."""
+    hello = frame(CMD["HELLO"], bytes(24))
+    h, base, n = FIRST_HANDLE, FIRST_BASE, 16
+    alloc = frame(CMD["ALLOC_BUFFER"], struct.pack("<IQ", 0, 64 * 1024))
+    a = tensor(1, [n, 1, 1, 1], h, base, name=b"a")
+    b = tensor(2, [n, 1, 1, 1], h, base + 256, name=b"b")
+    c = tensor(3, [n, 1, 1, 1], h, base + 512, op=OP_ADD, src=(1, 2), flags=FLAG_COMPUTE, name=b"c")
+    rows = struct.pack("<8f", *[i * 0.25 for i in range(8)])
+    set2d = frame(CMD["SET_TENSOR_2D"], a + struct.pack("<QQQQ", 8, 16, 2, 32) + rows)
+    set_b = frame(CMD["SET_TENSOR"], b + b"\0" + struct.pack("<Q", 0) + rows * 2)
+    g = struct.pack("<IQI", 0, 77, 1) + struct.pack("<Q", 3) + struct.pack("<I", 3) + a + b + c
+    compute = frame(CMD["GRAPH_COMPUTE"], g)
+    recompute = frame(CMD["GRAPH_RECOMPUTE"], struct.pack("<IQ", 0, 77))
+    get2d = frame(CMD["GET_TENSOR_2D"], c + struct.pack("<QQQQ", 0, 16, 4, 16))
+    free = frame(CMD["FREE_BUFFER"], struct.pack("<Q", h))
+    comm_free = frame(CMD["COMM_FREE"], struct.pack("<I", 0))
+    allreduce = frame(CMD["COMM_ALLREDUCE"], struct.pack("<I", 0) + c)
+    return [
+        hello + alloc + set2d + set_b + compute + get2d + recompute + get2d + comm_free + free,
+        hello + alloc + compute + recompute + recompute + free + recompute,
+        hello + alloc + set2d + allreduce,
+    ]
 
 
 def gguf_seeds(model):
@@ -201,6 +229,11 @@ def main():
         for cut in (9, 33, 100, 1000):
             if len(stream) > cut:
                 add("frame", stream[:cut], f"{name[:-4]}-cut{cut}")
+    for s in synthetic_sessions_v8():
+        add("session", s, "synthetic-v8")
+        add("frame", s, "synthetic-v8")
+        for cmd, payload in read_frames_bytes(s):
+            add("command", bytes([cmd]) + payload, f"cmd{cmd}")
     for s in synthetic_sessions():
         add("session", s, "synthetic")
         add("frame", s, "synthetic")

@@ -96,7 +96,7 @@ fn status_and_workers() {
     let dir = tempfile::tempdir().unwrap();
     let d = Daemon::start(dir.path(), None);
     let out = d.ok(&["status"]);
-    assert!(out.contains("protocol") && out.contains("7.0.0"), "{out}");
+    assert!(out.contains("protocol") && out.contains("8.0.0"), "{out}");
     assert!(out.contains("32.0 MiB"), "memory in human units: {out}");
     let v = d.json(&["status"]);
     assert_eq!(v["memory"]["total"], 32u64 << 20);
@@ -105,7 +105,7 @@ fn status_and_workers() {
     d.ok(&["workers", "add", &w.addr, "-l", "rack-a"]);
     let (r, out) = d.run(&["workers", "probe", &w.addr]);
     assert_eq!(r.unwrap(), Outcome::Success, "{out}");
-    assert!(out.contains(" ok ") && out.contains("8.0 MiB/8.0 MiB") && out.contains("7.0.0"), "{out}");
+    assert!(out.contains(" ok ") && out.contains("8.0 MiB/8.0 MiB") && out.contains("8.0.0"), "{out}");
     let v = d.json(&["workers", "ls"]);
     assert_eq!(v["workers"][0]["labels"][0], "rack-a");
     assert_eq!(v["workers"][0]["health"]["devices"][0]["total"], 8u64 << 20);

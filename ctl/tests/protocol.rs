@@ -259,3 +259,82 @@ fn strip_ansi(s: &str) -> String {
     }
     out
 }
+
+/// Two in-process workers announcing `proto`.
+fn workers(proto: &'static llamad_proto::Protocol) -> [(Worker, Arc<Shared>); 2] {
+    std::array::from_fn(|_| {
+        let cfg = Config { threads: 1, mem: Some(512 << 20), protocol: proto, ..Config::default() };
+        let shared = Shared::new(cfg);
+        (Worker::with_shared(shared.clone()), shared)
+    })
+}
+
+/// llamactl speaks 8.0.0 and 7.0.0, picked by each worker's HELLO answer: over one and two workers
+/// of either version (and one of each), in split mode layer and row (relayed through the master, and
+/// linked), the greedy text is the in-process text. At 8.0.0 every graph goes with a uid and a
+/// repeated graph is replayed by uid from the worker's graph store (counted in its stats); at 7.0.0
+/// no uid is sent and the store stays empty.
+#[test]
+fn llamactl_speaks_both_versions_in_layer_and_row_split() {
+    use llamad_proto::version::{V7, V8};
+    use std::sync::atomic::Ordering::Relaxed;
+    let model = support::smollm2();
+    let m = model.to_str().unwrap();
+    let base = ["-m", m, "-p", "Hello world, this is", "-n", "12", "--temp", "0", "-t", "1", "-c", "256"];
+    let text = |extra: &[&str]| {
+        let mut a = base.to_vec();
+        a.extend_from_slice(extra);
+        support::run_text(&a)
+    };
+    let local = text(&[]);
+    assert!(local.split_whitespace().count() > 4, "{local:?}");
+    let [(a8, s8a), (b8, s8b)] = workers(&V8);
+    let [(a7, s7a), (b7, s7b)] = workers(&V7);
+    let runs: [(&str, String, &[&str]); 8] = [
+        ("8.0.0, one worker", a8.addr.clone(), &[]),
+        ("8.0.0, two workers", format!("{},{}", a8.addr, b8.addr), &[]),
+        ("8.0.0, row split linked", format!("{},{}", a8.addr, b8.addr), &["--split-mode", "row"]),
+        (
+            "8.0.0, row split relayed",
+            format!("{},{}", a8.addr, b8.addr),
+            &["--split-mode", "row", "--no-worker-links"],
+        ),
+        ("7.0.0, one worker", a7.addr.clone(), &[]),
+        ("7.0.0, two workers", format!("{},{}", a7.addr, b7.addr), &[]),
+        (
+            "7.0.0, row split relayed",
+            format!("{},{}", a7.addr, b7.addr),
+            &["--split-mode", "row", "--no-worker-links"],
+        ),
+        ("one 8.0.0 and one 7.0.0 worker", format!("{},{}", a8.addr, b7.addr), &[]),
+    ];
+    for (name, workers, extra) in runs {
+        let mut a = vec!["--workers", workers.as_str()];
+        a.extend_from_slice(extra);
+        let got = text(&a);
+        if extra.is_empty() {
+            assert_eq!(got, local, "{name}");
+        } else {
+            // Row split adds partial sums in another order: the text may drift, but it is the same
+            // whichever version carries it (checked below) and it starts like the local text.
+            let first: Vec<&str> = local.split_whitespace().take(3).collect();
+            assert!(got.split_whitespace().take(3).eq(first.iter().copied()), "{name}: {got:?} vs {local:?}");
+        }
+    }
+    let row8 =
+        text(&["--workers", &format!("{},{}", a8.addr, b8.addr), "--split-mode", "row", "--no-worker-links"]);
+    let row7 =
+        text(&["--workers", &format!("{},{}", a7.addr, b7.addr), "--split-mode", "row", "--no-worker-links"]);
+    assert_eq!(row8, row7, "the same bits over either version");
+    for s in [&s8a, &s8b] {
+        let hits = s.stats.graph_store_hits.load(Relaxed);
+        assert!(hits > 0, "8.0.0 worker replayed nothing from its graph store");
+        assert_eq!(hits, count(s, Cmd::GraphRecompute), "every 8.0.0 RECOMPUTE is by uid and found");
+        assert!(s.stats.graph_store_inserts.load(Relaxed) > 0);
+    }
+    for s in [&s7a, &s7b] {
+        assert!(count(s, Cmd::GraphRecompute) > 0, "7.0.0 workers replay their last graph");
+        assert_eq!(s.stats.graph_store_inserts.load(Relaxed), 0);
+        assert_eq!(s.stats.graph_store_hits.load(Relaxed), 0);
+    }
+}

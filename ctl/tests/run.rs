@@ -182,12 +182,13 @@ fn tiny() -> (tempfile::TempDir, String) {
 #[test]
 fn protocol_version_mismatch_is_a_clear_error() {
     let (_d, m) = tiny();
-    for (major, minor) in [(6, 0), (7, 1), (8, 0)] {
+    // 8.0 and 7.0 are spoken; a newer minor of either, or another major, is refused.
+    for (major, minor) in [(6, 0), (7, 1), (8, 1), (9, 0)] {
         let (addr, t) = fake_server(major, minor);
         let err = run_err(&with(greedy(&m, "hi", "2"), &["--workers", &addr]));
         assert!(
             err.contains(&format!("worker {addr} speaks RPC protocol version {major}.{minor}.3"))
-                && err.contains("needs 7.0.x"),
+                && err.contains("speaks 8.0.x and 7.0.x"),
             "{err}"
         );
         t.join().unwrap();

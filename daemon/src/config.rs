@@ -47,6 +47,13 @@ pub struct RawServer {
     pub host: Option<String>,
     /// TCP port. Default 50052.
     pub port: Option<u16>,
+    /// RPC protocol major version announced on `port`: 8 (llama.cpp b11450 and later) or 7 (older
+    /// builds, llama-cpp-python 0.3.36). HELLO does not tell them apart, so it is configuration.
+    /// Default 8.
+    pub protocol: Option<u8>,
+    /// A second port serving protocol 7.0.0 beside `port` (which then serves 8.0.0), so masters of
+    /// both generations can use one daemon. Default: none.
+    pub port_v7: Option<u16>,
     /// Compute threads. Default: the number of physical cores.
     pub threads: Option<usize>,
     /// Devices, separated by `,` or `/`, case-insensitive. Only `CPU` exists. Default `CPU`.
@@ -166,6 +173,10 @@ pub struct Overrides {
     pub host: Option<String>,
     /// `-p/--port`.
     pub port: Option<u16>,
+    /// `--protocol`.
+    pub protocol: Option<u8>,
+    /// `--port-v7`.
+    pub port_v7: Option<u16>,
     /// `-t/--threads`.
     pub threads: Option<usize>,
     /// `-d/--device`.
@@ -203,6 +214,10 @@ pub struct Config {
     pub host: String,
     /// Bind port.
     pub port: u16,
+    /// The protocol version announced on `port`.
+    pub protocol: &'static llamad_proto::Protocol,
+    /// A second port serving 7.0.0 (only with `protocol` 8).
+    pub port_v7: Option<u16>,
     /// Compute threads (≥ 1).
     pub threads: usize,
     /// Device names, in index order.
@@ -252,6 +267,8 @@ impl Default for Config {
         Config {
             host: "127.0.0.1".into(),
             port: DEFAULT_PORT,
+            protocol: llamad_proto::version::DEFAULT,
+            port_v7: None,
             threads: physical_cores(),
             devices: vec!["CPU".into()],
             cache: false,
@@ -278,6 +295,28 @@ impl Default for Config {
 }
 
 impl Config {
+    /// The listeners to bind: `(port, protocol)`, the main port first.
+    pub fn listeners(&self) -> Vec<(u16, &'static llamad_proto::Protocol)> {
+        let mut v = vec![(self.port, self.protocol)];
+        if let Some(p) = self.port_v7 {
+            v.push((p, &llamad_proto::version::V7));
+        }
+        v
+    }
+
+    /// The versions served, for logs and status: `"8.0.0"` or `"8.0.0 (port 50052), 7.0.0 (port 50051)"`.
+    pub fn protocols_text(&self) -> String {
+        match self.port_v7 {
+            None => self.protocol.name(),
+            Some(_) => self
+                .listeners()
+                .iter()
+                .map(|(port, p)| format!("{p} (port {port})"))
+                .collect::<Vec<_>>()
+                .join(", "),
+        }
+    }
+
     /// Loads `file` (or the default path when present), applies `env` and then `flags`.
     pub fn load(
         file: Option<&Path>,
@@ -321,6 +360,29 @@ impl Config {
         let port = flags.port.or(s.port).unwrap_or(d.port);
         if port == 0 {
             return Err(Error::Config("port: must be between 1 and 65535".into()));
+        }
+        let protocol = match flags.protocol.or(s.protocol) {
+            None => d.protocol,
+            Some(m) => llamad_proto::Protocol::by_major(m).ok_or_else(|| {
+                Error::Config(format!(
+                    "protocol: {m} is not a supported RPC protocol major version (8: llama.cpp b11450 and \
+                     later; 7: older builds and llama-cpp-python 0.3.36)"
+                ))
+            })?,
+        };
+        let port_v7 = flags.port_v7.or(s.port_v7);
+        match port_v7 {
+            Some(0) => return Err(Error::Config("port_v7: must be between 1 and 65535".into())),
+            Some(p) if p == port => {
+                return Err(Error::Config(format!("port_v7: {p} is also the main port")));
+            }
+            Some(_) if protocol.version.major == 7 => {
+                return Err(Error::Config(
+                    "port_v7: the main port already serves protocol 7 (set protocol = 8, or drop port_v7)"
+                        .into(),
+                ));
+            }
+            _ => {}
         }
         let threads = flags.threads.or(s.threads).unwrap_or(d.threads);
         if threads == 0 {
@@ -403,6 +465,8 @@ impl Config {
             max_connection_mem,
             host,
             port,
+            protocol,
+            port_v7,
             threads,
             devices,
             cache,
@@ -549,6 +613,32 @@ mod tests {
 
     fn env(v: &[(&str, &str)]) -> Vec<(String, String)> {
         v.iter().map(|(a, b)| (a.to_string(), b.to_string())).collect()
+    }
+
+    #[test]
+    fn protocol_versions_and_the_second_port() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("llamad.toml");
+        std::fs::write(&p, "[server]\nprotocol = 7\n").unwrap();
+        let none = Overrides::default();
+        let d = Config::load(None, env(&[]), &none).unwrap();
+        assert_eq!(d.protocol.version.major, 8, "current llama.cpp by default");
+        assert_eq!((d.listeners().len(), d.protocols_text().as_str()), (1, "8.0.0"));
+        let c = Config::load(Some(&p), env(&[]), &none).unwrap();
+        assert_eq!(c.protocol.name(), "7.0.0");
+        let c = Config::load(Some(&p), env(&[("LLAMAD__SERVER__PROTOCOL", "8")]), &none).unwrap();
+        assert_eq!(c.protocol.name(), "8.0.0");
+        let flags = Overrides { protocol: Some(8), port_v7: Some(50051), ..Default::default() };
+        let c = Config::load(Some(&p), env(&[]), &flags).unwrap();
+        let ports: Vec<(u16, String)> = c.listeners().iter().map(|(port, p)| (*port, p.name())).collect();
+        assert_eq!(ports, [(50052, "8.0.0".to_string()), (50051, "7.0.0".to_string())]);
+        assert_eq!(c.protocols_text(), "8.0.0 (port 50052), 7.0.0 (port 50051)");
+        let err = |flags: Overrides| Config::load(None, env(&[]), &flags).unwrap_err().to_string();
+        assert!(err(Overrides { protocol: Some(6), ..Default::default() }).contains("6 is not a supported"));
+        assert!(err(Overrides { port_v7: Some(50052), ..Default::default() }).contains("also the main port"));
+        assert!(err(Overrides { protocol: Some(7), port_v7: Some(1), ..Default::default() })
+            .contains("already serves protocol 7"));
+        assert!(err(Overrides { port_v7: Some(0), ..Default::default() }).contains("port_v7"));
     }
 
     #[test]

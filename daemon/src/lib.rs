@@ -1,5 +1,6 @@
-//! `llamad`: the worker daemon library. It serves llama.cpp's RPC protocol 7.0.0 so an unmodified
-//! llama.cpp master can put model layers on this machine, computing with the `compute` crate.
+//! `llamad`: the worker daemon library. It serves llama.cpp's RPC protocol (8.0.0 by default, 7.0.0
+//! by configuration, or both on two ports) so an unmodified llama.cpp master can put model layers
+//! on this machine, computing with the `compute` crate.
 //!
 //! [`run`] takes a bound listener and a shutdown future (mini-redis style), so tests start the server
 //! in-process on `127.0.0.1:0`:
@@ -50,11 +51,52 @@ pub async fn run(
     serve(Shared::new(cfg), listener, shutdown).await
 }
 
-/// As [`run`], with shared state the caller keeps (to read the counters, or to share with the admin API).
+/// As [`run`], with shared state the caller keeps (to read the counters, or to share with the admin
+/// API); the listener speaks `shared.cfg.protocol`.
 pub async fn serve(
     shared: Arc<Shared>,
     listener: tokio::net::TcpListener,
     shutdown: impl Future<Output = ()>,
+) -> Result<()> {
+    let proto = shared.cfg.protocol;
+    serve_all(shared, vec![(listener, proto)], shutdown).await
+}
+
+/// Serves several listeners, each with its own protocol version (`--port` and `--port-v7`), over one
+/// shared state, until `shutdown` resolves.
+pub async fn serve_all(
+    shared: Arc<Shared>,
+    listeners: Vec<(tokio::net::TcpListener, &'static llamad_proto::Protocol)>,
+    shutdown: impl Future<Output = ()>,
+) -> Result<()> {
+    let stop = tokio_util::sync::CancellationToken::new();
+    let mut servers = tokio::task::JoinSet::new();
+    for (listener, proto) in listeners {
+        announce(&shared, &listener, proto)?;
+        let (shared, stop) = (shared.clone(), stop.clone());
+        servers
+            .spawn(async move { rpc::server::serve(shared, listener, proto, stop.cancelled_owned()).await });
+    }
+    tokio::select! {
+        _ = shutdown => stop.cancel(),
+        _ = stop.cancelled() => {}
+    }
+    let mut result = Ok(());
+    while let Some(r) = servers.join_next().await {
+        match r {
+            Ok(Err(e)) => result = Err(e),
+            Err(e) => result = Err(Error::Refused(format!("RPC server task failed: {e}"))),
+            Ok(Ok(())) => {}
+        }
+    }
+    result
+}
+
+/// The startup log line of one listener.
+fn announce(
+    shared: &Shared,
+    listener: &tokio::net::TcpListener,
+    proto: &llamad_proto::Protocol,
 ) -> Result<()> {
     let addr = listener.local_addr()?;
     if !addr.ip().is_loopback() && shared.cfg.allow.is_loopback_only() {
@@ -76,7 +118,8 @@ pub async fn serve(
             Some(_) => "optional",
         },
         max_size = shared.max_size,
-        "llamad serving RPC protocol 7.0.0"
+        protocol = %proto,
+        "llamad serving RPC protocol {proto}"
     );
-    rpc::server::serve(shared, listener, shutdown).await
+    Ok(())
 }

@@ -9,7 +9,11 @@ use clap::{CommandFactory, Parser, Subcommand};
 use llamad::config::{Config, Overrides};
 
 #[derive(Parser, Debug)]
-#[command(name = "llamad", version = concat!(env!("CARGO_PKG_VERSION"), " (protocol 7.0.0)"), about = "Worker daemon speaking llama.cpp's RPC protocol 7.0.0")]
+#[command(
+    name = "llamad",
+    version = concat!(env!("CARGO_PKG_VERSION"), " (RPC protocol 8.0.0 by default; 7.0.0 with --protocol 7 or on --port-v7)"),
+    about = "Worker daemon speaking llama.cpp's RPC protocol (8.0.0, or 7.0.0 for older llama.cpp builds)"
+)]
 struct Cli {
     #[command(subcommand)]
     command: Option<Sub>,
@@ -19,6 +23,14 @@ struct Cli {
     /// TCP port [default: 50052].
     #[arg(short, long, global = true)]
     port: Option<u16>,
+    /// RPC protocol major version announced on --port: 8 for llama.cpp b11450 and later, 7 for
+    /// older builds (llama-cpp-python 0.3.36) [default: 8].
+    #[arg(long, global = true, value_name = "8|7", value_parser = clap::value_parser!(u8).range(7..=8))]
+    protocol: Option<u8>,
+    /// Also serve protocol 7.0.0 on this port (with --protocol 8 on --port), for masters of both
+    /// generations [default: none].
+    #[arg(long, global = true, value_name = "PORT")]
+    port_v7: Option<u16>,
     /// Compute threads [default: physical cores].
     #[arg(short, long, global = true)]
     threads: Option<usize>,
@@ -112,6 +124,8 @@ fn real_main(cli: Cli) -> anyhow::Result<()> {
     let flags = Overrides {
         host: cli.host,
         port: cli.port,
+        protocol: cli.protocol,
+        port_v7: cli.port_v7,
         threads: cli.threads,
         device: cli.device,
         cache: cli.cache,
@@ -160,7 +174,13 @@ fn real_main(cli: Cli) -> anyhow::Result<()> {
             .with_context(|| format!("resolving {}", cfg.host))?
             .collect();
         let addr = *addrs.first().with_context(|| format!("{} resolves to no address", cfg.host))?;
-        let listener = tokio::net::TcpListener::bind(addr).await.with_context(|| format!("binding {addr}"))?;
+        let mut listeners = Vec::new();
+        for (port, proto) in cfg.listeners() {
+            let a = std::net::SocketAddr::new(addr.ip(), port);
+            let l = tokio::net::TcpListener::bind(a).await.with_context(|| format!("binding {a}"))?;
+            listeners.push((l, proto));
+        }
+        let protocols = cfg.protocols_text();
         if !addr.ip().is_loopback() && cfg.tls.is_none() {
             tracing::warn!(%addr, "listening beyond loopback: the RPC protocol has no encryption unless TLS is on (--tls-cert, --tls-key)");
         }
@@ -203,8 +223,8 @@ fn real_main(cli: Cli) -> anyhow::Result<()> {
             });
         }
         llamad::lifecycle::notify("READY=1");
-        llamad::lifecycle::notify(&format!("STATUS=serving RPC protocol 7.0.0 on {addr}"));
-        llamad::serve(shared, listener, stop.cancelled_owned()).await?;
+        llamad::lifecycle::notify(&format!("STATUS=serving RPC protocol {protocols} on {addr}"));
+        llamad::serve_all(shared, listeners, stop.cancelled_owned()).await?;
         Ok(())
     })
 }

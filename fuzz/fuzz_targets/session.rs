@@ -2,6 +2,8 @@
 //! semantics, llamad's extension commands included: the input is a request stream (`u8 cmd, u64 len, payload` frames, as captured from a
 //! real master), decoded and handled in one `Session` like a connection would, with graphs built
 //! by `exec::build` (→ `compute::graph::Graph::new`) and run on the executor.
+//! Every input runs twice: as a 7.0.0 connection and as an 8.0.0 one (graph uids and the graph
+//! store, SET_TENSOR_2D/GET_TENSOR_2D, the COMM commands; link jobs are dropped, never run).
 //! Oracles: no panic, no out-of-bounds access (ASan), and the memory account back at zero once the
 //! session is dropped.
 #![no_main]
@@ -11,13 +13,20 @@ use llamad::rpc::session::{Reply, Session};
 use llamad::Shared;
 use llamad_proto::cmd::Cmd;
 use llamad_proto::msg::Command;
+use llamad_proto::Protocol;
 
 fuzz_target!(|data: &[u8]| {
+    for proto in llamad_proto::version::SUPPORTED {
+        run(proto, data);
+    }
+});
+
+fn run(proto: &'static Protocol, data: &[u8]) {
     // A fresh server state per input, so buffer handles and base addresses are the ones a fresh
     // llamad hands out (the seeds use them) and every input starts from an empty account.
     let shared = Shared::new(llamad_fuzz::fuzz_config());
     {
-        let mut session = Session::new(shared.clone());
+        let mut session = Session::new(shared.clone(), proto, Some(std::net::Ipv4Addr::LOCALHOST.into()));
         // With llamad's extension granted, as for a master that asks for it.
         session.grant_ext(std::net::Ipv4Addr::LOCALHOST.into());
         for f in llamad_fuzz::frames(data) {
@@ -38,14 +47,14 @@ fuzz_target!(|data: &[u8]| {
                 continue;
             }
             // What conn.rs checks before decoding (HELLO is handled by the connection, not here).
-            let Some(cmd) = Cmd::from_u8(f.cmd) else { break };
-            if cmd == Cmd::Hello {
+            let Some(spec) = proto.spec(f.cmd) else { break };
+            if spec.cmd == Cmd::Hello {
                 continue;
             }
-            if !cmd.accepts_len(f.len) || f.len != f.payload.len() as u64 || f.len > shared.max_frame {
+            if !spec.request.accepts(f.len) || f.len != f.payload.len() as u64 || f.len > shared.max_frame {
                 break;
             }
-            let Ok(c) = Command::decode(f.cmd, f.payload, &shared.limits) else { break };
+            let Ok(c) = Command::decode(proto, f.cmd, f.payload, &shared.limits) else { break };
             let Ok(reply) = session.handle(c) else { break };
             match reply {
                 Reply::Nothing | Reply::Bytes(_) => {}
@@ -53,6 +62,14 @@ fuzz_target!(|data: &[u8]| {
                     // SAFETY: the session validated `r` inside the live buffer `_b`.
                     let s = unsafe { r.as_slice() };
                     std::hint::black_box(s.iter().fold(0u8, |a, &b| a ^ b));
+                }
+                Reply::Rows(b, rows) => {
+                    for i in 0..if rows.packed_len() == 0 { 0 } else { rows.n } {
+                        let Some(r) = rows.row(&b, i) else { break };
+                        // SAFETY: the session validated every row inside the live buffer `b`.
+                        let s = unsafe { r.as_slice() };
+                        std::hint::black_box(s.iter().fold(0u8, |a, &b| a ^ b));
+                    }
                 }
                 Reply::Job(job, _) => job.run(),
                 Reply::Compute(g) => {
@@ -64,5 +81,5 @@ fuzz_target!(|data: &[u8]| {
             }
         }
     }
-    assert_eq!(shared.memory.allocated(), 0, "buffer memory held after the session ended");
-});
+    assert_eq!(shared.memory.allocated(), 0, "buffer memory held after the session ended at {proto}");
+}

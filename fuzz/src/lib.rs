@@ -61,10 +61,21 @@ pub struct Server {
     pub shared: Arc<Shared>,
 }
 
-/// The process-wide server (started on first use, on its own runtime thread).
+/// The process-wide 7.0.0 server (started on first use, on its own runtime thread); the seeds are
+/// captured 7.0.0 sessions.
 pub fn server() -> &'static Server {
     static S: OnceLock<Server> = OnceLock::new();
-    S.get_or_init(|| {
+    S.get_or_init(|| start(&llamad_proto::version::V7))
+}
+
+/// The process-wide 8.0.0 server.
+pub fn server_v8() -> &'static Server {
+    static S: OnceLock<Server> = OnceLock::new();
+    S.get_or_init(|| start(&llamad_proto::version::V8))
+}
+
+fn start(proto: &'static llamad_proto::Protocol) -> Server {
+    {
         // libFuzzer's main does not run Rust's runtime setup, which ignores SIGPIPE.
         // SAFETY: setting a signal disposition to SIG_IGN has no memory-safety preconditions.
         unsafe { libc::signal(libc::SIGPIPE, libc::SIG_IGN) };
@@ -80,12 +91,12 @@ pub fn server() -> &'static Server {
             rt.block_on(async move {
                 let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
                 tx.send(l.local_addr().expect("addr")).expect("send addr");
-                llamad::serve(s, l, std::future::pending()).await.expect("serve");
+                llamad::serve_all(s, vec![(l, proto)], std::future::pending()).await.expect("serve");
             });
         });
         let addr = rx.recv().expect("server address");
         Server { addr, shared }
-    })
+    }
 }
 
 impl Server {

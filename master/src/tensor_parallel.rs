@@ -50,6 +50,9 @@ struct Prepared {
     plan: Plan,
     /// Per segment: the encoded GRAPH_COMPUTE frame.
     frames: Vec<Vec<u8>>,
+    /// Per segment at protocol 8.0.0: the graph's uid (0 at 7.0.0) and the GRAPH_RECOMPUTE frame
+    /// that replays it once the server stores it.
+    recomputes: Vec<(u64, Vec<u8>)>,
     /// Per segment: the encoded GET_TENSOR frame of its output and the output's size.
     gets: Vec<(Vec<u8>, u64)>,
     /// Per segment: the rpc_tensor of its input (`x` or `x_out`).
@@ -367,6 +370,8 @@ fn prepare(s: &mut Shard, p: &BuildParams, linked: bool, stream: usize) -> Resul
         *compute_slot(s, stream) = Some(c);
     }
     let slot_base = stream * sg.segments.len();
+    let uids = s.w.client.protocol().graph == llamad_proto::version::GraphFormat::Uid;
+    let first_uid = if uids { s.w.client.reserve_uids(sg.segments.len() as u64) } else { 0 };
     let compute = *compute_slot(s, stream);
     let g = &sg.built.graph;
     let w = &s.w;
@@ -380,6 +385,8 @@ fn prepare(s: &mut Shard, p: &BuildParams, linked: bool, stream: usize) -> Resul
         Ok(RpcTensor::new(wire_id(id), &def.layout, b, d + def.view_offs))
     };
     let mut frames = Vec::new();
+    let mut recomputes = Vec::new();
+
     let mut gets = Vec::new();
     let mut inputs = Vec::new();
     let mut stores = Vec::new();
@@ -396,7 +403,10 @@ fn prepare(s: &mut Shard, p: &BuildParams, linked: bool, stream: usize) -> Resul
         if linked {
             stores.extend(ext::graph_store_frame((slot_base + k) as u32, &input, &output, &blob));
         }
-        frames.push(Command::GraphCompute(blob).encode_frame());
+        let uid = if uids { first_uid + k as u64 } else { 0 };
+        frames.push(Command::GraphCompute(blob, uids.then_some(uid)).encode_frame());
+        let device = s.w.device;
+        recomputes.push((uid, Command::GraphRecompute { device, uid: Some(uid) }.encode_frame()));
         let req = GetTensorReq { tensor: output, offset: 0, size };
         gets.push((Command::GetTensor(req).encode_frame(), size));
         inputs.push(input);
@@ -407,7 +417,7 @@ fn prepare(s: &mut Shard, p: &BuildParams, linked: bool, stream: usize) -> Resul
             .write_all(&stores)
             .with_context(|| format!("worker {}: storing the phase graphs", s.w.addr))?;
     }
-    s.prepared[stream] = Some(Prepared { sg, plan: pl, frames, gets, inputs });
+    s.prepared[stream] = Some(Prepared { sg, plan: pl, frames, recomputes, gets, inputs });
     Ok(())
 }
 
@@ -545,12 +555,19 @@ fn write_attention_inputs(s: &mut Shard, stream: usize, n_past: u64, tokens: &[u
     Ok(())
 }
 
-/// SET_TENSOR of the phase input, GRAPH_COMPUTE of segment `k`, GET_TENSOR of its output, in one write.
+/// SET_TENSOR of the phase input, GRAPH_COMPUTE of segment `k` (at 8.0.0 GRAPH_RECOMPUTE by uid
+/// once the server stores it), GET_TENSOR of its output, in one write.
 fn send_phase(s: &mut Shard, k: usize, input: &[u8]) -> Result<()> {
     let pr = s.prepared[0].as_ref().ok_or_else(|| err!("internal: not prepared"))?;
     let h = SetTensorHeader { tensor: pr.inputs[k], cache_flag: 0, offset: 0 };
     let mut msg = Command::SetTensor(h, input).encode_frame();
-    msg.extend_from_slice(&pr.frames[k]);
+    let (uid, recompute) = &pr.recomputes[k];
+    if s.w.client.holds_graph(s.w.device, *uid) {
+        msg.extend_from_slice(recompute);
+    } else {
+        msg.extend_from_slice(&pr.frames[k]);
+        s.w.client.track_graph(s.w.device, *uid);
+    }
     msg.extend_from_slice(&pr.gets[k].0);
     s.w.client.stream().write_all(&msg).with_context(|| format!("worker {}: sending phase {k}", s.w.addr))
 }

@@ -187,15 +187,33 @@ def llamad_bin() -> str:
     return path
 
 
-def start_llamad(port: Optional[int] = None, threads: int = 1, extra_args: Sequence[str] = (), env_extra=None) -> Server:
-    """``$LLAMAD_BIN -H 127.0.0.1 -p PORT -t N [extra_args]`` (ggml-rpc-server compatible flags, §10.1)."""
+# The reference peer (llama-cpp-python 0.3.36) speaks RPC protocol 7.0.0, and a master refuses a
+# server of another major: llamad is told to announce 7 unless a test asks for another version.
+PEER_PROTOCOL = 7
+
+
+def start_llamad(
+    port: Optional[int] = None,
+    threads: int = 1,
+    extra_args: Sequence[str] = (),
+    env_extra=None,
+    protocol: Optional[int] = PEER_PROTOCOL,
+) -> Server:
+    """``$LLAMAD_BIN -H 127.0.0.1 -p PORT -t N --protocol P [extra_args]`` (ggml-rpc-server compatible
+    flags, §10.1; ``protocol=None`` leaves llamad's default, 8)."""
     env = dict(os.environ)
     # Several workers run side by side here: none of them needs the admin API (port 50053).
     env.setdefault("LLAMAD__ADMIN__ENABLED", "false")
     env.update(env_extra or {})
     binary = llamad_bin()
     return _spawn_on_free_port(
-        "llamad", lambda p: [binary, "-H", "127.0.0.1", "-p", str(p), "-t", str(threads), *extra_args], port, env=env
+        "llamad",
+        lambda p: [
+            binary, "-H", "127.0.0.1", "-p", str(p), "-t", str(threads),
+            *(["--protocol", str(protocol)] if protocol is not None else []), *extra_args,
+        ],
+        port,
+        env=env,
     )
 
 

@@ -19,7 +19,16 @@ pub fn run(c: &Client, mode: OutputMode, out: &mut dyn Write) -> Result<Outcome>
     let devices: Vec<String> = s.devices.iter().map(|d| format!("{}:{}", d.index, d.name)).collect();
     let mut t = Table::new(&["FIELD", "VALUE"]);
     t.row(vec!["version".into(), s.version.clone()])
-        .row(vec!["protocol".into(), s.protocol_version.clone()])
+        .row(vec![
+            "protocol".into(),
+            if s.protocols.len() > 1 {
+                let v: Vec<String> =
+                    s.protocols.iter().map(|p| format!("{} (port {})", p.version, p.port)).collect();
+                v.join(", ")
+            } else {
+                s.protocol_version.clone()
+            },
+        ])
         .row(vec!["uptime".into(), output::duration(s.uptime_secs)])
         .row(vec!["rpc address".into(), s.rpc_addr.clone().unwrap_or_else(|| "-".into())])
         .row(vec!["devices".into(), devices.join(", ")])
@@ -41,7 +50,17 @@ pub fn run(c: &Client, mode: OutputMode, out: &mut dyn Write) -> Result<Outcome>
                 s.rpc.open_connections, s.rpc.connections_total, s.rpc.connections_refused
             ),
         ])
-        .row(vec!["graphs computed".into(), s.rpc.graphs_computed.to_string()])
+        .row(vec![
+            "graphs computed".into(),
+            format!(
+                "{} ({} replayed from the graph store by uid, {} stored, {} store clears)",
+                s.rpc.graphs_computed,
+                s.rpc.graph_store_hits,
+                s.rpc.graph_store_inserts,
+                s.rpc.graph_store_clears
+            ),
+        ])
+        .row(vec!["all-reduces".into(), s.rpc.allreduces.to_string()])
         .row(vec![
             "rpc traffic".into(),
             format!("{} in, {} out", size(s.rpc.bytes_in), size(s.rpc.bytes_out)),

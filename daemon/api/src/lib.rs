@@ -25,8 +25,8 @@ pub use jobs::*;
 pub use status::*;
 pub use workers::*;
 
-/// The RPC protocol version llamad speaks.
-pub const PROTOCOL_VERSION: &str = "7.0.0";
+/// The RPC protocol version llamad announces unless configured otherwise.
+pub const PROTOCOL_VERSION: &str = "8.0.0";
 
 /// The path prefix of every versioned route.
 pub const API_PREFIX: &str = "/v1";

@@ -16,8 +16,11 @@ pub struct Health {
 pub struct Status {
     /// llamad's version.
     pub version: String,
-    /// The RPC protocol version, `"7.0.0"`.
+    /// The RPC protocol version of the main port, `"8.0.0"` or `"7.0.0"`.
     pub protocol_version: String,
+    /// Every RPC listener with the protocol version it serves (the main port first).
+    #[serde(default)]
+    pub protocols: Vec<ProtocolListener>,
     /// Seconds since the daemon started.
     pub uptime_secs: u64,
     /// The RPC listen address, when known.
@@ -32,6 +35,16 @@ pub struct Status {
     pub rpc: RpcStatus,
     /// Whether the tensor cache is enabled.
     pub cache_enabled: bool,
+}
+
+/// One RPC listener and its protocol version.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct ProtocolListener {
+    /// TCP port.
+    pub port: u16,
+    /// Protocol version announced at HELLO, `"8.0.0"`.
+    pub version: String,
 }
 
 /// One compute device.
@@ -72,6 +85,18 @@ pub struct RpcStatus {
     pub connections_refused: u64,
     /// Graphs computed (GRAPH_COMPUTE and GRAPH_RECOMPUTE).
     pub graphs_computed: u64,
+    /// Protocol 8.0.0: GRAPH_RECOMPUTEs served from the graph store by uid.
+    #[serde(default)]
+    pub graph_store_hits: u64,
+    /// Protocol 8.0.0: graphs stored by uid.
+    #[serde(default)]
+    pub graph_store_inserts: u64,
+    /// Protocol 8.0.0: full per-device graph stores cleared.
+    #[serde(default)]
+    pub graph_store_clears: u64,
+    /// Protocol 8.0.0: COMM_ALLREDUCEs completed.
+    #[serde(default)]
+    pub allreduces: u64,
     /// Request bytes received, all commands.
     pub bytes_in: u64,
     /// Response bytes sent, all commands.

@@ -2,9 +2,14 @@
 //! the version check, the optional shared-secret exchange ([`crate::auth`]), then every command.
 //!
 //! Used by tests and by the Rust master. ref: ggml-rpc-protocol.md §3, §5, §6.
+//! The client speaks every version in [`crate::version::SUPPORTED`] and picks the table by the
+//! server's HELLO answer. At 8.0.0 it keeps, per device, the uids of the graphs the server stores,
+//! with the server's clearing rule, so that [`RpcClient::graph_recompute_uid`] is only sent for a
+//! graph the server holds.
 //! [`RpcClient::connect_to`] is the one call a master needs: connect (every resolved address in
 //! turn), TLS when configured, HELLO, authentication when asked.
 
+use std::collections::{HashMap, HashSet};
 use std::io::{Read, Write};
 use std::net::{TcpStream, ToSocketAddrs};
 use std::time::Duration;
@@ -15,17 +20,28 @@ use crate::error::{Error, Result};
 use crate::graph::GraphBlob;
 use crate::hash::WireHash;
 use crate::msg::{
-    AllocBufferReq, AllocBufferRsp, Command, DeviceMemoryRsp, GetAllocSizeReq, GetTensorReq, HelloRsp,
-    MemsetTensorReq, SetTensorHashReq, SetTensorHeader,
+    AllocBufferReq, AllocBufferRsp, CommInitReq, Command, DeviceMemoryRsp, GetAllocSizeReq, GetTensorReq,
+    HelloRsp, MemsetTensorReq, SetTensorHashReq, SetTensorHeader, Tensor2d,
 };
 use crate::tensor::{RpcTensor, MAX_SRC};
 use crate::tls::{TlsClient, Transport};
+use crate::version::{GraphFormat, Protocol};
 
 /// One connection to an RPC server.
 pub struct RpcClient {
     stream: Transport,
     server: HelloRsp,
+    proto: &'static Protocol,
     ext: Option<u32>,
+    graphs: HashMap<u32, StoredUids>,
+    next_uid: u64,
+}
+
+/// The uids of the graphs a server stores for one device (8.0.0), tracked as the server tracks them.
+#[derive(Default)]
+struct StoredUids {
+    held: HashSet<u64>,
+    last: Option<u64>,
 }
 
 /// How to reach a server: TLS and shared secret, both optional, and a timeout for connecting and
@@ -145,9 +161,9 @@ impl RpcClient {
             r => r?,
         };
         let server = HelloRsp::decode(&rsp)?;
-        if !server.is_compatible() {
+        let Some(proto) = Protocol::for_server(&server) else {
             return Err(Error::Version { major: server.major, minor: server.minor, patch: server.patch });
-        }
+        };
         // Only llamad answers the extension magic or an authentication challenge (which implies it).
         let mut ext = crate::ext::granted(&server.caps);
         if let Some(server_nonce) = auth::challenge_of(&server.caps) {
@@ -173,7 +189,12 @@ impl RpcClient {
                 return Err(Error::Auth("the server does not know the shared secret".into()));
             }
         }
-        Ok(RpcClient { stream, server, ext })
+        Ok(RpcClient { stream, server, proto, ext, graphs: HashMap::new(), next_uid: 1 })
+    }
+
+    /// The protocol version spoken on this connection (the server's, from HELLO).
+    pub fn protocol(&self) -> &'static Protocol {
+        self.proto
     }
 
     /// The llamad extension version the server granted (see [`crate::ext`]); `None` for llama.cpp's
@@ -247,8 +268,9 @@ impl RpcClient {
         self.call_u64(&Command::BufferGetBase { remote_ptr })
     }
 
-    /// FREE_BUFFER (no response).
+    /// FREE_BUFFER (no response). The server drops its stored graphs, so this side forgets them too.
     pub fn free_buffer(&mut self, remote_ptr: u64) -> Result<()> {
+        self.graphs.clear();
         self.send(&Command::FreeBuffer { remote_ptr })
     }
 
@@ -341,14 +363,146 @@ impl RpcClient {
         Ok(b[0] != 0)
     }
 
-    /// GRAPH_COMPUTE (no response; the next response-bearing command is the barrier).
+    /// GRAPH_COMPUTE (no response; the next response-bearing command is the barrier). At 8.0.0 the
+    /// graph gets a fresh uid, so that [`RpcClient::graph_recompute`] can replay it.
     pub fn graph_compute(&mut self, graph: &GraphBlob) -> Result<()> {
-        self.send(&Command::GraphCompute(graph.clone()))
+        match self.proto.graph {
+            GraphFormat::LastGraph => self.send(&Command::GraphCompute(graph.clone(), None)),
+            GraphFormat::Uid => {
+                let uid = self.fresh_uid();
+                self.graph_compute_uid(graph, uid)
+            }
+        }
     }
 
-    /// GRAPH_RECOMPUTE (no response).
+    /// A uid this connection has not used.
+    pub fn fresh_uid(&mut self) -> u64 {
+        self.reserve_uids(1)
+    }
+
+    /// `n` consecutive uids this connection has not used; returns the first.
+    pub fn reserve_uids(&mut self, n: u64) -> u64 {
+        let uid = self.next_uid;
+        self.next_uid += n;
+        uid
+    }
+
+    /// GRAPH_COMPUTE with graph uid `uid` (8.0.0; 0 = not stored). A new non-zero uid on a device
+    /// whose store is full clears the store first, on both sides (ref: ggml-rpc-protocol-8.md).
+    pub fn graph_compute_uid(&mut self, graph: &GraphBlob, uid: u64) -> Result<()> {
+        if self.proto.graph != GraphFormat::Uid {
+            return Err(Error::invalid(
+                "GRAPH_COMPUTE",
+                format!("protocol {} has no graph uids", self.proto),
+            ));
+        }
+        self.track_graph(graph.device, uid);
+        self.send(&Command::GraphCompute(graph.clone(), Some(uid)))
+    }
+
+    /// Records that a GRAPH_COMPUTE with `uid` goes to `device` (for a caller that writes its own
+    /// frames): the server stores it, clearing a full store first, and so does this side
+    /// (ref: ggml-rpc-protocol-8.md). A no-op at 7.0.0.
+    pub fn track_graph(&mut self, device: u32, uid: u64) {
+        if self.proto.graph != GraphFormat::Uid {
+            return;
+        }
+        let store = self.proto.graph_store;
+        let d = self.graphs.entry(device).or_default();
+        if uid != 0 && !d.held.contains(&uid) {
+            if d.held.len() >= store {
+                d.held.clear();
+            }
+            d.held.insert(uid);
+        }
+        d.last = (uid != 0).then_some(uid);
+    }
+
+    /// Whether the server stores the graph `uid` for `device` (8.0.0).
+    pub fn holds_graph(&self, device: u32, uid: u64) -> bool {
+        uid != 0 && self.graphs.get(&device).is_some_and(|d| d.held.contains(&uid))
+    }
+
+    /// GRAPH_RECOMPUTE (no response): the device's last graph; at 8.0.0, by the uid of the last
+    /// graph sent to it (0, which the server refuses, when there is none).
     pub fn graph_recompute(&mut self, device: u32) -> Result<()> {
-        self.send(&Command::GraphRecompute { device })
+        match self.proto.graph {
+            GraphFormat::LastGraph => self.send(&Command::GraphRecompute { device, uid: None }),
+            GraphFormat::Uid => {
+                let uid = self.graphs.get(&device).and_then(|d| d.last).unwrap_or(0);
+                self.graph_recompute_uid(device, uid)
+            }
+        }
+    }
+
+    /// GRAPH_RECOMPUTE of the stored graph `uid` (8.0.0; no response).
+    pub fn graph_recompute_uid(&mut self, device: u32, uid: u64) -> Result<()> {
+        if self.proto.graph != GraphFormat::Uid {
+            return Err(Error::invalid(
+                "GRAPH_RECOMPUTE",
+                format!("protocol {} has no graph uids", self.proto),
+            ));
+        }
+        if let Some(d) = self.graphs.get_mut(&device) {
+            if d.held.contains(&uid) {
+                d.last = Some(uid);
+            }
+        }
+        self.send(&Command::GraphRecompute { device, uid: Some(uid) })
+    }
+
+    /// Fails unless this connection's version has `cmd`.
+    fn require(&self, cmd: Cmd) -> Result<()> {
+        if self.proto.has(cmd) {
+            Ok(())
+        } else {
+            Err(Error::invalid("command", format!("{cmd} is not part of protocol {}", self.proto)))
+        }
+    }
+
+    /// SET_TENSOR_2D (8.0.0, no response): `rows` packed back to back, `size = rows.len() / n_copies`.
+    pub fn set_tensor_2d(&mut self, h: &Tensor2d, rows: &[u8]) -> Result<()> {
+        self.require(Cmd::SetTensor2d)?;
+        self.send(&Command::SetTensor2d(*h, rows))
+    }
+
+    /// GET_TENSOR_2D (8.0.0): the rows, packed (`size·n_copies` bytes).
+    pub fn get_tensor_2d(&mut self, h: &Tensor2d) -> Result<Vec<u8>> {
+        self.require(Cmd::GetTensor2d)?;
+        let n = h.packed_len().ok_or_else(|| Error::invalid("GET_TENSOR_2D", "size·n_copies overflows"))?;
+        self.call(&Command::GetTensor2d(*h), n)
+    }
+
+    /// COMM_INIT (8.0.0): true once the server's link to its peer is up. Rank 0 answers only when
+    /// rank 1 has connected: a master sends both requests ([`RpcClient::send_comm_init`]) before
+    /// reading either answer ([`RpcClient::recv_comm_init`]).
+    pub fn comm_init(&mut self, req: &CommInitReq) -> Result<bool> {
+        self.send_comm_init(req)?;
+        self.recv_comm_init()
+    }
+
+    /// The request half of COMM_INIT.
+    pub fn send_comm_init(&mut self, req: &CommInitReq) -> Result<()> {
+        self.require(Cmd::CommInit)?;
+        self.send(&Command::CommInit(*req))
+    }
+
+    /// The answer to the oldest COMM_INIT sent with [`RpcClient::send_comm_init`].
+    pub fn recv_comm_init(&mut self) -> Result<bool> {
+        let b = read_response(&mut self.stream, Cmd::CommInit, 1)?;
+        Ok(b[0] != 0)
+    }
+
+    /// COMM_ALLREDUCE (8.0.0, no response).
+    pub fn comm_allreduce(&mut self, device: u32, tensor: &RpcTensor) -> Result<()> {
+        self.require(Cmd::CommAllreduce)?;
+        self.send(&Command::CommAllreduce { device, tensor: *tensor })
+    }
+
+    /// COMM_FREE (8.0.0, no response).
+    pub fn comm_free(&mut self, device: u32) -> Result<()> {
+        self.require(Cmd::CommFree)?;
+        self.send(&Command::CommFree { device })
     }
 
     /// GET_DEVICE_MEMORY.

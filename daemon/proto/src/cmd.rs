@@ -1,15 +1,15 @@
-//! Command ids, their fixed request sizes and which ones have a response.
+//! Command identities and the constants every protocol version shares.
 //!
-//! ref: ggml-rpc-protocol.md §5 (command table), §3.3 (payload checks).
+//! A [`Cmd`] names what a command does; its discriminant is the command byte, which no upstream
+//! version has ever renumbered (ids only get added). Which ids a version accepts, how long their
+//! requests are and whether they answer is the version's table ([`crate::version::Protocol`]), not
+//! this enum: 18 is `RPC_CMD_NONE` (invalid) at 7.0.0 and SET_TENSOR_2D at 8.0.0.
+//!
+//! ref: ggml-rpc-protocol.md §5 (command table), §3.3 (payload checks); ggml-rpc-protocol-8.md
+//! (command table, 8.0.0).
 
 use crate::tensor::RPC_TENSOR_SIZE;
 
-/// Protocol version spoken (ref: §2).
-pub const PROTO_MAJOR: u8 = 7;
-/// Minor version.
-pub const PROTO_MINOR: u8 = 0;
-/// Patch version.
-pub const PROTO_PATCH: u8 = 0;
 /// Size of the connection capability block in HELLO (`RPC_CONN_CAPS_SIZE`).
 pub const CONN_CAPS_SIZE: usize = 24;
 /// Bytes of a request frame header: `u8 cmd, u64 len`.
@@ -18,10 +18,15 @@ pub const REQUEST_HEADER_SIZE: usize = 9;
 pub const RESPONSE_HEADER_SIZE: usize = 8;
 /// Prefix of a SET_TENSOR payload before the data: `rpc_tensor, u8 cache_flag, u64 offset`.
 pub const SET_TENSOR_HEADER_SIZE: usize = RPC_TENSOR_SIZE + 1 + 8;
+/// Prefix of a SET_TENSOR_2D payload before the rows, and the whole GET_TENSOR_2D request:
+/// `rpc_tensor, u64 offset, u64 size, u64 n_copies, u64 stride` (ref: ggml-rpc-protocol-8.md).
+pub const TENSOR_2D_HEADER_SIZE: usize = RPC_TENSOR_SIZE + 4 * 8;
+/// Bytes of the host field of COMM_INIT (NUL-padded).
+pub const COMM_HOST_SIZE: usize = 64;
 /// The master's threshold above which weight writes go through SET_TENSOR_HASH first.
 pub const HASH_THRESHOLD: u64 = 10 * 1024 * 1024;
 
-/// A command id (every value below `RPC_CMD_NONE = 18`).
+/// A command (every id any supported version defines).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 #[repr(u8)]
 pub enum Cmd {
@@ -45,7 +50,7 @@ pub enum Cmd {
     GetTensor = 8,
     /// `rpc_tensor src, rpc_tensor dst` → `u8 result`.
     CopyTensor = 9,
-    /// graph blob, no response.
+    /// graph blob (7.0.0), or `u32 device, u64 uid`, graph (8.0.0); no response.
     GraphCompute = 10,
     /// `u32 device` → `u64 free, u64 total`.
     GetDeviceMemory = 11,
@@ -57,16 +62,26 @@ pub enum Cmd {
     Hello = 14,
     /// empty → `u32 count`.
     DeviceCount = 15,
-    /// `u32 device`, no response.
+    /// `u32 device` (7.0.0) or `u32 device, u64 uid` (8.0.0), no response.
     GraphRecompute = 16,
     /// `rpc_tensor, u64 offset, u64 size, u8 value`, no response.
     MemsetTensor = 17,
+    /// 8.0.0: `rpc_tensor, u64 offset, u64 size, u64 n_copies, u64 stride, rows`, no response.
+    SetTensor2d = 18,
+    /// 8.0.0: `rpc_tensor, u64 offset, u64 size, u64 n_copies, u64 stride` → `size·n_copies` bytes.
+    GetTensor2d = 19,
+    /// 8.0.0: `u32 device, u32 rank, u32 world, u32 port, char host[64]` → `u8 ok`.
+    CommInit = 20,
+    /// 8.0.0: `u32 device, rpc_tensor`, no response.
+    CommAllreduce = 21,
+    /// 8.0.0: `u32 device`, no response.
+    CommFree = 22,
 }
 
-/// Number of valid command ids (`RPC_CMD_NONE`, 18, is internal to the master and invalid on the wire).
-pub const CMD_COUNT: usize = 18;
+/// Number of command identities (one past the highest id of any supported version).
+pub const CMD_COUNT: usize = 23;
 
-/// Every command, indexed by its id.
+/// Every command identity, indexed by its id.
 pub const ALL_CMDS: [Cmd; CMD_COUNT] = [
     Cmd::AllocBuffer,
     Cmd::GetAlignment,
@@ -86,6 +101,11 @@ pub const ALL_CMDS: [Cmd; CMD_COUNT] = [
     Cmd::DeviceCount,
     Cmd::GraphRecompute,
     Cmd::MemsetTensor,
+    Cmd::SetTensor2d,
+    Cmd::GetTensor2d,
+    Cmd::CommInit,
+    Cmd::CommAllreduce,
+    Cmd::CommFree,
 ];
 
 /// How long a request payload must be.
@@ -93,13 +113,35 @@ pub const ALL_CMDS: [Cmd; CMD_COUNT] = [
 pub enum RequestSize {
     /// Exactly this many bytes.
     Fixed(u64),
-    /// At least this many bytes (SET_TENSOR, GRAPH_COMPUTE).
+    /// At least this many bytes (SET_TENSOR, SET_TENSOR_2D, GRAPH_COMPUTE).
     AtLeast(u64),
 }
 
+impl RequestSize {
+    /// True if `len` is an acceptable payload length.
+    pub fn accepts(self, len: u64) -> bool {
+        match self {
+            RequestSize::Fixed(n) => len == n,
+            RequestSize::AtLeast(n) => len >= n,
+        }
+    }
+}
+
+/// How a command is answered.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ResponseSize {
+    /// No response frame.
+    None,
+    /// A frame of exactly this many payload bytes.
+    Fixed(u64),
+    /// A frame whose length the request gives (GET_TENSOR's `size`, GET_TENSOR_2D's `size·n_copies`).
+    FromRequest,
+}
+
 impl Cmd {
-    /// The command with id `b`; `None` for 18 (`RPC_CMD_NONE`) and everything above.
-    pub fn from_u8(b: u8) -> Option<Cmd> {
+    /// The identity with id `b` in any supported version; which version accepts it is the
+    /// version table's business ([`crate::version::Protocol::spec`]).
+    pub fn from_id(b: u8) -> Option<Cmd> {
         ALL_CMDS.get(b as usize).copied()
     }
 
@@ -124,51 +166,12 @@ impl Cmd {
             Cmd::DeviceCount => "DEVICE_COUNT",
             Cmd::GraphRecompute => "GRAPH_RECOMPUTE",
             Cmd::MemsetTensor => "MEMSET_TENSOR",
+            Cmd::SetTensor2d => "SET_TENSOR_2D",
+            Cmd::GetTensor2d => "GET_TENSOR_2D",
+            Cmd::CommInit => "COMM_INIT",
+            Cmd::CommAllreduce => "COMM_ALLREDUCE",
+            Cmd::CommFree => "COMM_FREE",
         }
-    }
-
-    /// The request payload size the table in §5 requires.
-    pub fn request_size(self) -> RequestSize {
-        let t = RPC_TENSOR_SIZE as u64;
-        match self {
-            Cmd::AllocBuffer => RequestSize::Fixed(12),
-            Cmd::GetAlignment | Cmd::GetMaxSize | Cmd::GetDeviceMemory | Cmd::GraphRecompute => {
-                RequestSize::Fixed(4)
-            }
-            Cmd::BufferGetBase | Cmd::FreeBuffer => RequestSize::Fixed(8),
-            Cmd::BufferClear => RequestSize::Fixed(9),
-            Cmd::SetTensor => RequestSize::AtLeast(SET_TENSOR_HEADER_SIZE as u64),
-            Cmd::SetTensorHash | Cmd::GetTensor => RequestSize::Fixed(t + 16),
-            Cmd::CopyTensor => RequestSize::Fixed(2 * t),
-            Cmd::GraphCompute => RequestSize::AtLeast(8),
-            Cmd::InitTensor => RequestSize::Fixed(t),
-            Cmd::GetAllocSize => RequestSize::Fixed(4 + 11 * t),
-            Cmd::Hello => RequestSize::Fixed(CONN_CAPS_SIZE as u64),
-            Cmd::DeviceCount => RequestSize::Fixed(0),
-            Cmd::MemsetTensor => RequestSize::Fixed(t + 17),
-        }
-    }
-
-    /// True if `len` is an acceptable payload length for this command.
-    pub fn accepts_len(self, len: u64) -> bool {
-        match self.request_size() {
-            RequestSize::Fixed(n) => len == n,
-            RequestSize::AtLeast(n) => len >= n,
-        }
-    }
-
-    /// True if the server answers this command with a frame.
-    pub fn has_response(self) -> bool {
-        !matches!(
-            self,
-            Cmd::FreeBuffer
-                | Cmd::BufferClear
-                | Cmd::SetTensor
-                | Cmd::GraphCompute
-                | Cmd::InitTensor
-                | Cmd::GraphRecompute
-                | Cmd::MemsetTensor
-        )
     }
 }
 
@@ -183,51 +186,14 @@ mod tests {
     use super::*;
 
     #[test]
-    fn ids_match_the_table() {
+    fn ids_are_the_discriminants() {
         for (i, c) in ALL_CMDS.iter().enumerate() {
             assert_eq!(*c as usize, i);
-            assert_eq!(Cmd::from_u8(i as u8), Some(*c));
+            assert_eq!(Cmd::from_id(i as u8), Some(*c));
         }
-        assert_eq!(Cmd::from_u8(18), None);
-        assert_eq!(Cmd::from_u8(19), None);
-        assert_eq!(Cmd::from_u8(255), None);
+        assert_eq!(Cmd::from_id(23), None);
+        assert_eq!(Cmd::from_id(255), None);
         assert_eq!(Cmd::Hello as u8, 14);
-    }
-
-    #[test]
-    fn sizes_match_the_table() {
-        // ref: ggml-rpc-protocol.md §5, sizes copied from the table by hand.
-        let fixed = [
-            (Cmd::AllocBuffer, 12),
-            (Cmd::GetAlignment, 4),
-            (Cmd::GetMaxSize, 4),
-            (Cmd::BufferGetBase, 8),
-            (Cmd::FreeBuffer, 8),
-            (Cmd::BufferClear, 9),
-            (Cmd::SetTensorHash, 312),
-            (Cmd::GetTensor, 312),
-            (Cmd::CopyTensor, 592),
-            (Cmd::GetDeviceMemory, 4),
-            (Cmd::InitTensor, 296),
-            (Cmd::GetAllocSize, 3260),
-            (Cmd::Hello, 24),
-            (Cmd::DeviceCount, 0),
-            (Cmd::GraphRecompute, 4),
-            (Cmd::MemsetTensor, 313),
-        ];
-        for (c, n) in fixed {
-            assert_eq!(c.request_size(), RequestSize::Fixed(n), "{c}");
-            assert!(c.accepts_len(n));
-            assert!(!c.accepts_len(n + 1));
-            assert!(n == 0 || !c.accepts_len(n - 1));
-        }
-        assert_eq!(Cmd::SetTensor.request_size(), RequestSize::AtLeast(305));
-        assert_eq!(Cmd::GraphCompute.request_size(), RequestSize::AtLeast(8));
-    }
-
-    #[test]
-    fn seven_commands_have_no_response() {
-        let none: Vec<u8> = ALL_CMDS.iter().filter(|c| !c.has_response()).map(|c| *c as u8).collect();
-        assert_eq!(none, vec![4, 5, 6, 10, 12, 16, 17]);
+        assert_eq!(TENSOR_2D_HEADER_SIZE, 328);
     }
 }

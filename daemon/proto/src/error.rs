@@ -29,8 +29,10 @@ pub enum Error {
         /// Length expected.
         expected: u64,
     },
-    /// The server's protocol version is not compatible with 7.0.x.
-    #[error("server protocol version {major}.{minor}.{patch} is not compatible with 7.0.0")]
+    /// The server's protocol version is none this client speaks (8.0.x, 7.0.x).
+    #[error(
+        "server protocol version {major}.{minor}.{patch} is not supported (this client speaks 8.0.0 and 7.0.0)"
+    )]
     Version {
         /// Major.
         major: u8,

@@ -1,6 +1,6 @@
 //! The GRAPH_COMPUTE blob: device, node ids, tensor table.
 //!
-//! ref: ggml-rpc-protocol.md §8.1. Counts are checked against the payload length before anything is
+//! ref: ggml-rpc-protocol.md §8.1; at 8.0.0 a `u64 uid` follows the device (ggml-rpc-protocol-8.md). Counts are checked against the payload length before anything is
 //! allocated; the table starts at a 4-mod-8 offset, so every read is unaligned.
 
 use std::collections::HashMap;
@@ -31,6 +31,19 @@ impl GraphBlob {
     pub fn encode_into(&self, v: &mut Vec<u8>) {
         v.reserve(self.encoded_len());
         v.put_u32(self.device);
+        self.encode_tables(v);
+    }
+
+    /// Appends the 8.0.0 encoding: `u32 device, u64 uid`, then the node and tensor tables
+    /// (ref: ggml-rpc-protocol-8.md, GRAPH_COMPUTE).
+    pub fn encode_with_uid_into(&self, uid: u64, v: &mut Vec<u8>) {
+        v.reserve(self.encoded_len() + 8);
+        v.put_u32(self.device);
+        v.put_u64(uid);
+        self.encode_tables(v);
+    }
+
+    fn encode_tables(&self, v: &mut Vec<u8>) {
         v.put_u32(self.nodes.len() as u32);
         for id in &self.nodes {
             v.put_u64(*id);
@@ -41,7 +54,7 @@ impl GraphBlob {
         }
     }
 
-    /// Decodes a payload. Bytes after the table are tolerated, as the reference does (ref: §14 item 16).
+    /// Decodes a 7.0.0 payload. Bytes after the table are tolerated, as the reference does (ref: §14 item 16).
     pub fn decode(b: &[u8], limits: &Limits) -> Result<GraphBlob> {
         let len = b.len() as u64;
         if len < 8 {
@@ -49,6 +62,29 @@ impl GraphBlob {
         }
         let mut r = Reader::new(b, "graph");
         let device = r.u32()?;
+        Self::decode_tables(device, &mut r, 4, len, limits)
+    }
+
+    /// Decodes an 8.0.0 payload: `(uid, graph)` (ref: ggml-rpc-protocol-8.md, GRAPH_COMPUTE).
+    pub fn decode_with_uid(b: &[u8], limits: &Limits) -> Result<(u64, GraphBlob)> {
+        let len = b.len() as u64;
+        if len < 16 {
+            return Err(Error::invalid("graph", format!("payload of {len} bytes is shorter than 16")));
+        }
+        let mut r = Reader::new(b, "graph");
+        let device = r.u32()?;
+        let uid = r.u64()?;
+        Ok((uid, Self::decode_tables(device, &mut r, 12, len, limits)?))
+    }
+
+    /// The node and tensor tables, which start `at` bytes into a payload of `len` bytes.
+    fn decode_tables(
+        device: u32,
+        r: &mut Reader<'_>,
+        at: u64,
+        len: u64,
+        limits: &Limits,
+    ) -> Result<GraphBlob> {
         let n_nodes = r.u32()?;
         if n_nodes > limits.max_nodes {
             return Err(Error::invalid(
@@ -56,7 +92,7 @@ impl GraphBlob {
                 format!("n_nodes {n_nodes} exceeds the limit {}", limits.max_nodes),
             ));
         }
-        let need = 12 + 8 * u64::from(n_nodes);
+        let need = at + 8 + 8 * u64::from(n_nodes);
         if len < need {
             return Err(Error::invalid(
                 "graph",
@@ -83,7 +119,7 @@ impl GraphBlob {
         }
         let mut tensors = Vec::with_capacity(n_tensors as usize);
         for _ in 0..n_tensors {
-            tensors.push(RpcTensor::read(&mut r)?);
+            tensors.push(RpcTensor::read(r)?);
         }
         Ok(GraphBlob { device, nodes, tensors })
     }

@@ -1,6 +1,8 @@
-//! `llamad-proto`: the byte layouts of llama.cpp's RPC protocol 7.0.0.
+//! `llamad-proto`: the byte layouts of llama.cpp's RPC protocol, versions 8.0.0 and 7.0.0.
 //!
-//! This is the only crate that knows the wire format: command ids and frame sizes ([`cmd`]), the
+//! This is the only crate that knows the wire format: one table per protocol version
+//! ([`version`]: command ids, request sizes, answers, graph layout, constants), command identities
+//! ([`cmd`]), the
 //! 296-byte tensor descriptor ([`tensor`]), every request and response ([`msg`]), the GRAPH_COMPUTE
 //! blob ([`graph`]), the FNV-1a cache key ([`hash`]), a blocking client ([`client`]) over plain TCP or TLS ([`tls`]).
 //! Decoders never panic: they return [`Error::Incomplete`] or [`Error::Invalid`].
@@ -24,8 +26,11 @@ pub mod hash;
 pub mod msg;
 pub mod tensor;
 pub mod tls;
+pub mod version;
 mod wire;
 
+#[cfg(test)]
+mod frames_v8;
 #[cfg(test)]
 mod prop_tests;
 
@@ -37,3 +42,4 @@ pub use hash::WireHash;
 pub use msg::{Command, Limits};
 pub use tensor::RpcTensor;
 pub use tls::{TlsClient, Transport};
+pub use version::Protocol;

@@ -1,12 +1,17 @@
 //! Request and response payloads of every command, and the [`Command`] decoder.
 //!
-//! ref: ggml-rpc-protocol.md §5 (sizes and offsets), §6 (HELLO), §7 (semantics).
+//! Decoding takes the connection's [`Protocol`] table: the same byte means another command, or
+//! another layout, in another version (GRAPH_COMPUTE's uid, id 18).
+//!
+//! ref: ggml-rpc-protocol.md §5 (sizes and offsets), §6 (HELLO), §7 (semantics);
+//! ggml-rpc-protocol-8.md (the 8.0.0 commands).
 
-use crate::cmd::{Cmd, CONN_CAPS_SIZE, PROTO_MAJOR, PROTO_MINOR, PROTO_PATCH};
+use crate::cmd::{Cmd, COMM_HOST_SIZE, CONN_CAPS_SIZE};
 use crate::error::{Error, Result};
 use crate::graph::GraphBlob;
 use crate::hash::WireHash;
 use crate::tensor::{RpcTensor, MAX_SRC};
+use crate::version::{GraphFormat, Protocol};
 use crate::wire::{Put, Reader};
 
 /// ALLOC_BUFFER request (12 bytes: `device` at 0, `size` at 4).
@@ -84,6 +89,89 @@ pub struct GetAllocSizeReq {
     pub srcs: [RpcTensor; MAX_SRC],
 }
 
+/// SET_TENSOR_2D prefix (328 bytes; the rows follow, packed) and GET_TENSOR_2D request (8.0.0):
+/// `n_copies` rows of `size` bytes, row `i` at tensor offset `offset + i·stride`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Tensor2d {
+    /// The tensor.
+    pub tensor: RpcTensor,
+    /// Byte offset of the first row inside the tensor.
+    pub offset: u64,
+    /// Bytes per row.
+    pub size: u64,
+    /// Rows.
+    pub n_copies: u64,
+    /// Distance between two rows' starts on the server.
+    pub stride: u64,
+}
+
+impl Tensor2d {
+    /// Bytes on the wire, `size·n_copies`; `None` when the product overflows.
+    pub fn packed_len(&self) -> Option<u64> {
+        self.size.checked_mul(self.n_copies)
+    }
+
+    /// Decodes the 328-byte prefix.
+    pub fn decode(b: &[u8]) -> Result<Tensor2d> {
+        let mut r = Reader::new(b, "2D tensor header");
+        let t = Tensor2d::read(&mut r)?;
+        r.finish()?;
+        Ok(t)
+    }
+
+    fn read(r: &mut Reader<'_>) -> Result<Tensor2d> {
+        Ok(Tensor2d {
+            tensor: RpcTensor::read(r)?,
+            offset: r.u64()?,
+            size: r.u64()?,
+            n_copies: r.u64()?,
+            stride: r.u64()?,
+        })
+    }
+
+    fn encode_into(&self, v: &mut Vec<u8>) {
+        self.tensor.encode_into(v);
+        v.put_u64(self.offset);
+        v.put_u64(self.size);
+        v.put_u64(self.n_copies);
+        v.put_u64(self.stride);
+    }
+}
+
+/// COMM_INIT request (80 bytes, 8.0.0).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct CommInitReq {
+    /// Device index.
+    pub device: u32,
+    /// This server's rank (0 listens, 1 connects).
+    pub rank: u32,
+    /// Group size (2).
+    pub world: u32,
+    /// The link's port: rank 0 listens on it, rank 1 connects to it.
+    pub port: u32,
+    /// NUL-padded host name or address.
+    pub host: [u8; COMM_HOST_SIZE],
+}
+
+impl CommInitReq {
+    /// A request with `host` copied in (at most 63 bytes, so that a NUL follows).
+    pub fn new(device: u32, rank: u32, world: u32, port: u32, host: &str) -> Result<CommInitReq> {
+        let mut h = [0u8; COMM_HOST_SIZE];
+        let b = host.as_bytes();
+        if b.len() >= COMM_HOST_SIZE {
+            return Err(Error::invalid("COMM_INIT", format!("host {host:?} longer than 63 bytes")));
+        }
+        h[..b.len()].copy_from_slice(b);
+        Ok(CommInitReq { device, rank, world, port, host: h })
+    }
+
+    /// The host up to its first NUL; `None` when it is not UTF-8 or has no NUL.
+    pub fn host_str(&self) -> Option<&str> {
+        let end = self.host.iter().position(|&b| b == 0)?;
+        std::str::from_utf8(&self.host[..end]).ok()
+    }
+}
+
 /// HELLO response (28 bytes).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct HelloRsp {
@@ -98,11 +186,6 @@ pub struct HelloRsp {
 }
 
 impl HelloRsp {
-    /// Our own answer: 7.0.0, zero caps (ref: §6).
-    pub fn ours() -> HelloRsp {
-        HelloRsp { major: PROTO_MAJOR, minor: PROTO_MINOR, patch: PROTO_PATCH, caps: [0; CONN_CAPS_SIZE] }
-    }
-
     /// The 28-byte encoding.
     pub fn encode(&self) -> Vec<u8> {
         let mut v = vec![self.major, self.minor, self.patch, 0];
@@ -119,11 +202,15 @@ impl HelloRsp {
         Ok(HelloRsp { major, minor, patch, caps })
     }
 
-    /// The master's acceptance rule: `major == 7 && minor <= 0` (ref: §2).
-    // The rule is written as the master has it, so it stays right if PROTO_MINOR ever grows.
-    #[allow(clippy::absurd_extreme_comparisons)]
+    /// Whether a master speaking every supported version accepts this server (ref: §2: same major,
+    /// a minor not above its own).
     pub fn is_compatible(&self) -> bool {
-        self.major == PROTO_MAJOR && self.minor <= PROTO_MINOR
+        Protocol::for_server(self).is_some()
+    }
+
+    /// The version the answer announces.
+    pub fn version(&self) -> crate::version::Version {
+        crate::version::Version { major: self.major, minor: self.minor, patch: self.patch }
     }
 }
 
@@ -184,8 +271,8 @@ pub enum Command<'a> {
         /// Destination.
         dst: RpcTensor,
     },
-    /// GRAPH_COMPUTE.
-    GraphCompute(GraphBlob),
+    /// GRAPH_COMPUTE; the uid is `Some` at 8.0.0 (0: do not store), `None` at 7.0.0.
+    GraphCompute(GraphBlob, Option<u64>),
     /// GET_DEVICE_MEMORY.
     GetDeviceMemory {
         /// Device index.
@@ -203,9 +290,29 @@ pub enum Command<'a> {
     GraphRecompute {
         /// Device index.
         device: u32,
+        /// The stored graph's uid (8.0.0); `None` replays the last graph (7.0.0).
+        uid: Option<u64>,
     },
     /// MEMSET_TENSOR.
     MemsetTensor(MemsetTensorReq),
+    /// SET_TENSOR_2D with its packed rows (8.0.0).
+    SetTensor2d(Tensor2d, &'a [u8]),
+    /// GET_TENSOR_2D (8.0.0).
+    GetTensor2d(Tensor2d),
+    /// COMM_INIT (8.0.0).
+    CommInit(CommInitReq),
+    /// COMM_ALLREDUCE (8.0.0).
+    CommAllreduce {
+        /// Device index.
+        device: u32,
+        /// The F32 tensor summed in place.
+        tensor: RpcTensor,
+    },
+    /// COMM_FREE (8.0.0).
+    CommFree {
+        /// Device index.
+        device: u32,
+    },
 }
 
 /// Caps on graph sizes applied while decoding, before anything is allocated.
@@ -249,7 +356,7 @@ impl<'a> Command<'a> {
             Command::SetTensorHash(_) => Cmd::SetTensorHash,
             Command::GetTensor(_) => Cmd::GetTensor,
             Command::CopyTensor { .. } => Cmd::CopyTensor,
-            Command::GraphCompute(_) => Cmd::GraphCompute,
+            Command::GraphCompute(..) => Cmd::GraphCompute,
             Command::GetDeviceMemory { .. } => Cmd::GetDeviceMemory,
             Command::InitTensor(_) => Cmd::InitTensor,
             Command::GetAllocSize(_) => Cmd::GetAllocSize,
@@ -257,18 +364,25 @@ impl<'a> Command<'a> {
             Command::DeviceCount => Cmd::DeviceCount,
             Command::GraphRecompute { .. } => Cmd::GraphRecompute,
             Command::MemsetTensor(_) => Cmd::MemsetTensor,
+            Command::SetTensor2d(..) => Cmd::SetTensor2d,
+            Command::GetTensor2d(_) => Cmd::GetTensor2d,
+            Command::CommInit(_) => Cmd::CommInit,
+            Command::CommAllreduce { .. } => Cmd::CommAllreduce,
+            Command::CommFree { .. } => Cmd::CommFree,
         }
     }
 
-    /// Decodes the payload of command byte `cmd`. The length must match the table exactly for
-    /// fixed-size commands (ref: §3.3); command bytes 18 and above are invalid.
-    pub fn decode(cmd: u8, payload: &'a [u8], limits: &Limits) -> Result<Command<'a>> {
-        let c = Cmd::from_u8(cmd)
-            .ok_or_else(|| Error::invalid("command", format!("unknown command byte {cmd}")))?;
-        if !c.accepts_len(payload.len() as u64) {
+    /// Decodes the payload of command byte `cmd` as version `proto` has it. The length must match
+    /// the table exactly for fixed-size commands (ref: §3.3); a byte the table lacks is invalid.
+    pub fn decode(proto: &Protocol, cmd: u8, payload: &'a [u8], limits: &Limits) -> Result<Command<'a>> {
+        let spec = proto.spec(cmd).ok_or_else(|| {
+            Error::invalid("command", format!("unknown command byte {cmd} at protocol {proto}"))
+        })?;
+        let c = spec.cmd;
+        if !spec.request.accepts(payload.len() as u64) {
             return Err(Error::invalid(
                 "command",
-                format!("{c}: payload of {} bytes, table says {:?}", payload.len(), c.request_size()),
+                format!("{c}: payload of {} bytes, table says {:?}", payload.len(), spec.request),
             ));
         }
         let mut r = Reader::new(payload, c.name());
@@ -299,8 +413,15 @@ impl<'a> Command<'a> {
                 Command::CopyTensor { src: RpcTensor::read(&mut r)?, dst: RpcTensor::read(&mut r)? }
             }
             Cmd::GraphCompute => {
-                let g = GraphBlob::decode(payload, limits)?;
-                return Ok(Command::GraphCompute(g));
+                return Ok(match proto.graph {
+                    GraphFormat::LastGraph => {
+                        Command::GraphCompute(GraphBlob::decode(payload, limits)?, None)
+                    }
+                    GraphFormat::Uid => {
+                        let (uid, g) = GraphBlob::decode_with_uid(payload, limits)?;
+                        Command::GraphCompute(g, Some(uid))
+                    }
+                });
             }
             Cmd::GetDeviceMemory => Command::GetDeviceMemory { device: r.u32()? },
             Cmd::InitTensor => Command::InitTensor(RpcTensor::read(&mut r)?),
@@ -315,13 +436,42 @@ impl<'a> Command<'a> {
             }
             Cmd::Hello => Command::Hello(r.array()?),
             Cmd::DeviceCount => Command::DeviceCount,
-            Cmd::GraphRecompute => Command::GraphRecompute { device: r.u32()? },
+            Cmd::GraphRecompute => Command::GraphRecompute {
+                device: r.u32()?,
+                uid: match proto.graph {
+                    GraphFormat::LastGraph => None,
+                    GraphFormat::Uid => Some(r.u64()?),
+                },
+            },
             Cmd::MemsetTensor => Command::MemsetTensor(MemsetTensorReq {
                 tensor: RpcTensor::read(&mut r)?,
                 offset: r.u64()?,
                 size: r.u64()?,
                 value: r.u8()?,
             }),
+            Cmd::SetTensor2d => {
+                let h = Tensor2d::read(&mut r)?;
+                let n = r.remaining();
+                if h.packed_len() != Some(n as u64) {
+                    return Err(Error::invalid(
+                        "SET_TENSOR_2D",
+                        format!("{n} data bytes for {} rows of {} bytes", h.n_copies, h.size),
+                    ));
+                }
+                Command::SetTensor2d(h, r.bytes(n)?)
+            }
+            Cmd::GetTensor2d => Command::GetTensor2d(Tensor2d::read(&mut r)?),
+            Cmd::CommInit => Command::CommInit(CommInitReq {
+                device: r.u32()?,
+                rank: r.u32()?,
+                world: r.u32()?,
+                port: r.u32()?,
+                host: r.array()?,
+            }),
+            Cmd::CommAllreduce => {
+                Command::CommAllreduce { device: r.u32()?, tensor: RpcTensor::read(&mut r)? }
+            }
+            Cmd::CommFree => Command::CommFree { device: r.u32()? },
         };
         r.finish()?;
         Ok(out)
@@ -338,7 +488,13 @@ impl<'a> Command<'a> {
             Command::GetAlignment { device }
             | Command::GetMaxSize { device }
             | Command::GetDeviceMemory { device }
-            | Command::GraphRecompute { device } => v.put_u32(*device),
+            | Command::CommFree { device } => v.put_u32(*device),
+            Command::GraphRecompute { device, uid } => {
+                v.put_u32(*device);
+                if let Some(uid) = uid {
+                    v.put_u64(*uid);
+                }
+            }
             Command::BufferGetBase { remote_ptr } | Command::FreeBuffer { remote_ptr } => {
                 v.put_u64(*remote_ptr)
             }
@@ -366,7 +522,8 @@ impl<'a> Command<'a> {
                 src.encode_into(&mut v);
                 dst.encode_into(&mut v);
             }
-            Command::GraphCompute(g) => g.encode_into(&mut v),
+            Command::GraphCompute(g, None) => g.encode_into(&mut v),
+            Command::GraphCompute(g, Some(uid)) => g.encode_with_uid_into(*uid, &mut v),
             Command::InitTensor(t) => t.encode_into(&mut v),
             Command::GetAllocSize(g) => {
                 v.put_u32(g.device);
@@ -382,6 +539,22 @@ impl<'a> Command<'a> {
                 v.put_u64(m.offset);
                 v.put_u64(m.size);
                 v.put_u8(m.value);
+            }
+            Command::SetTensor2d(h, data) => {
+                h.encode_into(&mut v);
+                v.extend_from_slice(data);
+            }
+            Command::GetTensor2d(h) => h.encode_into(&mut v),
+            Command::CommInit(c) => {
+                v.put_u32(c.device);
+                v.put_u32(c.rank);
+                v.put_u32(c.world);
+                v.put_u32(c.port);
+                v.extend_from_slice(&c.host);
+            }
+            Command::CommAllreduce { device, tensor } => {
+                v.put_u32(*device);
+                tensor.encode_into(&mut v);
             }
         }
         v
@@ -444,28 +617,55 @@ mod tests {
             Command::SetTensorHash(SetTensorHashReq { tensor: t(2), offset: 3, hash: WireHash(0x1234) }),
             Command::GetTensor(GetTensorReq { tensor: t(3), offset: 4, size: 5 }),
             Command::CopyTensor { src: t(1), dst: t(2) },
-            Command::GraphCompute(GraphBlob { device: 0, nodes: vec![3], tensors: vec![t(1), t(2), t(3)] }),
+            Command::GraphCompute(
+                GraphBlob { device: 0, nodes: vec![3], tensors: vec![t(1), t(2), t(3)] },
+                None,
+            ),
             Command::GetDeviceMemory { device: 0 },
             Command::InitTensor(t(9)),
             Command::GetAllocSize(Box::new(GetAllocSizeReq { device: 0, tensor: t(4), srcs })),
             Command::Hello([3; 24]),
             Command::DeviceCount,
-            Command::GraphRecompute { device: 0 },
+            Command::GraphRecompute { device: 0, uid: None },
             Command::MemsetTensor(MemsetTensorReq { tensor: t(6), offset: 1, size: 2, value: 3 }),
         ]
+    }
+
+    /// 7.0.0's commands with 8.0.0's graph layout, and the five new ones.
+    fn all_commands_v8() -> Vec<Command<'static>> {
+        let mut v: Vec<Command<'static>> = all_commands()
+            .into_iter()
+            .map(|c| match c {
+                Command::GraphCompute(g, None) => Command::GraphCompute(g, Some(0x1122_3344_5566_7788)),
+                Command::GraphRecompute { device, uid: None } => {
+                    Command::GraphRecompute { device, uid: Some(9) }
+                }
+                c => c,
+            })
+            .collect();
+        let h = Tensor2d { tensor: t(4), offset: 8, size: 3, n_copies: 2, stride: 16 };
+        v.push(Command::SetTensor2d(h, b"abcdef"));
+        v.push(Command::GetTensor2d(h));
+        v.push(Command::CommInit(CommInitReq::new(0, 1, 2, 51052, "10.0.0.2").unwrap()));
+        v.push(Command::CommAllreduce { device: 0, tensor: t(5) });
+        v.push(Command::CommFree { device: 0 });
+        v
     }
 
     #[test]
     fn every_command_round_trips() {
         let l = Limits::default();
-        for c in all_commands() {
-            let frame = c.encode_frame();
-            let (id, len) = decode_request_header(&frame).unwrap();
-            assert_eq!(id, c.cmd() as u8);
-            assert_eq!(len as usize, frame.len() - 9);
-            assert!(c.cmd().accepts_len(len), "{}", c.cmd());
-            let back = Command::decode(id, &frame[9..], &l).unwrap();
-            assert_eq!(back, c);
+        for (proto, cmds) in [(&crate::version::V7, all_commands()), (&crate::version::V8, all_commands_v8())]
+        {
+            for c in cmds {
+                let frame = c.encode_frame();
+                let (id, len) = decode_request_header(&frame).unwrap();
+                assert_eq!(id, c.cmd() as u8);
+                assert_eq!(len as usize, frame.len() - 9);
+                assert!(proto.spec(id).unwrap().request.accepts(len), "{} at {proto}", c.cmd());
+                let back = Command::decode(proto, id, &frame[9..], &l).unwrap();
+                assert_eq!(back, c);
+            }
         }
     }
 
@@ -504,18 +704,25 @@ mod tests {
     #[test]
     fn wrong_lengths_and_ids_are_invalid() {
         let l = Limits::default();
-        assert!(Command::decode(18, &[], &l).is_err());
-        assert!(Command::decode(19, &[], &l).is_err());
-        assert!(Command::decode(15, &[0], &l).is_err());
-        assert!(Command::decode(14, &[0; 23], &l).is_err());
-        assert!(Command::decode(14, &[0; 25], &l).is_err());
-        assert!(Command::decode(6, &[0; 304], &l).is_err());
-        assert!(matches!(Command::decode(6, &[0; 305], &l), Ok(Command::SetTensor(_, d)) if d.is_empty()));
+        let v7 = &crate::version::V7;
+        assert!(Command::decode(v7, 18, &[0; 328], &l).is_err(), "18 is RPC_CMD_NONE at 7.0.0");
+        assert!(Command::decode(v7, 19, &[], &l).is_err());
+        assert!(Command::decode(v7, 15, &[0], &l).is_err());
+        assert!(Command::decode(v7, 14, &[0; 23], &l).is_err());
+        assert!(Command::decode(v7, 14, &[0; 25], &l).is_err());
+        assert!(Command::decode(v7, 6, &[0; 304], &l).is_err());
+        assert!(
+            matches!(Command::decode(v7, 6, &[0; 305], &l), Ok(Command::SetTensor(_, d)) if d.is_empty())
+        );
+        let v8 = &crate::version::V8;
+        assert!(Command::decode(v8, 23, &[], &l).is_err(), "23 is RPC_CMD_NONE at 8.0.0");
+        assert!(Command::decode(v8, 16, &[0; 4], &l).is_err(), "8.0.0 RECOMPUTE carries a uid");
+        assert!(Command::decode(v7, 16, &[0; 12], &l).is_err());
     }
 
     #[test]
     fn hello_response() {
-        let h = HelloRsp::ours();
+        let h = crate::version::V7.hello();
         let b = h.encode();
         assert_eq!(b.len(), 28);
         assert_eq!(&b[..4], &[7, 0, 0, 0]);

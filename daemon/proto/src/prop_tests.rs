@@ -33,21 +33,30 @@ fn tensor() -> impl Strategy<Value = RpcTensor> {
 proptest! {
     #[test]
     fn decode_never_panics(cmd in any::<u8>(), payload in proptest::collection::vec(any::<u8>(), 0..4000)) {
-        let _ = Command::decode(cmd, &payload, &Limits::default());
+        for proto in crate::version::SUPPORTED {
+            let _ = Command::decode(proto, cmd, &payload, &Limits::default());
+        }
+        let _ = GraphBlob::decode_with_uid(&payload, &Limits::default());
         let _ = GraphBlob::decode(&payload, &Limits::default());
         let _ = RpcTensor::decode(&payload);
     }
 
     #[test]
-    fn fixed_size_payloads_of_the_right_length_decode(cmd in 0u8..18, bytes in proptest::collection::vec(any::<u8>(), 3260)) {
-        match crate::cmd::Cmd::from_u8(cmd).unwrap().request_size() {
-            crate::cmd::RequestSize::Fixed(n) => {
-                prop_assert!(Command::decode(cmd, &bytes[..n as usize], &Limits::default()).is_ok());
-            }
-            crate::cmd::RequestSize::AtLeast(_) => {
-                // Variable-size commands: any content of any length decodes or fails cleanly.
-                for n in [0usize, 7, 8, 12, 305, 1000, 3260] {
-                    let _ = Command::decode(cmd, &bytes[..n], &Limits::default());
+    fn fixed_size_payloads_of_the_right_length_decode(cmd in 0u8..23, bytes in proptest::collection::vec(any::<u8>(), 3260)) {
+        for proto in crate::version::SUPPORTED {
+            let Some(spec) = proto.spec(cmd) else {
+                prop_assert!(Command::decode(proto, cmd, &bytes[..0], &Limits::default()).is_err());
+                continue;
+            };
+            match spec.request {
+                crate::cmd::RequestSize::Fixed(n) => {
+                    prop_assert!(Command::decode(proto, cmd, &bytes[..n as usize], &Limits::default()).is_ok());
+                }
+                crate::cmd::RequestSize::AtLeast(_) => {
+                    // Variable-size commands: any content of any length decodes or fails cleanly.
+                    for n in [0usize, 7, 8, 12, 16, 305, 328, 1000, 3260] {
+                        let _ = Command::decode(proto, cmd, &bytes[..n], &Limits::default());
+                    }
                 }
             }
         }

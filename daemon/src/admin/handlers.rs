@@ -46,7 +46,13 @@ pub async fn status(State(st): State<AdminState>) -> Json<Status> {
     }
     Json(Status {
         version: env!("CARGO_PKG_VERSION").to_string(),
-        protocol_version: PROTOCOL_VERSION.to_string(),
+        protocol_version: rpc.cfg.protocol.name(),
+        protocols: rpc
+            .cfg
+            .listeners()
+            .iter()
+            .map(|(port, p)| ProtocolListener { port: *port, version: p.name() })
+            .collect(),
         uptime_secs: st.uptime().as_secs(),
         rpc_addr: st.rpc_addr().map(str::to_string),
         devices: rpc
@@ -68,6 +74,10 @@ pub async fn status(State(st): State<AdminState>) -> Json<Status> {
             connections_total: s.connections.load(Ordering::Relaxed),
             connections_refused: s.refused.load(Ordering::Relaxed),
             graphs_computed: s.graphs_computed.load(Ordering::Relaxed),
+            graph_store_hits: s.graph_store_hits.load(Ordering::Relaxed),
+            graph_store_inserts: s.graph_store_inserts.load(Ordering::Relaxed),
+            graph_store_clears: s.graph_store_clears.load(Ordering::Relaxed),
+            allreduces: s.allreduces.load(Ordering::Relaxed),
             bytes_in,
             bytes_out,
             commands,

@@ -66,6 +66,15 @@ pub fn render(state: &AdminState) -> String {
     let _ = writeln!(out, "llamad_rpc_connections_refused_total {}", load(&stats.refused));
     header(&mut out, "llamad_rpc_graphs_computed_total", "counter", "Graphs computed for RPC peers.");
     let _ = writeln!(out, "llamad_rpc_graphs_computed_total {}", load(&stats.graphs_computed));
+    header(
+        &mut out,
+        "llamad_rpc_graph_store_hits_total",
+        "counter",
+        "GRAPH_RECOMPUTEs served from the protocol 8 graph store by uid.",
+    );
+    let _ = writeln!(out, "llamad_rpc_graph_store_hits_total {}", load(&stats.graph_store_hits));
+    header(&mut out, "llamad_rpc_allreduces_total", "counter", "COMM_ALLREDUCEs completed (protocol 8).");
+    let _ = writeln!(out, "llamad_rpc_allreduces_total {}", load(&stats.allreduces));
     header(&mut out, "llamad_memory_allocated_bytes", "gauge", "Bytes held by RPC buffers.");
     let _ = writeln!(out, "llamad_memory_allocated_bytes {}", rpc.memory.allocated());
 

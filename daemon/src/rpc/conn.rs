@@ -13,8 +13,11 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Instant;
 
-use llamad_proto::cmd::{Cmd, CONN_CAPS_SIZE, REQUEST_HEADER_SIZE, SET_TENSOR_HEADER_SIZE};
-use llamad_proto::msg::{Command, HelloRsp, SetTensorHeader};
+use llamad_proto::cmd::{
+    Cmd, CONN_CAPS_SIZE, REQUEST_HEADER_SIZE, SET_TENSOR_HEADER_SIZE, TENSOR_2D_HEADER_SIZE,
+};
+use llamad_proto::msg::{Command, SetTensorHeader, Tensor2d};
+use llamad_proto::Protocol;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, BufReader, BufWriter};
 use tokio::net::TcpStream;
 use tokio_util::sync::CancellationToken;
@@ -44,6 +47,10 @@ struct Lookup {
 }
 
 struct Conn<R, W> {
+    /// The protocol version this connection speaks (its listener's).
+    proto: &'static Protocol,
+    /// Commands after HELLO (a peer that leaves without one probably refused our version).
+    after_hello: u64,
     reader: BufReader<Timed<R>>,
     writer: BufWriter<Timed<W>>,
     session: Session,
@@ -98,8 +105,15 @@ fn conclude(
     }
 }
 
-/// Serves one connection until the peer leaves, breaks a rule, or shutdown is requested.
-pub async fn serve(stream: TcpStream, peer: SocketAddr, shared: Arc<Shared>, cancel: CancellationToken) {
+/// Serves one connection, speaking `proto`, until the peer leaves, breaks a rule, or shutdown is
+/// requested.
+pub async fn serve(
+    stream: TcpStream,
+    peer: SocketAddr,
+    shared: Arc<Shared>,
+    proto: &'static Protocol,
+    cancel: CancellationToken,
+) {
     let start = Instant::now();
     shared.stats.connections.fetch_add(1, Ordering::Relaxed);
     shared.stats.active.fetch_add(1, Ordering::Relaxed);
@@ -110,18 +124,23 @@ pub async fn serve(stream: TcpStream, peer: SocketAddr, shared: Arc<Shared>, can
         Ok(Kind::Plain) => {
             let local = stream.local_addr().ok().map(|a| a.ip());
             let (r, w) = stream.into_split();
-            drive(r, w, peer, local, &shared, live.clone(), &cancel).await
+            let ends = Ends { peer, local, ext_ip: local, proto };
+            drive(r, w, ends, &shared, live.clone(), &cancel).await
         }
-        Ok(Kind::Tls) => match handshake(stream, &shared).await {
-            Ok(s) => {
-                tls = true;
-                debug!(%peer, "TLS established");
-                let (r, w) = tokio::io::split(s);
-                // No extension over TLS: its links would be plain TCP.
-                drive(r, w, peer, None, &shared, live.clone(), &cancel).await
+        Ok(Kind::Tls) => {
+            let local = stream.local_addr().ok().map(|a| a.ip());
+            match handshake(stream, &shared).await {
+                Ok(s) => {
+                    tls = true;
+                    debug!(%peer, "TLS established");
+                    let (r, w) = tokio::io::split(s);
+                    // No extension over TLS: its links would be plain TCP.
+                    let ends = Ends { peer, local, ext_ip: None, proto };
+                    drive(r, w, ends, &shared, live.clone(), &cancel).await
+                }
+                Err(e) => Ended::early(conclude(&shared, peer, None, Err(e))),
             }
-            Err(e) => Ended::early(conclude(&shared, peer, None, Err(e))),
-        },
+        }
         Ok(Kind::Left) => Ended::early("peer left before HELLO"),
         Err(e) => {
             let end = conclude(&shared, peer, None, Err(e));
@@ -184,13 +203,22 @@ async fn handshake(stream: TcpStream, shared: &Shared) -> Result<tokio_rustls::s
     }
 }
 
+/// Who is at either end of a connection, and what it speaks.
+struct Ends {
+    peer: SocketAddr,
+    /// Our address as the peer reached it.
+    local: Option<IpAddr>,
+    /// Where extension links are offered: `local` on a plain connection, `None` over TLS.
+    ext_ip: Option<IpAddr>,
+    proto: &'static Protocol,
+}
+
 /// Runs the protocol over a connection's halves; the session (and its buffers) is freed and the
 /// end recorded before the halves (the socket) are dropped.
 async fn drive<R, W>(
     r: R,
     w: W,
-    peer: SocketAddr,
-    local: Option<IpAddr>,
+    ends: Ends,
     shared: &Arc<Shared>,
     live: Arc<LiveConn>,
     cancel: &CancellationToken,
@@ -200,18 +228,39 @@ where
     W: AsyncWrite + Unpin + Send,
 {
     let (idle, frame) = (shared.cfg.idle_timeout, shared.cfg.frame_timeout);
+    let Ends { peer, local, ext_ip, proto } = ends;
     let mut conn = Conn {
+        proto,
+        after_hello: 0,
         reader: BufReader::with_capacity(64 * 1024, Timed::new(r, idle, frame)),
         writer: BufWriter::with_capacity(64 * 1024, Timed::new(w, None, frame)),
-        session: Session::new(shared.clone()),
+        session: Session::new(shared.clone(), proto, local),
         shared: shared.clone(),
         stats: ConnStats::default(),
         live,
         current: None,
-        local,
+        local: ext_ip,
         lookups: std::collections::VecDeque::new(),
     };
     let outcome = conn.run(cancel).await;
+    if matches!(outcome, Ok("peer closed")) && conn.after_hello == 0 {
+        // A master of another major checks the version right after HELLO and aborts (llama.cpp:
+        // "RPC server version mismatch"), closing the socket without a command.
+        let others: Vec<String> = llamad_proto::version::SUPPORTED
+            .iter()
+            .filter(|p| p.version != proto.version)
+            .map(|p| p.name())
+            .collect();
+        warn!(
+            %peer,
+            announced = %proto,
+            "the peer closed the connection right after HELLO without a command: it probably speaks RPC \
+             protocol {} and refused our {proto} (llama.cpp masters abort with \"RPC server version \
+             mismatch\"); serve it with --protocol {} (server.protocol) or on --port-v7",
+            others.join(" or "),
+            others.first().map(|v| &v[..1]).unwrap_or("?"),
+        );
+    }
     let buffers = conn.session.buffer_count();
     drop(conn.session);
     let end = conclude(shared, peer, conn.current, outcome);
@@ -257,15 +306,15 @@ impl<R: AsyncRead + Unpin + Send, W: AsyncWrite + Unpin + Send> Conn<R, W> {
             Err(_) => refuse!("no HELLO within {hello_timeout:?}"),
         };
         let Some((cmd, len)) = first else { return Ok("peer left before HELLO") };
-        self.current = Cmd::from_u8(cmd);
+        self.current = self.proto.spec(cmd).map(|s| s.cmd);
         if cmd != Cmd::Hello as u8 {
             refuse!("expected HELLO, got command byte {cmd}");
         }
         if len != CONN_CAPS_SIZE as u64 {
-            refuse!("HELLO of {len} bytes (client needs protocol v7)");
+            refuse!("HELLO of {len} bytes (client needs protocol v{})", self.proto.version.major);
         }
         let caps = self.payload(len).await?;
-        let mut hello = HelloRsp::ours();
+        let mut hello = self.proto.hello();
         // A master that asks for llamad's extension (never llama.cpp's, whose caps are zeros or RDMA
         // parameters without the magic) gets it on plain connections; everyone else gets zeros.
         let ext = caps.get(..8) == Some(&ext::EXT_MAGIC[..]) && self.local.is_some();
@@ -307,6 +356,7 @@ impl<R: AsyncRead + Unpin + Send, W: AsyncWrite + Unpin + Send> Conn<R, W> {
                 h = self.header() => h?,
             };
             let Some((byte, len)) = header else { return Ok("peer closed") };
+            self.after_hello += 1;
             if byte != Cmd::SetTensorHash as u8 {
                 // Every other command may touch the buffers the lookups fill: they finish first.
                 self.finish_lookups(0).await?;
@@ -317,10 +367,13 @@ impl<R: AsyncRead + Unpin + Send, W: AsyncWrite + Unpin + Send> Conn<R, W> {
                 self.account_bytes(REQUEST_HEADER_SIZE as u64 + len, out);
                 continue;
             }
-            let Some(cmd) = Cmd::from_u8(byte) else { refuse!("unknown command byte {byte}") };
+            let Some(spec) = self.proto.spec(byte) else {
+                refuse!("unknown command byte {byte} (protocol {})", self.proto)
+            };
+            let cmd = spec.cmd;
             self.current = Some(cmd);
-            if !cmd.accepts_len(len) {
-                refuse!("payload length {len} does not match {:?}", cmd.request_size());
+            if !spec.request.accepts(len) {
+                refuse!("payload length {len} does not match {:?}", spec.request);
             }
             let span = debug_span!("cmd", cmd = cmd.name(), len);
             let out = self.command(cmd, len).instrument(span).await?;
@@ -337,7 +390,7 @@ impl<R: AsyncRead + Unpin + Send, W: AsyncWrite + Unpin + Send> Conn<R, W> {
             return false;
         };
         cmd == Cmd::SetTensorHash as u8
-            && Cmd::SetTensorHash.accepts_len(len)
+            && self.proto.spec(cmd).is_some_and(|s| s.request.accepts(len))
             && (b.len() as u64) >= REQUEST_HEADER_SIZE as u64 + len
     }
 
@@ -357,12 +410,14 @@ impl<R: AsyncRead + Unpin + Send, W: AsyncWrite + Unpin + Send> Conn<R, W> {
     async fn command(&mut self, cmd: Cmd, len: u64) -> Result<u64> {
         let out = if cmd == Cmd::SetTensor {
             self.set_tensor(len).await?
+        } else if cmd == Cmd::SetTensor2d {
+            self.set_tensor_2d(len).await?
         } else {
             if len > self.shared.max_frame {
                 refuse!("payload of {len} bytes exceeds max_frame {}", self.shared.max_frame);
             }
             let payload = self.payload(len).await?;
-            let command = Command::decode(cmd as u8, &payload, &self.shared.limits)?;
+            let command = Command::decode(self.proto, cmd as u8, &payload, &self.shared.limits)?;
             let reply = self.session.handle(command)?;
             self.reply(reply).await?
         };
@@ -400,6 +455,47 @@ impl<R: AsyncRead + Unpin + Send, W: AsyncWrite + Unpin + Send> Conn<R, W> {
         Ok(0)
     }
 
+    /// SET_TENSOR_2D: validate the 328-byte header and every row, then read each row straight into
+    /// its place (no buffering of the payload, however many rows).
+    async fn set_tensor_2d(&mut self, len: u64) -> Result<u64> {
+        let mut h = [0u8; TENSOR_2D_HEADER_SIZE];
+        self.reader.read_exact(&mut h).await?;
+        let header = Tensor2d::decode(&h)?;
+        let n = len - TENSOR_2D_HEADER_SIZE as u64; // the table guarantees len >= 328
+        let (buf, rows) = self.session.set_tensor_2d_target(&header, n)?;
+        for i in 0..if rows.packed_len() == 0 { 0 } else { rows.n } {
+            let Some(region) = rows.row(&buf, i) else { refuse!("SET_TENSOR_2D row {i} outside the buffer") };
+            // SAFETY: `region` lies inside the live buffer `buf` (every row validated), held until the
+            // end of this function; no graph is running and no other command executes meanwhile.
+            let dst = unsafe { region.as_mut_slice() };
+            read_exact_or_refuse(&mut self.reader, dst).await?;
+        }
+        Ok(0)
+    }
+
+    /// A response frame of `rows` packed, written row by row.
+    async fn respond_rows(
+        &mut self,
+        buf: &crate::rpc::buffer::Buffer,
+        rows: crate::rpc::session::Rows,
+    ) -> Result<u64> {
+        let len = rows.packed_len();
+        self.writer.write_all(&len.to_le_bytes()).await?;
+        if len > 0 {
+            for i in 0..rows.n {
+                let Some(region) = rows.row(buf, i) else {
+                    refuse!("GET_TENSOR_2D row {i} outside the buffer")
+                };
+                // SAFETY: the row lies inside the live buffer `buf`, held by the caller; nothing writes
+                // buffers while a response is written.
+                let bytes = unsafe { region.as_slice() };
+                self.writer.write_all(bytes).await?;
+            }
+        }
+        self.writer.flush().await?;
+        Ok(8 + len)
+    }
+
     async fn reply(&mut self, reply: Reply) -> Result<u64> {
         if !matches!(reply, Reply::CacheLoad(..)) {
             // A SET_TENSOR_HASH answered without a lookup (no cache, nothing to fill) still answers in
@@ -409,6 +505,7 @@ impl<R: AsyncRead + Unpin + Send, W: AsyncWrite + Unpin + Send> Conn<R, W> {
         match reply {
             Reply::Nothing => Ok(0),
             Reply::Bytes(b) => self.respond(&b).await,
+            Reply::Rows(buf, rows) => self.respond_rows(&buf, rows).await,
             Reply::Region(_buf, region) => {
                 // SAFETY: `region` lies inside the live buffer `_buf`, held for this scope; nothing
                 // writes buffers while a response is written.

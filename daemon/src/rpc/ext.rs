@@ -12,7 +12,7 @@
 
 use std::collections::HashMap;
 use std::io::{Read, Write};
-use std::net::{IpAddr, TcpListener, TcpStream, ToSocketAddrs};
+use std::net::{IpAddr, TcpListener, TcpStream};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -22,6 +22,7 @@ use tracing::{debug, warn};
 use crate::error::{refuse, Error, Result};
 use crate::rpc::buffer::{Buffer, Region};
 use crate::rpc::exec::{SharedExecutor, StoredGraph};
+use crate::rpc::link::{self, read_exact_polling};
 
 /// Longest wait for the other end of a link to show up.
 const LINK_TIMEOUT: Duration = Duration::from_secs(10);
@@ -31,11 +32,6 @@ const EXCHANGE_TIMEOUT: Duration = Duration::from_secs(300);
 /// buffers); larger ones are written from a second thread so that two ranks writing to each other
 /// cannot both block.
 const INLINE_SEND: usize = 32 * 1024;
-/// How long a rank polls a link for a peer's small partial before it sleeps in a blocking read. A
-/// blocked reader is woken by an interrupt, which on a virtual machine whose vCPU went idle costs
-/// tens of microseconds per exchange, twice per layer; polling (with a yield, so a thread the OS
-/// put on the same core still runs) sees the bytes as soon as the peer's write lands.
-const POLL_WAIT: Duration = Duration::from_millis(2);
 
 /// A stored phase graph with the places TP_RUN writes its input to and reads its output from.
 pub struct Slot {
@@ -200,52 +196,31 @@ fn lock<T>(m: &Mutex<T>) -> Result<std::sync::MutexGuard<'_, T>> {
 }
 
 fn accept_link(p: &Pending) -> Result<TcpStream> {
-    let deadline = Instant::now() + LINK_TIMEOUT;
-    loop {
-        match p.listener.accept() {
-            Ok((mut s, from)) => {
-                s.set_nonblocking(false)?;
-                s.set_read_timeout(Some(LINK_TIMEOUT))?;
-                let mut token = [0u8; TOKEN_SIZE];
-                match s.read_exact(&mut token) {
-                    Ok(()) if token == p.token => {
-                        s.write_all(&[1])?;
-                        return prepare_link(s);
-                    }
-                    _ => warn!(%from, "link dialler without the right token; dropped"),
-                }
+    let s = link::accept_one(&p.listener, LINK_TIMEOUT, "the offered link", |s, from| {
+        let mut token = [0u8; TOKEN_SIZE];
+        match s.read_exact(&mut token) {
+            Ok(()) if token == p.token => {
+                s.write_all(&[1])?;
+                Ok(true)
             }
-            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
-                if Instant::now() >= deadline {
-                    refuse!("no peer dialled the offered link within {LINK_TIMEOUT:?}");
-                }
-                std::thread::sleep(Duration::from_millis(1));
+            _ => {
+                warn!(%from, "link dialler without the right token; dropped");
+                Ok(false)
             }
-            Err(e) => return Err(e.into()),
         }
-    }
+    })?;
+    link::prepare(s, EXCHANGE_TIMEOUT)
 }
 
 fn dial_link(d: &LinkDial) -> Result<TcpStream> {
-    let addrs: Vec<_> = (d.host.as_str(), d.port).to_socket_addrs()?.collect();
-    let Some(addr) = addrs.first() else { refuse!("link host {} resolves to nothing", d.host) };
-    let mut s = TcpStream::connect_timeout(addr, LINK_TIMEOUT)
-        .map_err(|e| Error::Refused(format!("dialling the link to {addr}: {e}")))?;
-    s.set_read_timeout(Some(LINK_TIMEOUT))?;
+    let (mut s, addr) = link::dial(&d.host, d.port, 1, Duration::ZERO, LINK_TIMEOUT)?;
     s.write_all(&d.token)?;
     let mut ack = [0u8; 1];
     s.read_exact(&mut ack).map_err(|e| Error::Refused(format!("link to {addr} not accepted: {e}")))?;
     if ack != [1] {
         refuse!("link to {addr} not accepted");
     }
-    prepare_link(s)
-}
-
-fn prepare_link(s: TcpStream) -> Result<TcpStream> {
-    s.set_nodelay(true)?;
-    s.set_read_timeout(Some(EXCHANGE_TIMEOUT))?;
-    s.set_write_timeout(Some(EXCHANGE_TIMEOUT))?;
-    Ok(s)
+    link::prepare(s, EXCHANGE_TIMEOUT)
 }
 
 /// One TP_RUN's shape.
@@ -536,82 +511,4 @@ fn exchange(
         let sent = sender.join().unwrap_or_else(|_| Err(Error::Refused("link sender panicked".into())));
         sent.and(got)
     })
-}
-
-/// `read_exact` that first polls the (blocking) link without sleeping for up to [`POLL_WAIT`], then
-/// falls back to a blocking read (with the link's read timeout).
-fn read_exact_polling(mut s: &TcpStream, buf: &mut [u8]) -> std::io::Result<()> {
-    use std::io::ErrorKind;
-    let deadline = Instant::now() + POLL_WAIT;
-    let mut got = 0;
-    s.set_nonblocking(true)?;
-    let polled = loop {
-        match s.read(&mut buf[got..]) {
-            Ok(0) => break Err(ErrorKind::UnexpectedEof.into()),
-            Ok(n) => {
-                got += n;
-                if got == buf.len() {
-                    break Ok(());
-                }
-            }
-            Err(e) if e.kind() == ErrorKind::WouldBlock => {
-                if Instant::now() >= deadline {
-                    break Ok(());
-                }
-                std::thread::yield_now();
-            }
-            Err(e) if e.kind() == ErrorKind::Interrupted => {}
-            Err(e) => break Err(e),
-        }
-    };
-    s.set_nonblocking(false)?;
-    polled?;
-    s.read_exact(&mut buf[got..])
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn pair() -> (TcpStream, TcpStream) {
-        let l = TcpListener::bind("127.0.0.1:0").unwrap();
-        let a = TcpStream::connect(l.local_addr().unwrap()).unwrap();
-        let (b, _) = l.accept().unwrap();
-        (a, b)
-    }
-
-    #[test]
-    fn polling_read_gathers_pieces_before_and_after_its_budget() {
-        let (mut a, b) = pair();
-        let writer = std::thread::spawn(move || {
-            a.write_all(b"head").unwrap();
-            // Past the polling budget: the rest comes through the blocking read.
-            std::thread::sleep(POLL_WAIT * 3);
-            a.write_all(b"-tail").unwrap();
-            a
-        });
-        let mut buf = [0u8; 9];
-        read_exact_polling(&b, &mut buf).unwrap();
-        assert_eq!(&buf, b"head-tail");
-        let mut a = writer.join().unwrap();
-        // The link is blocking again: a plain read waits for the next bytes instead of failing.
-        let w = std::thread::spawn(move || {
-            std::thread::sleep(Duration::from_millis(20));
-            a.write_all(b"x").unwrap();
-        });
-        let mut one = [0u8; 1];
-        (&b).read_exact(&mut one).unwrap();
-        assert_eq!(&one, b"x");
-        w.join().unwrap();
-    }
-
-    #[test]
-    fn polling_read_reports_a_peer_that_closed() {
-        let (mut a, b) = pair();
-        a.write_all(b"ab").unwrap();
-        drop(a);
-        let mut buf = [0u8; 4];
-        let e = read_exact_polling(&b, &mut buf).unwrap_err();
-        assert_eq!(e.kind(), std::io::ErrorKind::UnexpectedEof);
-    }
 }

@@ -11,7 +11,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use compute::graph::Executor;
-use llamad_proto::Limits;
+use llamad_proto::{Limits, Protocol};
 use tokio::net::TcpListener;
 use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
@@ -75,10 +75,12 @@ impl Shared {
     }
 }
 
-/// Accepts connections on `listener` until `shutdown` resolves, then drains them.
+/// Accepts connections on `listener`, each speaking protocol `proto`, until `shutdown` resolves,
+/// then drains them.
 pub async fn serve(
     shared: Arc<Shared>,
     listener: TcpListener,
+    proto: &'static Protocol,
     shutdown: impl Future<Output = ()>,
 ) -> Result<()> {
     let cancel = CancellationToken::new();
@@ -135,7 +137,7 @@ pub async fn serve(
         let span = tracing::info_span!("conn", %peer);
         tracker.spawn(
             async move {
-                conn::serve(stream, peer, shared, token).await;
+                conn::serve(stream, peer, shared, proto, token).await;
                 drop(permit);
             }
             .instrument(span),

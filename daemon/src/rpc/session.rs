@@ -1,5 +1,7 @@
-//! Per-connection state and the semantics of every command: buffer handles, stored graphs, and the
-//! checks of ggml-rpc-protocol.md §4.4, §7, §14 and §16 (all in checked arithmetic).
+//! Per-connection state and the semantics of every command: buffer handles, stored graphs (the last
+//! graph per device at 7.0.0, a store of up to 1024 graphs by uid per device at 8.0.0), the
+//! all-reduce links of 8.0.0, and the checks of ggml-rpc-protocol.md §4.4, §7, §14 and §16 and of
+//! ggml-rpc-protocol-8.md (all in checked arithmetic).
 //!
 //! The session does no IO. [`Session::handle`] turns a decoded command into a [`Reply`]; SET_TENSOR is
 //! split so that its data can be streamed straight into the destination ([`Session::set_tensor_target`]).
@@ -10,14 +12,16 @@ use std::sync::Arc;
 use compute::Layout;
 use llamad_proto::msg::{
     AllocBufferRsp, Command, GetAllocSizeReq, GetTensorReq, MemsetTensorReq, SetTensorHashReq,
-    SetTensorHeader,
+    SetTensorHeader, Tensor2d,
 };
-use llamad_proto::{RpcTensor, WireHash};
+use llamad_proto::{Protocol, RpcTensor, WireHash};
+use std::sync::atomic::Ordering;
 use tracing::debug;
 
 use crate::error::{refuse, Error, Result};
 use crate::rpc::buffer::{Buffer, Region, ADVERTISED_ALIGNMENT};
 use crate::rpc::cache::WireCache;
+use crate::rpc::comm::CommState;
 use crate::rpc::exec::{self, StoredGraph};
 use crate::rpc::ext::{BlockingJob, ExtState, Slot};
 use crate::rpc::graph_cache::GraphCache;
@@ -31,6 +35,8 @@ pub enum Reply {
     Bytes(Vec<u8>),
     /// Send these buffer bytes in a response frame (GET_TENSOR), without copying them first.
     Region(Arc<Buffer>, Region),
+    /// Send these rows, packed, in one response frame (GET_TENSOR_2D), without gathering them first.
+    Rows(Arc<Buffer>, Rows),
     /// Run this graph, then send nothing.
     Compute(Arc<StoredGraph>),
     /// Look `hash` up in the cache straight into `region`, then answer `01` (hit) or `00`.
@@ -86,6 +92,32 @@ impl MemJob {
     }
 }
 
+/// `n` rows of `size` bytes, `stride` apart, starting `start` bytes into a buffer; validated: every
+/// row lies inside the buffer, and `size·n` does not overflow.
+#[derive(Clone, Copy, Debug)]
+pub struct Rows {
+    /// Offset of the first row in the buffer.
+    pub start: u64,
+    /// Bytes per row.
+    pub size: u64,
+    /// Rows.
+    pub n: u64,
+    /// Distance between row starts.
+    pub stride: u64,
+}
+
+impl Rows {
+    /// Bytes of all rows packed.
+    pub fn packed_len(&self) -> u64 {
+        self.size * self.n
+    }
+
+    /// Row `i` (`i < n`) in `buf`.
+    pub fn row(&self, buf: &Buffer, i: u64) -> Option<Region> {
+        buf.region(self.start + i * self.stride, self.size)
+    }
+}
+
 /// A validated descriptor (ref: §4.4): layout, extent and, when it has one, its place in a buffer.
 struct Resolved {
     layout: Layout,
@@ -96,8 +128,17 @@ struct Resolved {
 /// One connection's state.
 pub struct Session {
     shared: Arc<Shared>,
+    /// The protocol version this connection speaks.
+    proto: &'static Protocol,
+    /// Our address as the peer reached it (to tell whether COMM_INIT's host names this server).
+    local: Option<std::net::IpAddr>,
     buffers: HashMap<u64, Arc<Buffer>>,
+    /// 7.0.0: the last graph per device.
     graphs: Vec<Option<Arc<StoredGraph>>>,
+    /// 8.0.0: the stored graphs per device, by uid.
+    stored: Vec<HashMap<u64, Arc<StoredGraph>>>,
+    /// 8.0.0: all-reduce links.
+    comm: CommState,
     built: GraphCache,
     /// Bytes held by this connection's buffers.
     held: u64,
@@ -106,13 +147,18 @@ pub struct Session {
 }
 
 impl Session {
-    /// A fresh session: no handles, no stored graphs (ref: §15 item 26).
-    pub fn new(shared: Arc<Shared>) -> Session {
+    /// A fresh session speaking `proto`: no handles, no stored graphs (ref: §15 item 26). `local` is
+    /// our address as the peer reached it.
+    pub fn new(shared: Arc<Shared>, proto: &'static Protocol, local: Option<std::net::IpAddr>) -> Session {
         let n = shared.cfg.devices.len();
         Session {
             shared,
+            proto,
+            local,
             buffers: HashMap::new(),
             graphs: vec![None; n],
+            stored: vec![HashMap::new(); n],
+            comm: CommState::default(),
             built: GraphCache::default(),
             held: 0,
             ext: None,
@@ -284,8 +330,10 @@ impl Session {
                     refuse!("FREE_BUFFER of unknown handle {remote_ptr:#x}");
                 };
                 self.held -= b.size();
-                // Stored graphs may point into the freed buffer (§14 item 5): drop them all, as the reference does.
+                // Stored graphs may point into the freed buffer (§14 item 5): drop them all, as the reference does
+                // (at 8.0.0 the whole store: the master forgets its uids on FREE_BUFFER too).
                 self.graphs.iter_mut().for_each(|g| *g = None);
+                self.stored.iter_mut().for_each(HashMap::clear);
                 self.built.clear();
                 if let Some((_, ext)) = self.ext.as_mut() {
                     ext.clear_slots();
@@ -320,22 +368,154 @@ impl Session {
                 Ok(Reply::Nothing)
             }
             Command::GetAllocSize(req) => self.get_alloc_size(&req),
-            Command::GraphCompute(blob) => {
+            Command::GraphCompute(blob, uid) => {
                 let d = self.device(blob.device)?;
                 let (buffers, interleave) = (&self.buffers, self.interleave());
                 let g = self.built.get_or_build(&blob, |b| exec::build(b, buffers, interleave))?;
-                debug!(nodes = g.n_nodes, run = g.n_run, tensors = blob.tensors.len(), "graph built");
-                self.graphs[d] = Some(g.clone());
+                debug!(nodes = g.n_nodes, run = g.n_run, tensors = blob.tensors.len(), ?uid, "graph built");
+                match uid {
+                    None => self.graphs[d] = Some(g.clone()),
+                    Some(0) => {}
+                    Some(uid) => self.store_graph(d, uid, g.clone()),
+                }
                 Ok(Reply::Compute(g))
             }
-            Command::GraphRecompute { device } => {
+            Command::GraphRecompute { device, uid: None } => {
                 let d = self.device(device)?;
                 match &self.graphs[d] {
                     Some(g) => Ok(Reply::Compute(g.clone())),
                     None => refuse!("GRAPH_RECOMPUTE without a stored graph on device {device}"),
                 }
             }
+            Command::GraphRecompute { device, uid: Some(uid) } => {
+                let d = self.device(device)?;
+                match self.stored[d].get(&uid) {
+                    Some(g) => {
+                        self.shared.stats.graph_store_hits.fetch_add(1, Ordering::Relaxed);
+                        Ok(Reply::Compute(g.clone()))
+                    }
+                    None => refuse!(
+                        "GRAPH_RECOMPUTE of graph uid {uid:#x} on device {device}, which this connection does not \
+                         store (never sent, cleared when the store was full, or dropped by FREE_BUFFER)"
+                    ),
+                }
+            }
+            Command::SetTensor2d(h, data) => {
+                let (buf, rows) = self.rows_2d(&h, true)?;
+                for (i, chunk) in (0..rows.n).zip(data.chunks_exact(rows.size.max(1) as usize)) {
+                    let Some(r) = rows.row(&buf, i) else { refuse!("SET_TENSOR_2D row outside the buffer") };
+                    // SAFETY: `r` lies inside the live buffer `buf`, held for this scope; no graph is running.
+                    unsafe { r.as_mut_slice() }.copy_from_slice(chunk);
+                }
+                Ok(Reply::Nothing)
+            }
+            Command::GetTensor2d(h) => {
+                let (buf, rows) = self.rows_2d(&h, false)?;
+                Ok(Reply::Rows(buf, rows))
+            }
+            Command::CommInit(req) => {
+                self.device(req.device)?;
+                let Some(spec) = self.proto.comm else {
+                    refuse!("COMM_INIT is not part of protocol {}", self.proto)
+                };
+                let job =
+                    self.comm.init(&req, &spec, &self.shared.cfg.allow, self.local, self.shared.clone())?;
+                Ok(Reply::Blocking(job))
+            }
+            Command::CommAllreduce { device, tensor } => {
+                self.device(device)?;
+                let Some(spec) = self.proto.comm else {
+                    refuse!("COMM_ALLREDUCE is not part of protocol {}", self.proto)
+                };
+                let (r, buf, off) = self.resolve_stored(&tensor)?;
+                if r.layout.dtype != compute::GgmlType::F32 {
+                    refuse!("COMM_ALLREDUCE of a {:?} tensor (only F32)", r.layout.dtype);
+                }
+                if !r.layout.is_contiguous() {
+                    refuse!("COMM_ALLREDUCE of a non-contiguous tensor");
+                }
+                if tensor.flags & compute::op::flags::COMPUTE == 0 {
+                    refuse!("COMM_ALLREDUCE of a tensor without the COMPUTE flag");
+                }
+                let Some(region) = buf.region(off, r.nbytes) else {
+                    refuse!("COMM_ALLREDUCE leaves the buffer")
+                };
+                buf.invalidate(off, r.nbytes);
+                let job = self.comm.allreduce(device, &spec, buf, region, self.shared.clone())?;
+                Ok(Reply::Blocking(job))
+            }
+            Command::CommFree { device } => {
+                self.device(device)?;
+                self.comm.free(device)?;
+                Ok(Reply::Nothing)
+            }
         }
+    }
+
+    /// Stores graph `uid` for device `d` (8.0.0): a new uid when the store is full clears it first,
+    /// at the same point as the master (ref: ggml-rpc-protocol-8.md, "Graph uid and the graph
+    /// cache"). A uid already stored is replaced without a clear: it is not new.
+    fn store_graph(&mut self, d: usize, uid: u64, g: Arc<StoredGraph>) {
+        let store = &mut self.stored[d];
+        if !store.contains_key(&uid) && store.len() >= self.proto.graph_store {
+            debug!(device = d, graphs = store.len(), "graph store full: cleared");
+            store.clear();
+            self.shared.stats.graph_store_clears.fetch_add(1, Ordering::Relaxed);
+        }
+        store.insert(uid, g);
+        self.shared.stats.graph_store_inserts.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// SET_TENSOR_2D / GET_TENSOR_2D: the rows, each checked as SET_TENSOR/GET_TENSOR check their
+    /// region (start strictly inside the buffer, end inside the buffer and inside the tensor), every
+    /// product and sum in checked arithmetic, and `size·n_copies` at most the tensor's bytes (rows
+    /// that do not overlap cannot hold more), which bounds a GET_TENSOR_2D's answer.
+    fn rows_2d(&self, h: &Tensor2d, write: bool) -> Result<(Arc<Buffer>, Rows)> {
+        let what = if write { "SET_TENSOR_2D" } else { "GET_TENSOR_2D" };
+        let (r, buf, toff) = self.resolve_stored(&h.tensor)?;
+        let Some(packed) = h.packed_len() else {
+            refuse!("{what}: size {} × n_copies {} overflows", h.size, h.n_copies);
+        };
+        if packed > r.nbytes {
+            refuse!("{what}: {packed} bytes of rows for a tensor of {} bytes", r.nbytes);
+        }
+        let rows = Rows { start: 0, size: h.size, n: h.n_copies, stride: h.stride };
+        if packed == 0 {
+            return Ok((buf, rows));
+        }
+        // The last row starts at offset + (n-1)·stride; rows ascend, so the first and last bound all.
+        let last = (h.n_copies - 1)
+            .checked_mul(h.stride)
+            .and_then(|x| x.checked_add(h.offset))
+            .ok_or_else(|| Error::Refused(format!("{what}: offset + (n_copies-1)·stride overflows")))?;
+        let end = match last.checked_add(h.size) {
+            Some(e) if e <= r.nbytes => e,
+            _ => refuse!(
+                "{what}: rows [{:#x}, +{}) every {} bytes, {} of them, leave the tensor of {} bytes",
+                h.offset,
+                h.size,
+                h.stride,
+                h.n_copies,
+                r.nbytes
+            ),
+        };
+        let Some(start) = toff.checked_add(h.offset) else { refuse!("{what}: offset overflows") };
+        match toff.checked_add(end) {
+            Some(e) if start < buf.size() && e <= buf.size() => {}
+            _ => refuse!("{what}: rows leave the buffer"),
+        }
+        if write {
+            buf.invalidate(start, end - h.offset);
+        }
+        Ok((buf, Rows { start, ..rows }))
+    }
+
+    /// Validates a SET_TENSOR_2D header for `n` data bytes and returns where its rows go.
+    pub fn set_tensor_2d_target(&mut self, h: &Tensor2d, n: u64) -> Result<(Arc<Buffer>, Rows)> {
+        if h.packed_len() != Some(n) {
+            refuse!("SET_TENSOR_2D of {n} data bytes for {} rows of {} bytes", h.n_copies, h.size);
+        }
+        self.rows_2d(h, true)
     }
 
     fn set_tensor_hash(&mut self, req: &SetTensorHashReq) -> Result<Reply> {

@@ -38,6 +38,16 @@ pub struct ServerStats {
     pub over_limit: AtomicU64,
     /// Graphs executed (GRAPH_COMPUTE and GRAPH_RECOMPUTE).
     pub graphs_computed: AtomicU64,
+    /// 8.0.0: GRAPH_RECOMPUTEs served from the graph store by uid.
+    pub graph_store_hits: AtomicU64,
+    /// 8.0.0: graphs stored by uid (GRAPH_COMPUTE with a non-zero uid).
+    pub graph_store_inserts: AtomicU64,
+    /// 8.0.0: times a device's graph store was full and cleared (as the master clears its side).
+    pub graph_store_clears: AtomicU64,
+    /// 8.0.0: COMM_ALLREDUCEs completed.
+    pub allreduces: AtomicU64,
+    /// 8.0.0: server-to-server links set up by COMM_INIT.
+    pub comm_links: AtomicU64,
     /// The reason the most recent refused connection was closed (`COMMAND: reason`).
     pub last_refusal: Mutex<Option<String>>,
     /// Wall time of each GRAPH_COMPUTE / GRAPH_RECOMPUTE.

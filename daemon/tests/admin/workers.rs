@@ -30,7 +30,7 @@ async fn add_probe_persist_remove() {
     assert_eq!(s, StatusCode::OK, "{v}");
     let h = &v["health"];
     assert_eq!(h["ok"], true, "{v}");
-    assert_eq!(h["protocol_version"], "7.0.0");
+    assert_eq!(h["protocol_version"], "8.0.0");
     assert_eq!(h["devices"], json!([{ "index": 0, "free": 16u64 << 20, "total": 16u64 << 20 }]));
     assert!(h["rtt_us"].as_u64().unwrap() < 2_000_000);
     assert!(h["error"].is_null());
@@ -41,7 +41,8 @@ async fn add_probe_persist_remove() {
     assert_eq!(metric(&m, "llamad_rpc_commands_total{command=\"GET_DEVICE_MEMORY\"}"), Some(1.0));
     assert_eq!(metric(&m, "llamad_rpc_connections_total"), Some(1.0));
     let (_, st) = api.call("GET", "/v1/status", None).await;
-    assert_eq!(st["protocol_version"], "7.0.0");
+    assert_eq!(st["protocol_version"], "8.0.0");
+    assert_eq!(st["protocols"][0]["version"], "8.0.0");
     assert_eq!(st["rpc"]["connections_total"], 1);
     assert_eq!(st["memory"]["total"], 16u64 << 20);
     assert_eq!(st["devices"], json!([{ "index": 0, "name": "CPU" }]));

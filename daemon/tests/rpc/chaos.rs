@@ -37,8 +37,8 @@ fn valid_stream(buf: u64, base: u64) -> Vec<u8> {
         Command::SetTensor(SetTensorHeader { tensor: b, cache_flag: 0, offset: 4 }, &f32_bytes(&[2.0; 7]))
             .encode_frame(),
     );
-    v.extend(Command::GraphCompute(g).encode_frame());
-    v.extend(Command::GraphRecompute { device: 0 }.encode_frame());
+    v.extend(Command::GraphCompute(g, None).encode_frame());
+    v.extend(Command::GraphRecompute { device: 0, uid: None }.encode_frame());
     v.extend(Command::GetTensor(GetTensorReq { tensor: out, offset: 0, size: 32 }).encode_frame());
     v.extend(Command::CopyTensor { src: a, dst: b }.encode_frame());
     v.extend(
@@ -48,7 +48,7 @@ fn valid_stream(buf: u64, base: u64) -> Vec<u8> {
     v.extend(Command::BufferClear { remote_ptr: buf, value: 3 }.encode_frame());
     v.extend(Command::GetDeviceMemory { device: 0 }.encode_frame());
     v.extend(Command::FreeBuffer { remote_ptr: buf }.encode_frame());
-    v.extend(Command::GraphRecompute { device: 0 }.encode_frame());
+    v.extend(Command::GraphRecompute { device: 0, uid: None }.encode_frame());
     v
 }
 

@@ -20,7 +20,10 @@ fn version_names_the_protocol() {
     let out = llamad().arg("--version").output().unwrap();
     assert!(out.status.success());
     let s = String::from_utf8_lossy(&out.stdout);
-    assert!(s.contains(env!("CARGO_PKG_VERSION")) && s.contains("protocol 7.0.0"), "{s}");
+    assert!(
+        s.contains(env!("CARGO_PKG_VERSION")) && s.contains("RPC protocol 8.0.0") && s.contains("7.0.0"),
+        "{s}"
+    );
 }
 
 #[test]

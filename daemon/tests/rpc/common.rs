@@ -11,22 +11,32 @@ use std::time::Duration;
 use llamad::config::Config;
 use llamad::Shared;
 use llamad_proto::msg::Command;
+use llamad_proto::version::{Protocol, V7};
 use llamad_proto::{GraphBlob, RpcClient, RpcTensor};
 
 /// Budget used by test servers.
 pub const TEST_MEM: u64 = 64 << 20;
 
 /// A server running on its own runtime thread; stopped on drop.
+/// The 7.0.0 suites (conformance, negative, …) speak to a server announcing 7.0.0 through these
+/// constructors; the 8.0.0 suites (`v8`, `comm`) name their version.
 pub struct TestServer {
     pub addr: SocketAddr,
     pub shared: Arc<Shared>,
+    pub proto: &'static Protocol,
     stop: Option<tokio::sync::oneshot::Sender<()>>,
     thread: Option<JoinHandle<()>>,
 }
 
 impl TestServer {
     pub fn start() -> TestServer {
-        TestServer::with_config(Config { threads: 2, mem: Some(TEST_MEM), ..Config::default() })
+        TestServer::start_proto(&V7)
+    }
+
+    /// A server speaking `proto`.
+    pub fn start_proto(proto: &'static Protocol) -> TestServer {
+        let cfg = Config { threads: 2, mem: Some(TEST_MEM), ..Config::default() };
+        TestServer::with_shared_proto(Shared::new(cfg), "127.0.0.1:0", proto)
     }
 
     pub fn with_config(cfg: Config) -> TestServer {
@@ -39,6 +49,15 @@ impl TestServer {
 
     /// A server listening on `bind` (e.g. `[::1]:0`, `[::]:0`).
     pub fn with_shared_on(shared: Arc<Shared>, bind: &'static str) -> TestServer {
+        TestServer::with_shared_proto(shared, bind, &V7)
+    }
+
+    /// A server listening on `bind`, speaking `proto`.
+    pub fn with_shared_proto(
+        shared: Arc<Shared>,
+        bind: &'static str,
+        proto: &'static Protocol,
+    ) -> TestServer {
         let (tx_addr, rx_addr) = std::sync::mpsc::channel();
         let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
         let s = shared.clone();
@@ -48,7 +67,7 @@ impl TestServer {
             rt.block_on(async move {
                 let l = tokio::net::TcpListener::bind(bind).await.unwrap();
                 tx_addr.send(l.local_addr().unwrap()).unwrap();
-                llamad::serve(s, l, async move {
+                llamad::serve_all(s, vec![(l, proto)], async move {
                     let _ = stopped.await;
                 })
                 .await
@@ -56,7 +75,7 @@ impl TestServer {
             });
         });
         let addr = rx_addr.recv().unwrap();
-        TestServer { addr, shared, stop: Some(stop), thread: Some(thread) }
+        TestServer { addr, shared, proto, stop: Some(stop), thread: Some(thread) }
     }
 
     pub fn client(&self) -> RpcClient {
@@ -79,7 +98,9 @@ impl TestServer {
         s.write_all(&hello_frame()).unwrap();
         let mut rsp = [0u8; 36];
         s.read_exact(&mut rsp).unwrap();
-        assert_eq!(rsp, hello_reply());
+        let mut want = hello_reply();
+        want[8] = self.proto.version.major;
+        assert_eq!(rsp, want);
         s
     }
 

@@ -3,7 +3,7 @@
 use std::io::{Read, Write};
 use std::time::Duration;
 
-use llamad_proto::cmd::{Cmd, RequestSize, ALL_CMDS};
+use llamad_proto::cmd::{Cmd, RequestSize};
 use llamad_proto::msg::{AllocBufferReq, Command, GetAllocSizeReq, GetTensorReq, SetTensorHeader};
 use llamad_proto::{GraphBlob, RpcTensor, WireHash};
 
@@ -60,23 +60,26 @@ fn c04_device_count() {
 
 #[test]
 fn c05_fixed_sizes_off_by_one_close() {
-    let s = TestServer::start();
-    for c in ALL_CMDS {
-        let RequestSize::Fixed(n) = c.request_size() else { continue };
-        if c == Cmd::Hello {
-            continue; // a second HELLO closes anyway (c03)
+    // Every fixed-size command of each version's table, one byte short and one over, at that version.
+    for proto in llamad_proto::version::SUPPORTED {
+        let s = TestServer::start_proto(proto);
+        for spec in proto.commands {
+            let RequestSize::Fixed(n) = spec.request else { continue };
+            if spec.cmd == Cmd::Hello {
+                continue; // a second HELLO closes anyway (c03)
+            }
+            let mut lens = vec![n + 1];
+            if n > 0 {
+                lens.push(n - 1);
+            }
+            for len in lens {
+                let mut raw = s.raw_hello();
+                raw.write_all(&frame(spec.cmd as u8, &vec![0u8; len as usize])).unwrap();
+                assert_closed(&mut raw);
+            }
         }
-        let mut lens = vec![n + 1];
-        if n > 0 {
-            lens.push(n - 1);
-        }
-        for len in lens {
-            let mut raw = s.raw_hello();
-            raw.write_all(&frame(c as u8, &vec![0u8; len as usize])).unwrap();
-            assert_closed(&mut raw);
-        }
+        s.assert_alive();
     }
-    s.assert_alive();
 }
 
 #[test]
@@ -93,8 +96,8 @@ fn c06_device_out_of_range_closes() {
             tensor: t,
             srcs: [RpcTensor::default(); 10],
         })),
-        Command::GraphCompute(GraphBlob { device: 1, nodes: vec![], tensors: vec![] }),
-        Command::GraphRecompute { device: 1 },
+        Command::GraphCompute(GraphBlob { device: 1, nodes: vec![], tensors: vec![] }, None),
+        Command::GraphRecompute { device: 1, uid: None },
     ];
     for c in cmds {
         let mut raw = s.raw_hello();
@@ -318,7 +321,7 @@ fn c17_recompute_sees_new_inputs() {
 #[test]
 fn c18_recompute_without_graph_or_after_free_closes() {
     let s = TestServer::start();
-    attack_on(&s, "without a stored graph", |a| a.send(&Command::GraphRecompute { device: 0 }));
+    attack_on(&s, "without a stored graph", |a| a.send(&Command::GraphRecompute { device: 0, uid: None }));
     attack_on(&s, "without a stored graph", |a| {
         let (buf, base) = buffer(&mut a.c, 48);
         let (g, _) = add_graph(buf, base, 4);
@@ -327,7 +330,7 @@ fn c18_recompute_without_graph_or_after_free_closes() {
         assert_eq!(a.c.device_count().unwrap(), 1);
         // Freeing an unrelated buffer drops the stored graphs too, as the reference does.
         a.c.free_buffer(a.buf).unwrap();
-        a.send(&Command::GraphRecompute { device: 0 });
+        a.send(&Command::GraphRecompute { device: 0, uid: None });
     });
 }
 
@@ -356,7 +359,7 @@ fn graph_attack(expect: &str, edit: impl FnOnce(&mut GraphBlob, u64, u64)) {
         let (mut g, _) = add_graph(a.buf, a.base, 4);
         let (buf, base) = (a.buf, a.base);
         edit(&mut g, buf, base);
-        a.send(&Command::GraphCompute(g));
+        a.send(&Command::GraphCompute(g, None));
     });
 }
 
@@ -449,7 +452,7 @@ fn c26_close_releases_everything() {
     raw.write_all(&Command::BufferGetBase { remote_ptr: buf }.encode_frame()).unwrap();
     assert_closed(&mut raw);
     let mut raw = s.raw_hello();
-    raw.write_all(&Command::GraphRecompute { device: 0 }.encode_frame()).unwrap();
+    raw.write_all(&Command::GraphRecompute { device: 0, uid: None }.encode_frame()).unwrap();
     assert_closed(&mut raw);
 }
 
@@ -468,12 +471,12 @@ fn c27_pipelined_commands_execute_in_order() {
                 .encode_frame(),
         );
     }
-    bytes.extend(Command::GraphCompute(g).encode_frame());
+    bytes.extend(Command::GraphCompute(g, None).encode_frame());
     bytes.extend(
         Command::SetTensor(SetTensorHeader { tensor: a, cache_flag: 0, offset: 0 }, &f32_bytes(&[0.0; 256]))
             .encode_frame(),
     );
-    bytes.extend(Command::GraphRecompute { device: 0 }.encode_frame());
+    bytes.extend(Command::GraphRecompute { device: 0, uid: None }.encode_frame());
     bytes.extend(Command::GetTensor(GetTensorReq { tensor: out, offset: 0, size: 1024 }).encode_frame());
     c.stream().write_all(&bytes).unwrap();
     let rsp = llamad_proto::client::read_response(c.stream(), Cmd::GetTensor, 1024).unwrap();

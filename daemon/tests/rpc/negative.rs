@@ -22,7 +22,7 @@ fn graph_attack(expect: &str, edit: impl FnOnce(&mut GraphBlob, u64, u64)) {
     attack(expect, |a| {
         let (mut g, _) = add_graph(a.buf, a.base, 4);
         edit(&mut g, a.buf, a.base);
-        a.send(&Command::GraphCompute(g));
+        a.send(&Command::GraphCompute(g, None));
     });
 }
 
@@ -152,7 +152,7 @@ fn n05_recompute_after_freeing_the_graphs_buffer() {
         let (g, _) = add_graph(buf, base, 4);
         a.c.graph_compute(&g).unwrap();
         a.c.free_buffer(buf).unwrap();
-        a.send(&Command::GraphRecompute { device: 0 });
+        a.send(&Command::GraphRecompute { device: 0, uid: None });
     });
 }
 
@@ -251,7 +251,10 @@ fn n11_get_rows_index_out_of_range() {
         out.src[1] = 2;
         let idx: Vec<u8> = [1i32, 1000].iter().flat_map(|x| x.to_le_bytes()).collect();
         a.c.set_tensor(&ids, 0, &idx, false).unwrap();
-        a.send(&Command::GraphCompute(GraphBlob { device: 0, nodes: vec![3], tensors: vec![src, ids, out] }));
+        a.send(&Command::GraphCompute(
+            GraphBlob { device: 0, nodes: vec![3], tensors: vec![src, ids, out] },
+            None,
+        ));
     });
 }
 
@@ -350,7 +353,7 @@ fn n14_deep_chain_is_built_without_recursion() {
 
 #[test]
 fn n14_deep_cycle() {
-    attack("cycle", |a| a.send(&Command::GraphCompute(chain(100_000, true))));
+    attack("cycle", |a| a.send(&Command::GraphCompute(chain(100_000, true), None)));
 }
 
 #[test]
@@ -368,12 +371,16 @@ fn n15_table_id_zero() {
 
 #[test]
 fn n15_view_data_mismatch() {
-    attack("does not lie at view_src", |a| a.send(&Command::GraphCompute(view_graph(a.buf, a.base, 0, 4))));
+    attack("does not lie at view_src", |a| {
+        a.send(&Command::GraphCompute(view_graph(a.buf, a.base, 0, 4), None))
+    });
 }
 
 #[test]
 fn n15_view_outside_view_src() {
-    attack("does not lie at view_src", |a| a.send(&Command::GraphCompute(view_graph(a.buf, a.base, 8, 8))));
+    attack("does not lie at view_src", |a| {
+        a.send(&Command::GraphCompute(view_graph(a.buf, a.base, 8, 8), None))
+    });
 }
 
 #[test]
@@ -395,13 +402,13 @@ fn n15_consistent_view_is_accepted() {
 fn n16_counts_beyond_the_payload() {
     attack("n_nodes 1000 needs", |a| {
         let (g, _) = add_graph(a.buf, a.base, 4);
-        let mut p = Command::GraphCompute(g).encode_payload();
+        let mut p = Command::GraphCompute(g, None).encode_payload();
         p[4..8].copy_from_slice(&1000u32.to_le_bytes());
         a.send_raw(&frame(10, &p));
     });
     attack("n_tensors 4 needs", |a| {
         let (g, _) = add_graph(a.buf, a.base, 4);
-        let mut p = Command::GraphCompute(g).encode_payload();
+        let mut p = Command::GraphCompute(g, None).encode_payload();
         p[16..20].copy_from_slice(&4u32.to_le_bytes());
         a.send_raw(&frame(10, &p));
     });
@@ -415,7 +422,7 @@ fn n16_counts_beyond_the_payload() {
 
 #[test]
 fn n16_recompute_without_graph() {
-    attack("without a stored graph", |a| a.send(&Command::GraphRecompute { device: 0 }));
+    attack("without a stored graph", |a| a.send(&Command::GraphRecompute { device: 0, uid: None }));
 }
 
 // ---- §14 item 17 and §16.1: sizes ----
@@ -462,7 +469,7 @@ fn n17_too_many_nodes_for_the_limit() {
     attack_on(&s, "n_nodes 5 exceeds the limit 4", |a| {
         let (mut g, _) = add_graph(a.buf, a.base, 4);
         g.nodes = vec![3; 5];
-        a.send(&Command::GraphCompute(g));
+        a.send(&Command::GraphCompute(g, None));
     });
 }
 

@@ -1,0 +1,300 @@
+//! Protocol 8.0.0's server-to-server all-reduce: COMM_INIT, COMM_ALLREDUCE and COMM_FREE, with
+//! which a master's tensor split (`-sm tensor`) has two servers add their partial sums directly.
+//!
+//! ref: ggml-rpc-protocol-8.md, "COMM_INIT / COMM_ALLREDUCE / COMM_FREE".
+//! * COMM_INIT `{device, rank, world, port, host}`: only `world == 2`. Rank 0 listens on
+//!   `0.0.0.0:port` and accepts one peer; rank 1 connects to `host:port`, retrying as the version's
+//!   table says (100 × 50 ms). Each side then sends its 24-byte `conn_caps` (zeros: TCP only) and
+//!   reads the peer's. The answer is `1` once the link is up, `0` when it could not be made.
+//! * COMM_ALLREDUCE `{device, tensor}`: an F32, contiguous tensor flagged COMPUTE. Rank 0 sends its
+//!   values first, then reads rank 1's; rank 1 reads, then sends. Tensors of at least 32 768
+//!   elements travel as BF16 (round to nearest even, ggml's conversion), smaller ones as F32; each
+//!   side adds the peer's values into its own tensor in place (`own + peer`, element by element).
+//!   The values are raw little-endian elements, no header: both sides know the count.
+//! * COMM_FREE `{device}`: closes the link.
+//!
+//! Hardening beyond the reference: rank 1 dials only hosts the `--allow` list admits (the master
+//! cannot aim a worker at arbitrary addresses); rank 0 admits only the address `host` names, or,
+//! when `host` is this server itself (what upstream masters send rank 0), a peer the `--allow` list
+//! admits; every wait is bounded; a link belongs to its master connection and closes with it; a
+//! peer that dies fails the all-reduce, which closes the master connection with the reason instead
+//! of hanging the worker.
+
+use std::collections::HashMap;
+use std::io::{Read, Write};
+use std::net::{IpAddr, SocketAddr, TcpListener, TcpStream, ToSocketAddrs};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use compute::quant::blocks::{bf16_bits_to_f32, f32_to_bf16_bits};
+use llamad_proto::cmd::CONN_CAPS_SIZE;
+use llamad_proto::msg::CommInitReq;
+use llamad_proto::version::CommSpec;
+use tracing::{debug, info, warn};
+
+use crate::error::{refuse, Error, Result};
+use crate::rpc::access::AllowList;
+use crate::rpc::buffer::{Buffer, Region};
+use crate::rpc::ext::BlockingJob;
+use crate::rpc::link;
+
+/// Longest silence of the peer inside an all-reduce (it may still be computing its partial).
+const EXCHANGE_TIMEOUT: Duration = Duration::from_secs(300);
+
+/// One device's link to its peer.
+struct CommLink {
+    rank: u32,
+    stream: TcpStream,
+    peer: SocketAddr,
+}
+
+/// The links of one master connection, per device.
+#[derive(Default)]
+pub struct CommState {
+    links: Arc<Mutex<HashMap<u32, CommLink>>>,
+}
+
+fn lock<T>(m: &Mutex<T>) -> Result<std::sync::MutexGuard<'_, T>> {
+    m.lock().map_err(|_| Error::Refused("comm link table poisoned".into()))
+}
+
+/// Where and how a COMM_INIT may link, checked before anything is bound or dialled.
+struct Plan {
+    device: u32,
+    rank: u32,
+    port: u16,
+    host: String,
+    /// The addresses `host` resolves to.
+    named: Vec<IpAddr>,
+}
+
+impl CommState {
+    /// COMM_INIT: validates the request (a violation closes the connection), then returns the job
+    /// that makes the link (its answer: `1`, or `0` when the peer never came).
+    pub fn init(
+        &mut self,
+        req: &CommInitReq,
+        spec: &CommSpec,
+        allow: &AllowList,
+        local: Option<IpAddr>,
+        shared: Arc<crate::Shared>,
+    ) -> Result<BlockingJob> {
+        // The link's set-up is bounded as a handshake is (`limits.hello_timeout_secs`).
+        let wait = shared.cfg.hello_timeout;
+        let plan = Self::plan(req, spec, allow)?;
+        // A new COMM_INIT on a device replaces its link (the old one closes).
+        if lock(&self.links)?.remove(&plan.device).is_some() {
+            debug!(device = plan.device, "COMM_INIT replaces the device's link");
+        }
+        let links = self.links.clone();
+        let spec = *spec;
+        if plan.rank == 0 {
+            // Bind now, so that a taken port is the master's error (the connection closes), not a
+            // silent `0`.
+            let listener = TcpListener::bind((IpAddr::from([0u8; 4]), plan.port)).map_err(|e| {
+                Error::Refused(format!("COMM_INIT rank 0: cannot listen on port {}: {e}", plan.port))
+            })?;
+            listener.set_nonblocking(true)?;
+            let is_self = plan.named.iter().any(|ip| Some(*ip) == local || ip.is_unspecified());
+            let allow = allow.clone();
+            Ok(Box::new(move || {
+                let admit = |ip: IpAddr| {
+                    let ip = v4(ip);
+                    allow.allows(ip) && (is_self || plan.named.iter().any(|n| v4(*n) == ip))
+                };
+                let made = link::accept_one(&listener, wait, "the COMM_INIT listener", |s, from| {
+                    if !admit(from.ip()) {
+                        warn!(%from, host = %plan.host, "COMM link: a peer the master did not name connected; dropped");
+                        return Ok(false);
+                    }
+                    Ok(greet(s).is_ok())
+                });
+                drop(listener);
+                finish(made.map(|s| (s, 0)), &plan, links, &shared)
+            }))
+        } else {
+            Ok(Box::new(move || {
+                let interval = Duration::from_millis(spec.connect_interval_ms);
+                let made = link::dial(&plan.host, plan.port, spec.connect_attempts, interval, wait)
+                    .and_then(|(mut s, _)| greet(&mut s).map(|()| s));
+                finish(made.map(|s| (s, 1)), &plan, links, &shared)
+            }))
+        }
+    }
+
+    fn plan(req: &CommInitReq, spec: &CommSpec, allow: &AllowList) -> Result<Plan> {
+        if req.world != spec.world {
+            refuse!("COMM_INIT with world {} (only {} is supported)", req.world, spec.world);
+        }
+        if req.rank >= req.world {
+            refuse!("COMM_INIT rank {} out of range for world {}", req.rank, req.world);
+        }
+        let Ok(port) = u16::try_from(req.port) else { refuse!("COMM_INIT port {} out of range", req.port) };
+        if port == 0 {
+            refuse!("COMM_INIT port 0");
+        }
+        let Some(host) = req.host_str().filter(|h| !h.is_empty()) else {
+            refuse!("COMM_INIT host is empty, not NUL-terminated or not UTF-8");
+        };
+        let named: Vec<IpAddr> = match (host, port).to_socket_addrs() {
+            Ok(a) => a.map(|a| a.ip()).collect(),
+            Err(e) => refuse!("COMM_INIT host {host:?} does not resolve: {e}"),
+        };
+        if named.is_empty() {
+            refuse!("COMM_INIT host {host:?} resolves to no address");
+        }
+        if req.rank == 1 && !named.iter().any(|ip| allow.allows(v4(*ip))) {
+            refuse!(
+                "COMM_INIT rank 1: host {host} is not in the allow list ({allow}); add it to --allow (server.allow) \
+                 to let this worker link to it"
+            );
+        }
+        Ok(Plan { device: req.device, rank: req.rank, port, host: host.to_string(), named })
+    }
+
+    /// COMM_FREE: closes the device's link (none: nothing to do).
+    pub fn free(&mut self, device: u32) -> Result<()> {
+        match lock(&self.links)?.remove(&device) {
+            Some(l) => debug!(device, peer = %l.peer, "COMM link closed"),
+            None => debug!(device, "COMM_FREE without a link"),
+        }
+        Ok(())
+    }
+
+    /// COMM_ALLREDUCE over `region` (an F32 tensor of `n` elements, validated by the session): the
+    /// job exchanges the values with the peer and adds the peer's in place.
+    pub fn allreduce(
+        &mut self,
+        device: u32,
+        spec: &CommSpec,
+        buf: Arc<Buffer>,
+        region: Region,
+        shared: Arc<crate::Shared>,
+    ) -> Result<BlockingJob> {
+        if !lock(&self.links)?.contains_key(&device) {
+            refuse!("COMM_ALLREDUCE on device {device} before COMM_INIT");
+        }
+        let links = self.links.clone();
+        let bf16 = (region.len() / 4) as u64 >= spec.bf16_min_elements;
+        Ok(Box::new(move || {
+            let _hold = buf;
+            let mut table = lock(&links)?;
+            let Some(l) = table.get_mut(&device) else { refuse!("COMM link of device {device} vanished") };
+            // SAFETY: `region` lies inside the live buffer `_hold` (validated by the session, held
+            // here); the session runs one command at a time and awaits this job before the next.
+            let values = unsafe { region.as_mut_slice() };
+            match exchange(l, values, bf16) {
+                Ok(()) => {
+                    shared.stats.allreduces.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    Ok(None)
+                }
+                Err(e) => {
+                    let peer = l.peer;
+                    table.remove(&device);
+                    Err(Error::Refused(format!("COMM_ALLREDUCE with {peer} failed: {e}")))
+                }
+            }
+        }))
+    }
+}
+
+/// IPv4-mapped IPv6 addresses as IPv4, so that both spellings of a peer compare equal.
+fn v4(ip: IpAddr) -> IpAddr {
+    match ip {
+        IpAddr::V6(v6) => v6.to_ipv4_mapped().map(IpAddr::V4).unwrap_or(ip),
+        v => v,
+    }
+}
+
+/// The link's opening: each side sends its 24-byte `conn_caps` (zeros: TCP only) and reads the
+/// peer's, which a TCP-only server ignores (ref: ggml-rpc-protocol.md §6).
+fn greet(s: &mut TcpStream) -> Result<()> {
+    s.write_all(&[0u8; CONN_CAPS_SIZE])?;
+    let mut caps = [0u8; CONN_CAPS_SIZE];
+    s.read_exact(&mut caps)?;
+    Ok(())
+}
+
+/// Stores a made link and answers `1`; a link that could not be made answers `0`.
+fn finish(
+    made: Result<(TcpStream, u32)>,
+    plan: &Plan,
+    links: Arc<Mutex<HashMap<u32, CommLink>>>,
+    shared: &crate::Shared,
+) -> Result<Option<Vec<u8>>> {
+    let stream = match made.and_then(|(s, rank)| Ok((link::prepare(s, EXCHANGE_TIMEOUT)?, rank))) {
+        Ok((s, _)) => s,
+        Err(e) => {
+            warn!(device = plan.device, rank = plan.rank, host = %plan.host, port = plan.port, reason = %e, "COMM link not made");
+            return Ok(Some(vec![0]));
+        }
+    };
+    let peer = stream.peer_addr()?;
+    info!(device = plan.device, rank = plan.rank, %peer, "COMM link up");
+    shared.stats.comm_links.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    lock(&links)?.insert(plan.device, CommLink { rank: plan.rank, stream, peer });
+    Ok(Some(vec![1]))
+}
+
+/// One all-reduce of `values` (F32, little-endian) with the peer: rank 0 sends first.
+fn exchange(l: &mut CommLink, values: &mut [u8], bf16: bool) -> std::io::Result<()> {
+    let mine = encode(values, bf16);
+    let mut theirs = vec![0u8; mine.len()];
+    if l.rank == 0 {
+        l.stream.write_all(&mine)?;
+        l.stream.read_exact(&mut theirs)?;
+    } else {
+        l.stream.read_exact(&mut theirs)?;
+        l.stream.write_all(&mine)?;
+    }
+    add_in_place(values, &theirs, bf16);
+    Ok(())
+}
+
+/// The link encoding of F32 `values`: themselves, or BF16 (ggml's round to nearest even).
+pub fn encode(values: &[u8], bf16: bool) -> Vec<u8> {
+    if !bf16 {
+        return values.to_vec();
+    }
+    let mut out = Vec::with_capacity(values.len() / 2);
+    for c in values.chunks_exact(4) {
+        let v = f32::from_le_bytes([c[0], c[1], c[2], c[3]]);
+        out.extend_from_slice(&f32_to_bf16_bits(v).to_le_bytes());
+    }
+    out
+}
+
+/// `values[i] += peer[i]`, the peer's values in the link encoding.
+pub fn add_in_place(values: &mut [u8], peer: &[u8], bf16: bool) {
+    let width = if bf16 { 2 } else { 4 };
+    for (v, p) in values.chunks_exact_mut(4).zip(peer.chunks_exact(width)) {
+        let own = f32::from_le_bytes([v[0], v[1], v[2], v[3]]);
+        let other = if bf16 {
+            bf16_bits_to_f32(u16::from_le_bytes([p[0], p[1]]))
+        } else {
+            f32::from_le_bytes([p[0], p[1], p[2], p[3]])
+        };
+        v.copy_from_slice(&(own + other).to_le_bytes());
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bf16_encoding_rounds_to_nearest_even_and_adds_in_place() {
+        // 1 + 1/256 lies halfway between two BF16 values: even wins (0x3f80); 1 + 3/256 rounds up.
+        let vals: Vec<u8> =
+            [1.0f32 + 1.0 / 256.0, 1.0 + 3.0 / 256.0, -2.0].iter().flat_map(|v| v.to_le_bytes()).collect();
+        let e = encode(&vals, true);
+        assert_eq!(e, [0x80, 0x3f, 0x82, 0x3f, 0x00, 0xc0]);
+        let mut own: Vec<u8> = [0.5f32, 0.25, 1.0].iter().flat_map(|v| v.to_le_bytes()).collect();
+        add_in_place(&mut own, &e, true);
+        let got: Vec<f32> = own.chunks_exact(4).map(|c| f32::from_le_bytes(c.try_into().unwrap())).collect();
+        assert_eq!(got, [1.5, 0.25 + 1.0 + 2.0 / 128.0, -1.0]);
+        let mut own2 = vals.clone();
+        add_in_place(&mut own2, &encode(&vals, false), false);
+        assert_eq!(f32::from_le_bytes(own2[8..12].try_into().unwrap()), -4.0);
+    }
+}
