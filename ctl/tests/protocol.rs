@@ -290,8 +290,9 @@ fn llamactl_speaks_both_versions_in_layer_and_row_split() {
     assert!(local.split_whitespace().count() > 4, "{local:?}");
     let [(a8, s8a), (b8, s8b)] = workers(&V8);
     let [(a7, s7a), (b7, s7b)] = workers(&V7);
-    let runs: [(&str, String, &[&str]); 8] = [
+    let runs: [(&str, String, &[&str]); 9] = [
         ("8.0.0, one worker", a8.addr.clone(), &[]),
+        ("8.0.0, row split on one worker", a8.addr.clone(), &["--split-mode", "row"]),
         ("8.0.0, two workers", format!("{},{}", a8.addr, b8.addr), &[]),
         ("8.0.0, row split linked", format!("{},{}", a8.addr, b8.addr), &["--split-mode", "row"]),
         (
@@ -312,7 +313,8 @@ fn llamactl_speaks_both_versions_in_layer_and_row_split() {
         let mut a = vec!["--workers", workers.as_str()];
         a.extend_from_slice(extra);
         let got = text(&a);
-        if extra.is_empty() {
+        if extra.is_empty() || !workers.contains(',') {
+            // Layer split, and row split on one worker, give the in-process logits bit for bit.
             assert_eq!(got, local, "{name}");
         } else {
             // Row split adds partial sums in another order: the text may drift, but it is the same
@@ -336,5 +338,49 @@ fn llamactl_speaks_both_versions_in_layer_and_row_split() {
         assert!(count(s, Cmd::GraphRecompute) > 0, "7.0.0 workers replay their last graph");
         assert_eq!(s.stats.graph_store_inserts.load(Relaxed), 0);
         assert_eq!(s.stats.graph_store_hits.load(Relaxed), 0);
+    }
+}
+
+/// At 8.0.0 the worker keeps every graph by uid, so a benchmark's later repetitions (new KV extents
+/// from 0 again, the same graphs as the first) replay them all by uid: `-r 3` sends no more
+/// GRAPH_COMPUTE than `-r 1`. At 7.0.0 only the last graph is kept and each repetition resends.
+#[test]
+fn later_bench_repetitions_replay_every_graph_from_the_store() {
+    use llamad_proto::version::{V7, V8};
+    let model = support::smollm2();
+    let m = model.to_str().unwrap();
+    for proto in [&V8, &V7] {
+        let cfg = Config { threads: 1, mem: Some(512 << 20), protocol: proto, ..Config::default() };
+        let shared = Shared::new(cfg);
+        let w = Worker::with_shared(shared.clone());
+        let bench = |r: &str| {
+            let out = llamactl(&[
+                "bench",
+                "-m",
+                m,
+                "-p",
+                "0",
+                "-n",
+                "40",
+                "-r",
+                r,
+                "-t",
+                "1",
+                "--workers",
+                &w.addr,
+            ]);
+            assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+            count(&shared, Cmd::GraphCompute)
+        };
+        let one = bench("1");
+        let three = bench("3") - one;
+        assert!(one >= 2, "{proto}: {one}");
+        if proto.graph_store > 0 {
+            assert_eq!(three, one, "{proto}: repetitions 2 and 3 sent graphs again");
+            let hits = shared.stats.graph_store_hits.load(std::sync::atomic::Ordering::Relaxed);
+            assert_eq!(hits, count(&shared, Cmd::GraphRecompute));
+        } else {
+            assert!(three > one, "{proto}: {three} vs {one}");
+        }
     }
 }
