@@ -64,8 +64,28 @@ struct Plan {
     rank: u32,
     port: u16,
     host: String,
-    /// The addresses `host` resolves to.
-    named: Vec<IpAddr>,
+}
+
+impl Plan {
+    /// The addresses `host` names (a name is resolved here, on the job's thread, never on the
+    /// runtime); for rank 1, at least one must be in the allow list.
+    fn named(&self, allow: &AllowList) -> Result<Vec<IpAddr>> {
+        let named: Vec<IpAddr> = match (self.host.as_str(), self.port).to_socket_addrs() {
+            Ok(a) => a.map(|a| v4(a.ip())).collect(),
+            Err(e) => refuse!("COMM_INIT host {:?} does not resolve: {e}", self.host),
+        };
+        if named.is_empty() {
+            refuse!("COMM_INIT host {:?} resolves to no address", self.host);
+        }
+        if self.rank == 1 && !named.iter().any(|ip| allow.allows(*ip)) {
+            refuse!(
+                "COMM_INIT rank 1: host {} is not in the allow list ({allow}); add it to --allow (server.allow) \
+                 to let this worker link to it",
+                self.host
+            );
+        }
+        Ok(named)
+    }
 }
 
 impl CommState {
@@ -81,7 +101,12 @@ impl CommState {
     ) -> Result<BlockingJob> {
         // The link's set-up is bounded as a handshake is (`limits.hello_timeout_secs`).
         let wait = shared.cfg.hello_timeout;
-        let plan = Self::plan(req, spec, allow)?;
+        let plan = Self::plan(req, spec)?;
+        // An address literal is checked now (no lookup), so that a refused host closes the connection
+        // before anything is bound; a name is looked up in the job.
+        if plan.host.parse::<IpAddr>().is_ok() {
+            plan.named(allow)?;
+        }
         // A new COMM_INIT on a device replaces its link (the old one closes).
         if lock(&self.links)?.remove(&plan.device).is_some() {
             debug!(device = plan.device, "COMM_INIT replaces the device's link");
@@ -95,12 +120,13 @@ impl CommState {
                 Error::Refused(format!("COMM_INIT rank 0: cannot listen on port {}: {e}", plan.port))
             })?;
             listener.set_nonblocking(true)?;
-            let is_self = plan.named.iter().any(|ip| Some(*ip) == local || ip.is_unspecified());
             let allow = allow.clone();
             Ok(Box::new(move || {
+                let named = plan.named(&allow)?;
+                let is_self = named.iter().any(|ip| Some(*ip) == local.map(v4) || ip.is_unspecified());
                 let admit = |ip: IpAddr| {
                     let ip = v4(ip);
-                    allow.allows(ip) && (is_self || plan.named.iter().any(|n| v4(*n) == ip))
+                    allow.allows(ip) && (is_self || named.contains(&ip))
                 };
                 let made = link::accept_one(&listener, wait, "the COMM_INIT listener", |s, from| {
                     if !admit(from.ip()) {
@@ -113,7 +139,9 @@ impl CommState {
                 finish(made.map(|s| (s, 0)), &plan, links, &shared)
             }))
         } else {
+            let allow = allow.clone();
             Ok(Box::new(move || {
+                plan.named(&allow)?;
                 let interval = Duration::from_millis(spec.connect_interval_ms);
                 let made = link::dial(&plan.host, plan.port, spec.connect_attempts, interval, wait)
                     .and_then(|(mut s, _)| greet(&mut s).map(|()| s));
@@ -122,7 +150,7 @@ impl CommState {
         }
     }
 
-    fn plan(req: &CommInitReq, spec: &CommSpec, allow: &AllowList) -> Result<Plan> {
+    fn plan(req: &CommInitReq, spec: &CommSpec) -> Result<Plan> {
         if req.world != spec.world {
             refuse!("COMM_INIT with world {} (only {} is supported)", req.world, spec.world);
         }
@@ -136,20 +164,7 @@ impl CommState {
         let Some(host) = req.host_str().filter(|h| !h.is_empty()) else {
             refuse!("COMM_INIT host is empty, not NUL-terminated or not UTF-8");
         };
-        let named: Vec<IpAddr> = match (host, port).to_socket_addrs() {
-            Ok(a) => a.map(|a| a.ip()).collect(),
-            Err(e) => refuse!("COMM_INIT host {host:?} does not resolve: {e}"),
-        };
-        if named.is_empty() {
-            refuse!("COMM_INIT host {host:?} resolves to no address");
-        }
-        if req.rank == 1 && !named.iter().any(|ip| allow.allows(v4(*ip))) {
-            refuse!(
-                "COMM_INIT rank 1: host {host} is not in the allow list ({allow}); add it to --allow (server.allow) \
-                 to let this worker link to it"
-            );
-        }
-        Ok(Plan { device: req.device, rank: req.rank, port, host: host.to_string(), named })
+        Ok(Plan { device: req.device, rank: req.rank, port, host: host.to_string() })
     }
 
     /// COMM_FREE: closes the device's link (none: nothing to do).

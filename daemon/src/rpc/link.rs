@@ -47,9 +47,9 @@ pub fn accept_one(
     }
 }
 
-/// Connects to `host:port`, trying every resolved address, `attempts` times `interval` apart, each
-/// connect bounded by `timeout`; returns the stream (with read and write timeouts of `timeout`) and
-/// the address reached.
+/// Connects to `host:port`, trying every resolved address, up to `attempts` times `interval` apart,
+/// all within `timeout`; returns the stream (with read and write timeouts of `timeout`) and the
+/// address reached.
 pub fn dial(
     host: &str,
     port: u16,
@@ -57,6 +57,7 @@ pub fn dial(
     interval: Duration,
     timeout: Duration,
 ) -> Result<(TcpStream, SocketAddr)> {
+    let deadline = Instant::now() + timeout;
     let addrs: Vec<SocketAddr> = (host, port).to_socket_addrs()?.collect();
     if addrs.is_empty() {
         refuse!("link host {host} resolves to nothing");
@@ -67,7 +68,11 @@ pub fn dial(
             std::thread::sleep(interval);
         }
         for addr in &addrs {
-            match TcpStream::connect_timeout(addr, timeout) {
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                break;
+            }
+            match TcpStream::connect_timeout(addr, left) {
                 Ok(s) => {
                     s.set_read_timeout(Some(timeout))?;
                     s.set_write_timeout(Some(timeout))?;
