@@ -16,9 +16,10 @@
 //! Hardening beyond the reference: rank 1 dials only hosts the `--allow` list admits (the master
 //! cannot aim a worker at arbitrary addresses); rank 0 admits only the address `host` names, or,
 //! when `host` is this server itself (what upstream masters send rank 0), a peer the `--allow` list
-//! admits; every wait is bounded; a link belongs to its master connection and closes with it; a
-//! peer that dies fails the all-reduce, which closes the master connection with the reason instead
-//! of hanging the worker.
+//! admits; every wait is bounded; a link belongs to its master connection and closes with it, also
+//! when the master leaves while an all-reduce waits on a silent peer (the wait looks at the master's
+//! socket every 200 ms, [`MasterWatch`]); a peer that dies fails the all-reduce, which closes the
+//! master connection with the reason instead of hanging the worker.
 
 use std::collections::HashMap;
 use std::io::{Read, Write};
@@ -40,6 +41,8 @@ use crate::rpc::link;
 
 /// Longest silence of the peer inside an all-reduce (it may still be computing its partial).
 const EXCHANGE_TIMEOUT: Duration = Duration::from_secs(300);
+/// How often an all-reduce waiting on its peer looks whether its own master is still connected.
+const MASTER_CHECK: Duration = Duration::from_millis(200);
 
 /// One device's link to its peer.
 struct CommLink {
@@ -177,7 +180,8 @@ impl CommState {
     }
 
     /// COMM_ALLREDUCE over `region` (an F32 tensor of `n` elements, validated by the session): the
-    /// job exchanges the values with the peer and adds the peer's in place.
+    /// job exchanges the values with the peer and adds the peer's in place. `master` watches the
+    /// master connection (see [`MasterWatch`]), so that a wait on a silent peer ends with it.
     pub fn allreduce(
         &mut self,
         device: u32,
@@ -185,6 +189,7 @@ impl CommState {
         buf: Arc<Buffer>,
         region: Region,
         shared: Arc<crate::Shared>,
+        master: Option<MasterWatch>,
     ) -> Result<BlockingJob> {
         if !lock(&self.links)?.contains_key(&device) {
             refuse!("COMM_ALLREDUCE on device {device} before COMM_INIT");
@@ -198,7 +203,7 @@ impl CommState {
             // SAFETY: `region` lies inside the live buffer `_hold` (validated by the session, held
             // here); the session runs one command at a time and awaits this job before the next.
             let values = unsafe { region.as_mut_slice() };
-            match exchange(l, values, bf16) {
+            match exchange(l, values, bf16, master.as_ref()) {
                 Ok(()) => {
                     shared.stats.allreduces.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                     Ok(None)
@@ -251,18 +256,93 @@ fn finish(
     Ok(Some(vec![1]))
 }
 
+/// A second handle on a master connection's socket, to tell while an all-reduce waits whether the
+/// master has gone: the link must not outlive it.
+pub struct MasterWatch(TcpStream);
+
+impl MasterWatch {
+    /// Watches `socket` (a duplicate of the master connection's descriptor).
+    pub fn new(socket: TcpStream) -> MasterWatch {
+        MasterWatch(socket)
+    }
+
+    /// True once the master closed its end with nothing left unread in the kernel. Only peeks, so the
+    /// connection's own reader still gets every byte.
+    fn gone(&self) -> bool {
+        // The descriptor is non-blocking (the runtime owns it): no data is `WouldBlock`.
+        matches!(self.0.peek(&mut [0u8; 1]), Ok(0))
+    }
+}
+
 /// One all-reduce of `values` (F32, little-endian) with the peer: rank 0 sends first.
-fn exchange(l: &mut CommLink, values: &mut [u8], bf16: bool) -> std::io::Result<()> {
+fn exchange(
+    l: &mut CommLink,
+    values: &mut [u8],
+    bf16: bool,
+    master: Option<&MasterWatch>,
+) -> std::io::Result<()> {
     let mine = encode(values, bf16);
     let mut theirs = vec![0u8; mine.len()];
+    let deadline = std::time::Instant::now() + EXCHANGE_TIMEOUT;
     if l.rank == 0 {
-        l.stream.write_all(&mine)?;
-        l.stream.read_exact(&mut theirs)?;
+        transfer(&mut l.stream, Dir::Send(&mine), master, deadline)?;
+        transfer(&mut l.stream, Dir::Recv(&mut theirs), master, deadline)?;
     } else {
-        l.stream.read_exact(&mut theirs)?;
-        l.stream.write_all(&mine)?;
+        transfer(&mut l.stream, Dir::Recv(&mut theirs), master, deadline)?;
+        transfer(&mut l.stream, Dir::Send(&mine), master, deadline)?;
     }
     add_in_place(values, &theirs, bf16);
+    Ok(())
+}
+
+enum Dir<'a> {
+    Send(&'a [u8]),
+    Recv(&'a mut [u8]),
+}
+
+/// Sends or receives every byte on the link in slices of [`MASTER_CHECK`], failing when the master
+/// left, the peer closed, or `deadline` passed.
+fn transfer(
+    s: &mut TcpStream,
+    mut dir: Dir<'_>,
+    master: Option<&MasterWatch>,
+    deadline: std::time::Instant,
+) -> std::io::Result<()> {
+    use std::io::{Error as IoError, ErrorKind};
+    s.set_read_timeout(Some(MASTER_CHECK))?;
+    s.set_write_timeout(Some(MASTER_CHECK))?;
+    let total = match &dir {
+        Dir::Send(b) => b.len(),
+        Dir::Recv(b) => b.len(),
+    };
+    let mut done = 0;
+    while done < total {
+        let r = match &mut dir {
+            Dir::Send(b) => s.write(&b[done..]),
+            Dir::Recv(b) => s.read(&mut b[done..]),
+        };
+        match r {
+            Ok(0) => return Err(IoError::new(ErrorKind::UnexpectedEof, "the peer closed the link")),
+            Ok(n) => done += n,
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    ErrorKind::WouldBlock | ErrorKind::TimedOut | ErrorKind::Interrupted
+                ) =>
+            {
+                if master.is_some_and(MasterWatch::gone) {
+                    return Err(IoError::new(ErrorKind::ConnectionAborted, "the master connection closed"));
+                }
+                if std::time::Instant::now() >= deadline {
+                    return Err(IoError::new(
+                        ErrorKind::TimedOut,
+                        format!("no progress within {EXCHANGE_TIMEOUT:?}"),
+                    ));
+                }
+            }
+            Err(e) => return Err(e),
+        }
+    }
     Ok(())
 }
 

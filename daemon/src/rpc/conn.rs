@@ -123,12 +123,14 @@ pub async fn serve(
     let ended = match sniff(&stream, &shared).await {
         Ok(Kind::Plain) => {
             let local = stream.local_addr().ok().map(|a| a.ip());
+            let master = watch_handle(&stream);
             let (r, w) = stream.into_split();
             let ends = Ends { peer, local, ext_ip: local, proto };
-            drive(r, w, ends, &shared, live.clone(), &cancel).await
+            drive(r, w, ends, &shared, live.clone(), &cancel, master).await
         }
         Ok(Kind::Tls) => {
             let local = stream.local_addr().ok().map(|a| a.ip());
+            let master = watch_handle(&stream);
             match handshake(stream, &shared).await {
                 Ok(s) => {
                     tls = true;
@@ -136,7 +138,7 @@ pub async fn serve(
                     let (r, w) = tokio::io::split(s);
                     // No extension over TLS: its links would be plain TCP.
                     let ends = Ends { peer, local, ext_ip: None, proto };
-                    drive(r, w, ends, &shared, live.clone(), &cancel).await
+                    drive(r, w, ends, &shared, live.clone(), &cancel, master).await
                 }
                 Err(e) => Ended::early(conclude(&shared, peer, None, Err(e))),
             }
@@ -162,6 +164,13 @@ pub async fn serve(
         end = ended.end,
         "connection closed"
     );
+}
+
+/// A second handle on the connection's socket (a duplicated descriptor, non-blocking like the
+/// original), for an all-reduce to see the master leave ([`crate::rpc::comm::MasterWatch`]).
+fn watch_handle(stream: &TcpStream) -> Option<std::net::TcpStream> {
+    use std::os::fd::AsFd;
+    stream.as_fd().try_clone_to_owned().ok().map(std::net::TcpStream::from)
 }
 
 /// Tells a TLS ClientHello from a plain HELLO by the first byte (peeked, not consumed), and
@@ -222,6 +231,7 @@ async fn drive<R, W>(
     shared: &Arc<Shared>,
     live: Arc<LiveConn>,
     cancel: &CancellationToken,
+    master: Option<std::net::TcpStream>,
 ) -> Ended
 where
     R: AsyncRead + Unpin + Send,
@@ -242,6 +252,9 @@ where
         local: ext_ip,
         lookups: std::collections::VecDeque::new(),
     };
+    if let Some(m) = master {
+        conn.session.watch_master(m);
+    }
     let outcome = conn.run(cancel).await;
     if matches!(outcome, Ok("peer closed")) && conn.after_hello == 0 {
         // A master of another major checks the version right after HELLO and aborts (llama.cpp:

@@ -139,6 +139,8 @@ pub struct Session {
     stored: Vec<HashMap<u64, Arc<StoredGraph>>>,
     /// 8.0.0: all-reduce links.
     comm: CommState,
+    /// A second handle on the master connection's socket, for all-reduces to watch.
+    master: Option<std::net::TcpStream>,
     built: GraphCache,
     /// Bytes held by this connection's buffers.
     held: u64,
@@ -159,10 +161,16 @@ impl Session {
             graphs: vec![None; n],
             stored: vec![HashMap::new(); n],
             comm: CommState::default(),
+            master: None,
             built: GraphCache::default(),
             held: 0,
             ext: None,
         }
+    }
+
+    /// Lets all-reduces see the master connection close (`socket` duplicates its descriptor).
+    pub fn watch_master(&mut self, socket: std::net::TcpStream) {
+        self.master = Some(socket);
     }
 
     /// Enables llamad's extension commands on this connection; links are offered on `local_ip` (the
@@ -441,7 +449,12 @@ impl Session {
                     refuse!("COMM_ALLREDUCE leaves the buffer")
                 };
                 buf.invalidate(off, r.nbytes);
-                let job = self.comm.allreduce(device, &spec, buf, region, self.shared.clone())?;
+                let watch = self
+                    .master
+                    .as_ref()
+                    .and_then(|m| m.try_clone().ok())
+                    .map(crate::rpc::comm::MasterWatch::new);
+                let job = self.comm.allreduce(device, &spec, buf, region, self.shared.clone(), watch)?;
                 Ok(Reply::Blocking(job))
             }
             Command::CommFree { device } => {

@@ -209,3 +209,29 @@ fn rank_0_admits_only_the_named_peer() {
     assert_closed(&mut impostor);
     assert_eq!(r0.c.device_count().unwrap(), 1);
 }
+
+#[test]
+fn a_link_does_not_outlive_its_master_connection() {
+    // Rank 1 waits in an all-reduce for rank 0, whose master sends nothing; then rank 1's master
+    // leaves. The wait ends with it (not after the 300 s exchange timeout), the link closes, and
+    // rank 0's next all-reduce fails at once.
+    let (s0, s1) = (server(), server());
+    let mut ranks = [rank(&s0, 0, 64), rank(&s1, 1, 64)];
+    link(&mut ranks, e2e::server::free_port().unwrap());
+    let [mut r0, mut r1] = ranks;
+    r1.c.graph_compute_uid(&r1.graph, 1).unwrap();
+    r1.c.comm_allreduce(0, &r1.y).unwrap();
+    std::thread::sleep(Duration::from_millis(300));
+    let t0 = Instant::now();
+    drop(r1);
+    assert_memory_back(&s1, 0);
+    assert!(t0.elapsed() < Duration::from_secs(3), "rank 1's connection ended after {:?}", t0.elapsed());
+    s0.shared.stats.take_last_refusal();
+    r0.c.graph_compute_uid(&r0.graph, 1).unwrap();
+    r0.c.comm_allreduce(0, &r0.y).unwrap();
+    assert_closed(r0.c.stream());
+    let reason = s0.shared.stats.take_last_refusal().unwrap_or_default();
+    assert!(reason.contains("COMM_ALLREDUCE with"), "{reason}");
+    s0.assert_alive();
+    s1.assert_alive();
+}
