@@ -347,7 +347,7 @@ fn other_pre_tokenizers_match_llama_cpp() {
 
 /// Runs `tokenize_ref.py` on `model`; `ids_only` skips pieces and the EOG set.
 fn run_reference(python: &std::path::Path, model: &std::path::Path, ids_only: bool) -> Json {
-    let mut cmd = Command::new(&python);
+    let mut cmd = Command::new(python);
     cmd.arg(data_dir().join("tokenize_ref.py")).arg(model).arg(data_dir().join("tokenizer-corpus.txt"));
     if ids_only {
         cmd.arg("ids-only");

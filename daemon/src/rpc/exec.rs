@@ -87,6 +87,11 @@ pub fn build(
         if index.insert(t.id, i).is_some() {
             refuse!("graph: duplicate tensor id {:#x} in the table", t.id);
         }
+        // A leaf (op NONE) has no sources in ggml; one that names some is malformed, and refusing it
+        // here keeps a deep chain of them from being walked at all.
+        if t.op == 0 && t.src.iter().any(|&s| s != 0) {
+            refuse!("graph: tensor {:#x} ({}) has op NONE but names sources", t.id, t.name_str());
+        }
     }
     let lookup = |id: u64, what: &str| -> Result<usize> {
         match index.get(&id) {

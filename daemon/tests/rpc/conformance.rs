@@ -346,12 +346,18 @@ fn c19_nodes_without_compute_flag_or_view_ops_are_not_evaluated() {
     g.tensors[2].flags = 2; // OUTPUT only, no COMPUTE
     c.graph_compute(&g).unwrap();
     assert_eq!(bytes_f32(&c.get_tensor(&out, 0, 16).unwrap()), [-1.0; 4]);
-    for op in [0u32, 36, 37, 38, 39] {
+    for op in [36u32, 37, 38, 39] {
         g.tensors[2].flags = 16;
         g.tensors[2].op = op;
         c.graph_compute(&g).unwrap();
         assert_eq!(bytes_f32(&c.get_tensor(&out, 0, 16).unwrap()), [-1.0; 4], "op {op}");
     }
+    // A NONE node is not evaluated either; one that names sources is malformed and refused outright
+    // (stricter than the reference, which walks it: a deep chain of them costs seconds).
+    g.tensors[2].src = [0; 10];
+    g.tensors[2].op = 0;
+    c.graph_compute(&g).unwrap();
+    assert_eq!(bytes_f32(&c.get_tensor(&out, 0, 16).unwrap()), [-1.0; 4], "op NONE");
 }
 
 fn graph_attack(expect: &str, edit: impl FnOnce(&mut GraphBlob, u64, u64)) {
@@ -367,7 +373,12 @@ fn graph_attack(expect: &str, edit: impl FnOnce(&mut GraphBlob, u64, u64)) {
 fn c20_graph_structure_violations_close() {
     graph_attack("node id 0", |g, _, _| g.nodes = vec![0]);
     graph_attack("is not in the tensor table", |g, _, _| g.nodes = vec![99]);
-    graph_attack("cycle", |g, _, _| g.tensors[0].src[0] = 3); // a -> out -> a
+    graph_attack("cycle", |g, _, _| {
+        // a -> out -> a, with a made a computed node (a leaf naming a source is refused earlier)
+        g.tensors[0].op = 2;
+        g.tensors[0].src[0] = 3;
+    });
+    graph_attack("has op NONE but names sources", |g, _, _| g.tensors[0].src[0] = 2);
     graph_attack("no storage here", |g, _, _| {
         // computed node without storage
         g.tensors[2].buffer = 0;

@@ -306,7 +306,11 @@ fn n13_source_id_missing() {
 
 #[test]
 fn n14_cycle_through_src() {
-    graph_attack("cycle", |g, _, _| g.tensors[0].src[0] = 3);
+    // Tensor 1 made an ADD of the output (a leaf naming a source is refused before the walk).
+    graph_attack("cycle", |g, _, _| {
+        g.tensors[0].op = 2;
+        g.tensors[0].src[0] = 3;
+    });
 }
 
 #[test]
@@ -349,6 +353,25 @@ fn n14_deep_chain_is_built_without_recursion() {
     let mut c = s.client();
     c.graph_compute(&chain(200_000, false)).unwrap();
     assert_eq!(c.device_count().unwrap(), 1);
+}
+
+#[test]
+fn n14_leaves_with_sources_are_refused_before_any_walk() {
+    // 200 000 op-NONE tensors, each naming the previous as src[0] (59 MB): malformed (a leaf has no
+    // sources), refused while the table is indexed, before the graph is walked.
+    attack("has op NONE but names sources", |a| {
+        let n = 200_000u64;
+        let tensors: Vec<_> = (1..=n)
+            .map(|id| {
+                let mut t = f32_tensor(id, 0, 0, 4);
+                t.src[0] = id - 1;
+                t
+            })
+            .collect();
+        let t0 = std::time::Instant::now();
+        a.send(&Command::GraphCompute(GraphBlob { device: 0, nodes: vec![n], tensors }, None));
+        assert!(t0.elapsed() < std::time::Duration::from_secs(10));
+    });
 }
 
 #[test]
