@@ -579,30 +579,31 @@ impl Worker {
             .filter(|&u| by_uid && self.client.holds_graph(self.device, u));
         // 7.0.0: the server's one last graph; 8.0.0: any graph it still stores.
         let recompute = if by_uid { stored.is_some() } else { self.graph_on_server };
-        let (blob, key) = (if recompute { None } else { Some(pr.blob.clone()) }, pr.key);
+        let (blob, key) = ((!recompute).then(|| pr.blob.clone()), pr.key);
         let ctx = || Self::failed(&self.addr, &p.layers);
         for (t, bytes) in writes {
             self.client.set_tensor(&t, 0, bytes, false).with_context(ctx)?;
         }
-        match (blob, stored) {
-            (None, Some(uid)) => {
-                self.client.graph_recompute_uid(self.device, uid).with_context(ctx)?;
+        match blob {
+            None => {
+                match stored {
+                    Some(uid) => self.client.graph_recompute_uid(self.device, uid),
+                    None => self.client.graph_recompute(self.device),
+                }
+                .with_context(ctx)?;
                 self.recomputes += 1;
             }
-            (None, None) => {
-                self.client.graph_recompute(self.device).with_context(ctx)?;
-                self.recomputes += 1;
-            }
-            (Some(b), _) if by_uid => {
+            Some(b) if by_uid => {
                 let uid = self.client.fresh_uid();
                 self.client.graph_compute_uid(&b, uid).with_context(ctx)?;
-                if self.graph_uids.len() >= 4 * GRAPH_UID_MEMORY {
-                    // Stale entries (the server cleared its store long ago) go; live ones are re-sent once.
+                // Remember a few stores' worth; stale entries (cleared by the server long ago) go, and
+                // live ones are sent once more.
+                if self.graph_uids.len() >= 4 * self.client.protocol().graph_store {
                     self.graph_uids.clear();
                 }
                 self.graph_uids.insert(key, uid);
             }
-            (Some(b), _) => self.client.graph_compute(&b).with_context(ctx)?,
+            Some(b) => self.client.graph_compute(&b).with_context(ctx)?,
         }
         self.graphs_sent += 1;
         self.graph_on_server = true;
@@ -645,9 +646,6 @@ impl Drop for Worker {
         self.release();
     }
 }
-
-/// Graph uids a worker remembers, in units of the server's store (8.0.0: 1024 graphs).
-const GRAPH_UID_MEMORY: usize = 1024;
 
 /// The GET_ROWS node of the token embedding when the graph starts at layer 0: the master computes
 /// it and copies the result in. It must be the first node, so nothing runs before it is written.

@@ -3,7 +3,8 @@
 //! `$LLAMAD_PEER_CACHE` (default `~/.cache/llamad-peer`), preferring the AVX2 build (the parity
 //! reference). Without one, a test that needs it is skipped with a printed reason, so a plain
 //! `cargo test` on a fresh clone passes; `LLAMAD_REQUIRE_PEER=1` (what `scripts/test.sh` sets)
-//! makes a missing peer a failure instead.
+//! makes a missing peer a failure instead. The lookup is `e2e::server::peer_python`'s; it is written
+//! again here because `e2e` depends on `compute`, and a dev-dependency back would build `compute` twice.
 #![allow(dead_code)]
 
 use std::path::{Path, PathBuf};

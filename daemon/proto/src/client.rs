@@ -390,12 +390,7 @@ impl RpcClient {
     /// GRAPH_COMPUTE with graph uid `uid` (8.0.0; 0 = not stored). A new non-zero uid on a device
     /// whose store is full clears the store first, on both sides (ref: ggml-rpc-protocol-8.md).
     pub fn graph_compute_uid(&mut self, graph: &GraphBlob, uid: u64) -> Result<()> {
-        if self.proto.graph != GraphFormat::Uid {
-            return Err(Error::invalid(
-                "GRAPH_COMPUTE",
-                format!("protocol {} has no graph uids", self.proto),
-            ));
-        }
+        self.require_uids("GRAPH_COMPUTE")?;
         self.track_graph(graph.device, uid);
         self.send(&Command::GraphCompute(graph.clone(), Some(uid)))
     }
@@ -437,18 +432,22 @@ impl RpcClient {
 
     /// GRAPH_RECOMPUTE of the stored graph `uid` (8.0.0; no response).
     pub fn graph_recompute_uid(&mut self, device: u32, uid: u64) -> Result<()> {
-        if self.proto.graph != GraphFormat::Uid {
-            return Err(Error::invalid(
-                "GRAPH_RECOMPUTE",
-                format!("protocol {} has no graph uids", self.proto),
-            ));
-        }
+        self.require_uids("GRAPH_RECOMPUTE")?;
         if let Some(d) = self.graphs.get_mut(&device) {
             if d.held.contains(&uid) {
                 d.last = Some(uid);
             }
         }
         self.send(&Command::GraphRecompute { device, uid: Some(uid) })
+    }
+
+    /// Fails unless this connection's version sends graphs with uids.
+    fn require_uids(&self, what: &'static str) -> Result<()> {
+        if self.proto.graph == GraphFormat::Uid {
+            Ok(())
+        } else {
+            Err(Error::invalid(what, format!("protocol {} has no graph uids", self.proto)))
+        }
     }
 
     /// Fails unless this connection's version has `cmd`.

@@ -68,10 +68,7 @@ impl AllowList {
 
     /// Whether a peer at `ip` may connect.
     pub fn allows(&self, ip: IpAddr) -> bool {
-        let ip = match ip {
-            IpAddr::V6(v6) => v6.to_ipv4_mapped().map_or(ip, IpAddr::V4),
-            v4 => v4,
-        };
+        let ip = canonical(ip);
         self.nets.iter().any(|n| n.contains(&ip))
     }
 
@@ -119,13 +116,19 @@ fn parse_net(item: &str) -> Result<IpNet> {
     })
 }
 
+/// `ip` with an IPv4-mapped IPv6 address (`::ffff:a.b.c.d`, how a dual-stack socket reports an
+/// IPv4 peer) written as the IPv4 address, so that both spellings of one peer compare equal.
+pub fn canonical(ip: IpAddr) -> IpAddr {
+    match ip {
+        IpAddr::V6(v6) => v6.to_ipv4_mapped().map_or(ip, IpAddr::V4),
+        v4 => v4,
+    }
+}
+
 /// The host part of a suggestion for allowing `ip` (`a.b.c.d/32` or `x::y/128`).
 pub fn host_cidr(ip: IpAddr) -> String {
-    match ip {
-        IpAddr::V6(v6) => match v6.to_ipv4_mapped() {
-            Some(v4) => format!("{v4}/32"),
-            None => format!("{v6}/128"),
-        },
+    match canonical(ip) {
+        IpAddr::V6(v6) => format!("{v6}/128"),
         IpAddr::V4(v4) => format!("{v4}/32"),
     }
 }

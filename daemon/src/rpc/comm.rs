@@ -34,7 +34,7 @@ use llamad_proto::version::CommSpec;
 use tracing::{debug, info, warn};
 
 use crate::error::{refuse, Error, Result};
-use crate::rpc::access::AllowList;
+use crate::rpc::access::{canonical, AllowList};
 use crate::rpc::buffer::{Buffer, Region};
 use crate::rpc::ext::BlockingJob;
 use crate::rpc::link;
@@ -74,7 +74,7 @@ impl Plan {
     /// runtime); for rank 1, at least one must be in the allow list.
     fn named(&self, allow: &AllowList) -> Result<Vec<IpAddr>> {
         let named: Vec<IpAddr> = match (self.host.as_str(), self.port).to_socket_addrs() {
-            Ok(a) => a.map(|a| v4(a.ip())).collect(),
+            Ok(a) => a.map(|a| canonical(a.ip())).collect(),
             Err(e) => refuse!("COMM_INIT host {:?} does not resolve: {e}", self.host),
         };
         if named.is_empty() {
@@ -93,17 +93,18 @@ impl Plan {
 
 impl CommState {
     /// COMM_INIT: validates the request (a violation closes the connection), then returns the job
-    /// that makes the link (its answer: `1`, or `0` when the peer never came).
+    /// that makes the link (its answer: `1`, or `0` when the peer never came). `local` is this
+    /// server's address as the master reached it.
     pub fn init(
         &mut self,
         req: &CommInitReq,
         spec: &CommSpec,
-        allow: &AllowList,
         local: Option<IpAddr>,
         shared: Arc<crate::Shared>,
     ) -> Result<BlockingJob> {
         // The link's set-up is bounded as a handshake is (`limits.hello_timeout_secs`).
         let wait = shared.cfg.hello_timeout;
+        let allow = &shared.cfg.allow;
         let plan = Self::plan(req, spec)?;
         // An address literal is checked now (no lookup), so that a refused host closes the connection
         // before anything is bound; a name is looked up in the job.
@@ -126,11 +127,8 @@ impl CommState {
             let allow = allow.clone();
             Ok(Box::new(move || {
                 let named = plan.named(&allow)?;
-                let is_self = named.iter().any(|ip| Some(*ip) == local.map(v4) || ip.is_unspecified());
-                let admit = |ip: IpAddr| {
-                    let ip = v4(ip);
-                    allow.allows(ip) && (is_self || named.contains(&ip))
-                };
+                let is_self = named.iter().any(|ip| Some(*ip) == local.map(canonical) || ip.is_unspecified());
+                let admit = |ip: IpAddr| allow.allows(ip) && (is_self || named.contains(&canonical(ip)));
                 let made = link::accept_one(&listener, wait, "the COMM_INIT listener", |s, from| {
                     if !admit(from.ip()) {
                         warn!(%from, host = %plan.host, "COMM link: a peer the master did not name connected; dropped");
@@ -139,7 +137,7 @@ impl CommState {
                     Ok(greet(s).is_ok())
                 });
                 drop(listener);
-                finish(made.map(|s| (s, 0)), &plan, links, &shared)
+                finish(made, &plan, links, &shared)
             }))
         } else {
             let allow = allow.clone();
@@ -148,7 +146,7 @@ impl CommState {
                 let interval = Duration::from_millis(spec.connect_interval_ms);
                 let made = link::dial(&plan.host, plan.port, spec.connect_attempts, interval, wait)
                     .and_then(|(mut s, _)| greet(&mut s).map(|()| s));
-                finish(made.map(|s| (s, 1)), &plan, links, &shared)
+                finish(made, &plan, links, &shared)
             }))
         }
     }
@@ -218,14 +216,6 @@ impl CommState {
     }
 }
 
-/// IPv4-mapped IPv6 addresses as IPv4, so that both spellings of a peer compare equal.
-fn v4(ip: IpAddr) -> IpAddr {
-    match ip {
-        IpAddr::V6(v6) => v6.to_ipv4_mapped().map(IpAddr::V4).unwrap_or(ip),
-        v => v,
-    }
-}
-
 /// The link's opening: each side sends its 24-byte `conn_caps` (zeros: TCP only) and reads the
 /// peer's, which a TCP-only server ignores (ref: ggml-rpc-protocol.md §6).
 fn greet(s: &mut TcpStream) -> Result<()> {
@@ -235,15 +225,16 @@ fn greet(s: &mut TcpStream) -> Result<()> {
     Ok(())
 }
 
-/// Stores a made link and answers `1`; a link that could not be made answers `0`.
+/// Stores a made link and answers `1`; a link that could not be made answers `0`. The link's socket
+/// timeouts are [`MASTER_CHECK`], the slice in which an all-reduce looks at its master.
 fn finish(
-    made: Result<(TcpStream, u32)>,
+    made: Result<TcpStream>,
     plan: &Plan,
     links: Arc<Mutex<HashMap<u32, CommLink>>>,
     shared: &crate::Shared,
 ) -> Result<Option<Vec<u8>>> {
-    let stream = match made.and_then(|(s, rank)| Ok((link::prepare(s, EXCHANGE_TIMEOUT)?, rank))) {
-        Ok((s, _)) => s,
+    let stream = match made.and_then(|s| link::prepare(s, MASTER_CHECK)) {
+        Ok(s) => s,
         Err(e) => {
             warn!(device = plan.device, rank = plan.rank, host = %plan.host, port = plan.port, reason = %e, "COMM link not made");
             return Ok(Some(vec![0]));
@@ -257,13 +248,14 @@ fn finish(
 }
 
 /// A second handle on a master connection's socket, to tell while an all-reduce waits whether the
-/// master has gone: the link must not outlive it.
-pub struct MasterWatch(TcpStream);
+/// master has gone: the link must not outlive it. One per connection, shared by its all-reduces.
+#[derive(Clone)]
+pub struct MasterWatch(Arc<TcpStream>);
 
 impl MasterWatch {
     /// Watches `socket` (a duplicate of the master connection's descriptor).
     pub fn new(socket: TcpStream) -> MasterWatch {
-        MasterWatch(socket)
+        MasterWatch(Arc::new(socket))
     }
 
     /// True once the master closed its end with nothing left unread in the kernel. Only peeks, so the
@@ -281,15 +273,18 @@ fn exchange(
     bf16: bool,
     master: Option<&MasterWatch>,
 ) -> std::io::Result<()> {
-    let mine = encode(values, bf16);
+    // Our values go out as they are (F32) or encoded (BF16); they are added to only after both
+    // transfers, so the F32 case needs no copy.
+    let encoded = bf16.then(|| encode_bf16(values));
+    let mine: &[u8] = encoded.as_deref().unwrap_or(values);
     let mut theirs = vec![0u8; mine.len()];
     let deadline = std::time::Instant::now() + EXCHANGE_TIMEOUT;
     if l.rank == 0 {
-        transfer(&mut l.stream, Dir::Send(&mine), master, deadline)?;
+        transfer(&mut l.stream, Dir::Send(mine), master, deadline)?;
         transfer(&mut l.stream, Dir::Recv(&mut theirs), master, deadline)?;
     } else {
         transfer(&mut l.stream, Dir::Recv(&mut theirs), master, deadline)?;
-        transfer(&mut l.stream, Dir::Send(&mine), master, deadline)?;
+        transfer(&mut l.stream, Dir::Send(mine), master, deadline)?;
     }
     add_in_place(values, &theirs, bf16);
     Ok(())
@@ -300,8 +295,8 @@ enum Dir<'a> {
     Recv(&'a mut [u8]),
 }
 
-/// Sends or receives every byte on the link in slices of [`MASTER_CHECK`], failing when the master
-/// left, the peer closed, or `deadline` passed.
+/// Sends or receives every byte on the link in slices of [`MASTER_CHECK`] (the link's socket
+/// timeouts), failing when the master left, the peer closed, or `deadline` passed.
 fn transfer(
     s: &mut TcpStream,
     mut dir: Dir<'_>,
@@ -309,8 +304,6 @@ fn transfer(
     deadline: std::time::Instant,
 ) -> std::io::Result<()> {
     use std::io::{Error as IoError, ErrorKind};
-    s.set_read_timeout(Some(MASTER_CHECK))?;
-    s.set_write_timeout(Some(MASTER_CHECK))?;
     let total = match &dir {
         Dir::Send(b) => b.len(),
         Dir::Recv(b) => b.len(),
@@ -346,11 +339,8 @@ fn transfer(
     Ok(())
 }
 
-/// The link encoding of F32 `values`: themselves, or BF16 (ggml's round to nearest even).
-pub fn encode(values: &[u8], bf16: bool) -> Vec<u8> {
-    if !bf16 {
-        return values.to_vec();
-    }
+/// F32 `values` as BF16 for the link (ggml's round to nearest even).
+pub fn encode_bf16(values: &[u8]) -> Vec<u8> {
     let mut out = Vec::with_capacity(values.len() / 2);
     for c in values.chunks_exact(4) {
         let v = f32::from_le_bytes([c[0], c[1], c[2], c[3]]);
@@ -382,14 +372,14 @@ mod tests {
         // 1 + 1/256 lies halfway between two BF16 values: even wins (0x3f80); 1 + 3/256 rounds up.
         let vals: Vec<u8> =
             [1.0f32 + 1.0 / 256.0, 1.0 + 3.0 / 256.0, -2.0].iter().flat_map(|v| v.to_le_bytes()).collect();
-        let e = encode(&vals, true);
+        let e = encode_bf16(&vals);
         assert_eq!(e, [0x80, 0x3f, 0x82, 0x3f, 0x00, 0xc0]);
         let mut own: Vec<u8> = [0.5f32, 0.25, 1.0].iter().flat_map(|v| v.to_le_bytes()).collect();
         add_in_place(&mut own, &e, true);
         let got: Vec<f32> = own.chunks_exact(4).map(|c| f32::from_le_bytes(c.try_into().unwrap())).collect();
         assert_eq!(got, [1.5, 0.25 + 1.0 + 2.0 / 128.0, -1.0]);
         let mut own2 = vals.clone();
-        add_in_place(&mut own2, &encode(&vals, false), false);
+        add_in_place(&mut own2, &vals, false);
         assert_eq!(f32::from_le_bytes(own2[8..12].try_into().unwrap()), -4.0);
     }
 }

@@ -476,7 +476,7 @@ impl<R: AsyncRead + Unpin + Send, W: AsyncWrite + Unpin + Send> Conn<R, W> {
         let header = Tensor2d::decode(&h)?;
         let n = len - TENSOR_2D_HEADER_SIZE as u64; // the table guarantees len >= 328
         let (buf, rows) = self.session.set_tensor_2d_target(&header, n)?;
-        for i in 0..if rows.packed_len() == 0 { 0 } else { rows.n } {
+        for i in 0..rows.n {
             let Some(region) = rows.row(&buf, i) else { refuse!("SET_TENSOR_2D row {i} outside the buffer") };
             // SAFETY: `region` lies inside the live buffer `buf` (every row validated), held until the
             // end of this function; no graph is running and no other command executes meanwhile.
@@ -494,16 +494,12 @@ impl<R: AsyncRead + Unpin + Send, W: AsyncWrite + Unpin + Send> Conn<R, W> {
     ) -> Result<u64> {
         let len = rows.packed_len();
         self.writer.write_all(&len.to_le_bytes()).await?;
-        if len > 0 {
-            for i in 0..rows.n {
-                let Some(region) = rows.row(buf, i) else {
-                    refuse!("GET_TENSOR_2D row {i} outside the buffer")
-                };
-                // SAFETY: the row lies inside the live buffer `buf`, held by the caller; nothing writes
-                // buffers while a response is written.
-                let bytes = unsafe { region.as_slice() };
-                self.writer.write_all(bytes).await?;
-            }
+        for i in 0..rows.n {
+            let Some(region) = rows.row(buf, i) else { refuse!("GET_TENSOR_2D row {i} outside the buffer") };
+            // SAFETY: the row lies inside the live buffer `buf`, held by the caller; nothing writes
+            // buffers while a response is written.
+            let bytes = unsafe { region.as_slice() };
+            self.writer.write_all(bytes).await?;
         }
         self.writer.flush().await?;
         Ok(8 + len)

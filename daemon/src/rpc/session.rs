@@ -93,7 +93,7 @@ impl MemJob {
 }
 
 /// `n` rows of `size` bytes, `stride` apart, starting `start` bytes into a buffer; validated: every
-/// row lies inside the buffer, and `size·n` does not overflow.
+/// row lies inside the buffer, and `size·n` does not overflow. Empty transfers have `n = 0`.
 #[derive(Clone, Copy, Debug)]
 pub struct Rows {
     /// Offset of the first row in the buffer.
@@ -140,7 +140,7 @@ pub struct Session {
     /// 8.0.0: all-reduce links.
     comm: CommState,
     /// A second handle on the master connection's socket, for all-reduces to watch.
-    master: Option<std::net::TcpStream>,
+    master: Option<crate::rpc::comm::MasterWatch>,
     built: GraphCache,
     /// Bytes held by this connection's buffers.
     held: u64,
@@ -170,7 +170,7 @@ impl Session {
 
     /// Lets all-reduces see the master connection close (`socket` duplicates its descriptor).
     pub fn watch_master(&mut self, socket: std::net::TcpStream) {
-        self.master = Some(socket);
+        self.master = Some(crate::rpc::comm::MasterWatch::new(socket));
     }
 
     /// Enables llamad's extension commands on this connection; links are offered on `local_ip` (the
@@ -426,8 +426,7 @@ impl Session {
                 let Some(spec) = self.proto.comm else {
                     refuse!("COMM_INIT is not part of protocol {}", self.proto)
                 };
-                let job =
-                    self.comm.init(&req, &spec, &self.shared.cfg.allow, self.local, self.shared.clone())?;
+                let job = self.comm.init(&req, &spec, self.local, self.shared.clone())?;
                 Ok(Reply::Blocking(job))
             }
             Command::CommAllreduce { device, tensor } => {
@@ -449,11 +448,7 @@ impl Session {
                     refuse!("COMM_ALLREDUCE leaves the buffer")
                 };
                 buf.invalidate(off, r.nbytes);
-                let watch = self
-                    .master
-                    .as_ref()
-                    .and_then(|m| m.try_clone().ok())
-                    .map(crate::rpc::comm::MasterWatch::new);
+                let watch = self.master.clone();
                 let job = self.comm.allreduce(device, &spec, buf, region, self.shared.clone(), watch)?;
                 Ok(Reply::Blocking(job))
             }
@@ -492,9 +487,9 @@ impl Session {
         if packed > r.nbytes {
             refuse!("{what}: {packed} bytes of rows for a tensor of {} bytes", r.nbytes);
         }
-        let rows = Rows { start: 0, size: h.size, n: h.n_copies, stride: h.stride };
         if packed == 0 {
-            return Ok((buf, rows));
+            // Zero rows, or rows of zero bytes: nothing to move.
+            return Ok((buf, Rows { start: 0, size: 0, n: 0, stride: 0 }));
         }
         // The last row starts at offset + (n-1)·stride; rows ascend, so the first and last bound all.
         let last = (h.n_copies - 1)
@@ -520,7 +515,7 @@ impl Session {
         if write {
             buf.invalidate(start, end - h.offset);
         }
-        Ok((buf, Rows { start, ..rows }))
+        Ok((buf, Rows { start, size: h.size, n: h.n_copies, stride: h.stride }))
     }
 
     /// Validates a SET_TENSOR_2D header for `n` data bytes and returns where its rows go.
