@@ -262,6 +262,99 @@ block!(
     d: [u8; 2],
 });
 
+block!(
+    /// TQ1_0: `qs: u8[48] | qh: u8[4] | d: f16`, 256 ternary elements, five base-3 digits per
+    /// `qs` byte and four per `qh` byte.
+    BlockTq1_0, GgmlType::TQ1_0, {
+    /// Five trits per byte.
+    qs: [u8; 48],
+    /// Four trits per byte.
+    qh: [u8; 4],
+    /// Scale (f16).
+    d: [u8; 2],
+});
+
+block!(
+    /// IQ2_XXS: `d: f16 | qs: u16[32]`; per 32 elements four grid bytes and a u32 of four 7-bit
+    /// sign fields and a 4-bit scale.
+    BlockIq2Xxs, GgmlType::IQ2_XXS, {
+    /// Super-block scale (f16).
+    d: [u8; 2],
+    /// Grid indices, signs and scales.
+    qs: [u8; QK_K / 4],
+});
+
+block!(
+    /// IQ2_XS: `d: f16 | qs: u16[32] | scales: u8[8]`; each u16 = 9-bit grid index, 7-bit signs.
+    BlockIq2Xs, GgmlType::IQ2_XS, {
+    /// Super-block scale (f16).
+    d: [u8; 2],
+    /// Grid indices and sign fields (u16).
+    qs: [u8; QK_K / 4],
+    /// Two 4-bit scales per 32 elements.
+    scales: [u8; QK_K / 32],
+});
+
+block!(
+    /// IQ2_S: `d: f16 | qs: u8[64] (32 index bytes, 32 sign bytes) | qh: u8[8] | scales: u8[8]`.
+    BlockIq2S, GgmlType::IQ2_S, {
+    /// Super-block scale (f16).
+    d: [u8; 2],
+    /// Low grid index bytes, then explicit sign bytes.
+    qs: [u8; QK_K / 4],
+    /// Bits 8..9 of the grid indices, two per index.
+    qh: [u8; QK_K / 32],
+    /// Two 4-bit scales per 32 elements.
+    scales: [u8; QK_K / 32],
+});
+
+block!(
+    /// IQ3_XXS: `d: f16 | qs: u8[96]` (64 grid bytes, then a u32 of signs and scale per 32).
+    BlockIq3Xxs, GgmlType::IQ3_XXS, {
+    /// Super-block scale (f16).
+    d: [u8; 2],
+    /// Grid indices, then signs and scales.
+    qs: [u8; 3 * QK_K / 8],
+});
+
+block!(
+    /// IQ3_S: `d: f16 | qs: u8[64] | qh: u8[8] | signs: u8[32] | scales: u8[4]`.
+    BlockIq3S, GgmlType::IQ3_S, {
+    /// Super-block scale (f16).
+    d: [u8; 2],
+    /// Low grid index bytes.
+    qs: [u8; QK_K / 4],
+    /// Bit 8 of the grid indices.
+    qh: [u8; QK_K / 32],
+    /// Explicit sign bits.
+    signs: [u8; QK_K / 8],
+    /// 4-bit scales, one per 32 elements.
+    scales: [u8; QK_K / 64],
+});
+
+block!(
+    /// IQ1_S: `d: f16 | qs: u8[32] | qh: u16[8]`.
+    BlockIq1S, GgmlType::IQ1_S, {
+    /// Super-block scale (f16).
+    d: [u8; 2],
+    /// Low grid index bytes.
+    qs: [u8; QK_K / 8],
+    /// Per 32 elements: 3 high index bits per 8, 3-bit scale, delta sign (u16).
+    qh: [u8; QK_K / 16],
+});
+
+block!(
+    /// IQ1_M: `qs: u8[32] | qh: u8[16] | scales: u8[8]`; the f16 super-block scale is spread over
+    /// the top nibbles of the four u16 scale words.
+    BlockIq1M, GgmlType::IQ1_M, {
+    /// Low grid index bytes.
+    qs: [u8; QK_K / 8],
+    /// High index bits and delta signs, one nibble per 8 elements.
+    qh: [u8; QK_K / 16],
+    /// 3-bit scales per 16 elements and the super-block scale.
+    scales: [u8; QK_K / 32],
+});
+
 /// The 16 IQ4_NL / IQ4_XS codebook values (ref: ggml-compute-semantics.md §2.2 IQ4_NL).
 pub const KVALUES_IQ4NL: [i8; 16] =
     [-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113];

@@ -259,7 +259,7 @@ fn build_scalar() -> Kernels {
     };
     let mut t = [empty; GGML_TYPE_COUNT as usize];
     // ref: ggml-compute-semantics.md §2.3, the vec_dot_type table.
-    let rows: [(GgmlType, TypeKernels); 24] = [
+    let rows: [(GgmlType, TypeKernels); 30] = [
         (F32, entry(s::f32_to_f32, Some(s::f32_from_f32), Some(s::vec_dot_f32_f32), F32)),
         (F16, entry(s::f16_to_f32, Some(s::f16_from_f32), Some(s::vec_dot_f16_f16), F16)),
         (BF16, entry(s::bf16_to_f32, Some(s::bf16_from_f32), Some(s::vec_dot_bf16_bf16), BF16)),
@@ -278,19 +278,21 @@ fn build_scalar() -> Kernels {
         (IQ4_NL, entry(s::iq4_nl_to_f32, Some(s::iq4_nl_from_f32), Some(s::vec_dot_iq4_nl_q8_0), Q8_0)),
         (IQ4_XS, entry(s::iq4_xs_to_f32, Some(s::iq4_xs_from_f32), Some(s::vec_dot_iq4_xs_q8_k), Q8_K)),
         (MXFP4, entry(s::mxfp4_to_f32, Some(s::mxfp4_from_f32), Some(s::vec_dot_mxfp4_q8_0), Q8_0)),
-        (NVFP4, entry(s::nvfp4_to_f32, None, Some(s::vec_dot_nvfp4_q8_0), Q8_0)),
-        (Q1_0, entry(s::q1_0_to_f32, None, Some(s::vec_dot_q1_0_q8_0), Q8_0)),
-        (Q2_0, entry(s::q2_0_to_f32, None, Some(s::vec_dot_q2_0_q8_0), Q8_0)),
-        (TQ2_0, entry(s::tq2_0_to_f32, None, Some(s::vec_dot_tq2_0_q8_k), Q8_K)),
-        // Types without kernels keep their vec_dot_type for completeness (§2.3).
-        (TQ1_0, TypeKernels { vec_dot_type: Q8_K, ..empty }),
-        (IQ2_XXS, TypeKernels { vec_dot_type: Q8_K, ..empty }),
+        (NVFP4, entry(s::nvfp4_to_f32, Some(s::nvfp4_from_f32), Some(s::vec_dot_nvfp4_q8_0), Q8_0)),
+        (Q1_0, entry(s::q1_0_to_f32, Some(s::q1_0_from_f32), Some(s::vec_dot_q1_0_q8_0), Q8_0)),
+        (Q2_0, entry(s::q2_0_to_f32, Some(s::q2_0_from_f32), Some(s::vec_dot_q2_0_q8_0), Q8_0)),
+        (TQ2_0, entry(s::tq2_0_to_f32, Some(s::tq2_0_from_f32), Some(s::vec_dot_tq2_0_q8_k), Q8_K)),
+        (TQ1_0, entry(s::tq1_0_to_f32, Some(s::tq1_0_from_f32), Some(s::vec_dot_tq1_0_q8_k), Q8_K)),
+        (IQ2_XXS, entry(s::iq2_xxs_to_f32, None, Some(s::vec_dot_iq2_xxs_q8_k), Q8_K)),
+        (IQ2_XS, entry(s::iq2_xs_to_f32, None, Some(s::vec_dot_iq2_xs_q8_k), Q8_K)),
+        (IQ2_S, entry(s::iq2_s_to_f32, None, Some(s::vec_dot_iq2_s_q8_k), Q8_K)),
+        (IQ3_XXS, entry(s::iq3_xxs_to_f32, None, Some(s::vec_dot_iq3_xxs_q8_k), Q8_K)),
+        (IQ3_S, entry(s::iq3_s_to_f32, None, Some(s::vec_dot_iq3_s_q8_k), Q8_K)),
+        (IQ1_S, entry(s::iq1_s_to_f32, None, Some(s::vec_dot_iq1_s_q8_k), Q8_K)),
+        (IQ1_M, entry(s::iq1_m_to_f32, None, Some(s::vec_dot_iq1_m_q8_k), Q8_K)),
     ];
     for (ty, k) in rows {
         t[ty as usize] = k;
-    }
-    for ty in [IQ2_XS, IQ3_XXS, IQ1_S, IQ3_S, IQ2_S, IQ1_M] {
-        t[ty as usize].vec_dot_type = Q8_K;
     }
     Kernels { isa: Isa::Scalar, types: t }
 }

@@ -8,15 +8,18 @@
 //!
 //! What exists (ref: ggml-compute-semantics.md §2.2, §2.3):
 //!
-//! | type | to_f32 | from_f32 | vec_dot (scalar) | SIMD vec_dot |
+//! | type | to_f32 | from_f32 (CPY/SET_ROWS) | vec_dot (scalar) | SIMD vec_dot |
 //! |---|---|---|---|---|
 //! | F32, F16, BF16 | ✓ | ✓ (RNE) | ✓ | AVX2 (F32, F16, BF16), NEON all |
 //! | Q4_0, Q4_1, Q5_0, Q5_1, Q8_0 | ✓ | ggml reference quantizers | ✓ | AVX2 all; AVX-512 VNNI Q4_0, Q4_1, Q8_0; NEON all |
 //! | Q8_1, Q8_K (activations) | ✓ | ggml reference rounding, bitwise in every SIMD set | — | — |
-//! | Q2_K … Q6_K | ✓ | min/max + least-squares fit (ggml's error budgets hold) | ✓ | AVX2 all; NEON all |
-//! | IQ4_NL, IQ4_XS | ✓ | searched-scale codebook fit | ✓ | AVX2 both; AVX-512 VNNI IQ4_NL; NEON both |
-//! | MXFP4 | ✓ | best of two shared exponents | ✓ | AVX2; NEON |
-//! | Q1_0, Q2_0, NVFP4, TQ2_0 | ✓ | — (read-only) | ✓ | — |
+//! | Q2_K … Q6_K | ✓ | ggml's reference searches, byte for byte ([`scalar::refquant`]) | ✓ | AVX2 all; NEON all |
+//! | IQ4_NL, IQ4_XS | ✓ | ggml's reference searches, byte for byte | ✓ | AVX2 both; AVX-512 VNNI IQ4_NL; NEON both |
+//! | MXFP4, NVFP4, Q1_0, Q2_0, TQ1_0, TQ2_0 | ✓ | ggml's reference quantizers, byte for byte | ✓ | MXFP4: AVX2, NEON |
+//! | IQ1_S, IQ1_M, IQ2_XXS, IQ2_XS, IQ2_S, IQ3_XXS, IQ3_S | ✓ ([`scalar::iq`]) | — (ggml's CPU backend has none either) | ✓ | — |
+//!
+//! `compute/tests/quant_peer.rs` checks every row against ggml itself: dequantization bit for bit,
+//! dot products within summation order, quantizers byte for byte.
 //!
 //! [`TypeKernels::vec_dot_x4`] (one weight row against four activation rows) exists on AVX2 for
 //! Q4_0, Q4_1, Q8_0, Q4_K and Q6_K and on NEON for every quantized type;

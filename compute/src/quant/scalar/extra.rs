@@ -1,5 +1,6 @@
 //! Dequantization and dot products of the rarer formats: Q1_0, Q2_0, NVFP4 (against Q8_0) and
-//! TQ2_0 (against Q8_K). No quantizers: these types are only read from files.
+//! TQ2_0 (against Q8_K). Their quantizers (what CPY and SET_ROWS write) are ggml's reference ones, in
+//! `refquant`.
 //!
 //! ref: ggml-compute-semantics.md §2.2 (Q1_0, Q2_0, NVFP4, TQ2_0) and §2.3 (their vec_dot_types).
 

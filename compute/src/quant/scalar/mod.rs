@@ -2,19 +2,25 @@
 //!
 //! Split per type family: [`float`] (F32, F16, BF16), [`legacy`] (the 32-element formats and their
 //! Q8_0/Q8_1 activation partners), [`kquants`] (K-quants, Q8_K, IQ4_XS), [`kquantize`] (their
-//! weight quantizers) and [`extra`] (Q1_0, Q2_0, NVFP4, TQ2_0).
+//! packers), [`refquant`] (ggml's reference quantizers for the K-quants, IQ4, MXFP4 and TQ types),
+//! [`extra`] (Q1_0, Q2_0, NVFP4, TQ2_0) and [`iq`] (the grid-based IQ1/IQ2/IQ3 types and TQ1_0).
 
 pub mod extra;
 pub mod float;
+pub mod iq;
+mod iq_grids;
 pub mod kquantize;
 pub mod kquants;
 pub mod legacy;
+pub mod refquant;
 
 pub use extra::*;
 pub use float::*;
+pub use iq::*;
 pub use kquantize::*;
 pub use kquants::*;
 pub use legacy::*;
+pub use refquant::*;
 
 use bytemuck::Pod;
 

@@ -86,11 +86,9 @@ pub fn cases(v: &mut Vec<Case>) {
         g.output(d);
         Ok(g)
     });
-    // A quantized tensor plus F32 (dequantize, add, requantize): compared after dequantization,
-    // the requantization being the type's quantizer (exact for the legacy types).
-    for t in [Q4_0, Q8_0, Q4_K] {
-        let bound = super::rows::quantizer_bound(t);
-        push(v, "ADD", format!("add/{}-f32-{}/256x4x2/same", tn(t), tn(t)), bound, move |rng| {
+    // A quantized tensor plus F32 (dequantize, add, requantize with ggml's reference quantizer).
+    for t in [Q4_0, Q8_0, Q4_K, IQ4_NL, Q6_K] {
+        push(v, "ADD", format!("add/{}-f32-{}/256x4x2/same", tn(t), tn(t)), EXACT, move |rng| {
             let mut g = Graph::new();
             let a = input(&mut g, rng, t, [256, 4, 2, 1], 1.0, Form::Contig)?;
             let b = input(&mut g, rng, F32, [256, 4, 2, 1], 0.1, Form::Contig)?;

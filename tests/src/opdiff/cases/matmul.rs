@@ -12,10 +12,10 @@ use crate::opdiff::compare::Bound;
 use crate::opdiff::data;
 use crate::opdiff::graph::{Graph, Id};
 
-/// Every weight type `compute` has a dot product for.
-pub const WEIGHT_TYPES: [GgmlType; 20] = [
+/// Every weight type ggml's CPU backend multiplies (all with a `vec_dot`; ggml-compute-semantics.md §2.3).
+pub const WEIGHT_TYPES: [GgmlType; 28] = [
     F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_NL, IQ4_XS, MXFP4, NVFP4,
-    Q1_0, Q2_0, TQ2_0,
+    Q1_0, Q2_0, TQ1_0, TQ2_0, IQ2_XXS, IQ2_XS, IQ2_S, IQ3_XXS, IQ3_S, IQ1_S, IQ1_M,
 ];
 
 /// Types whose AVX2 matrix product reproduces ggml's bit for bit (tests/interop/README.md: the
@@ -156,9 +156,7 @@ fn mul_mat_id(v: &mut Vec<Case>) {
     const NE: u64 = 4;
     const NU: u64 = 2;
     const T: u64 = 5;
-    for t in
-        [F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_NL, IQ4_XS, MXFP4]
-    {
+    for t in WEIGHT_TYPES {
         for nb in [1, NU] {
             for form in [Form::Contig, Form::Permuted] {
                 let name = format!("mul_mat_id/{}/k{K}m{M}e{NE}u{NU}t{T}/nb{nb}-{}", tn(t), form.name());

@@ -1,5 +1,7 @@
 //! GET_ROWS (every type with a dequantizer), SET_ROWS (every type with a quantizer: the KV-cache
-//! store, row-wise and into the transposed V cache), and the copies CPY / CONT / DUP.
+//! store, row-wise and into the transposed V cache), and the copies CPY / CONT / DUP. Quantized
+//! destinations are compared exactly: every quantizer follows ggml's reference one byte for byte
+//! (compute/tests/quant_peer.rs).
 //!
 //! ref: ggml-compute-semantics.md §3.3 GET_ROWS, SET_ROWS, CPY/DUP/CONT, §4.4.
 
@@ -9,30 +11,8 @@ use GgmlType::*;
 
 use super::matmul::WEIGHT_TYPES;
 use super::{i32_input, input, nel, push, tn, Case, Form, EXACT};
-use crate::opdiff::compare::Bound;
 use crate::opdiff::data;
 use crate::opdiff::graph::Graph;
-
-/// Quantizers that follow ggml's reference rounding (tests/interop/README.md; quant/mod.rs).
-fn quantizer_exact(t: GgmlType) -> bool {
-    matches!(t, F32 | F16 | BF16 | Q4_0 | Q4_1 | Q5_0 | Q5_1 | Q8_0)
-}
-
-/// Our K-quant, IQ4 and MXFP4 quantizers are not ggml's (compute/src/quant/mod.rs: least-squares
-/// and searched-scale fits): both encodings are valid and are compared after dequantization. The
-/// bound is about twice the difference of two independent quantizations of unit-normal data
-/// (twice each type's own quantization noise); a wrong block layout or scale gives NMSE ≥ 1.
-pub fn quantizer_bound(t: GgmlType) -> Bound {
-    let nmse = match t {
-        _ if quantizer_exact(t) => return EXACT,
-        Q2_K => 0.2,
-        Q3_K => 3e-2,
-        Q4_K | IQ4_NL | IQ4_XS | MXFP4 => 1.5e-2,
-        Q5_K => 4e-3,
-        _ => 1e-3,
-    };
-    Bound::close(nmse, 0.5)
-}
 
 pub fn cases(v: &mut Vec<Case>) {
     get_rows(v);
@@ -72,9 +52,12 @@ fn get_rows(v: &mut Vec<Case>) {
     });
 }
 
-/// Every destination type with a quantizer in both backends.
-const SET_ROWS_TYPES: [GgmlType; 16] =
-    [F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, IQ4_NL, MXFP4, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_XS];
+/// Every destination type ggml's CPU backend quantizes into (its CPU `from_float` table: all but the
+/// grid-based IQ1/IQ2/IQ3 types, which need an importance matrix).
+pub const SET_ROWS_TYPES: [GgmlType; 21] = [
+    F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, IQ4_NL, MXFP4, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_XS, NVFP4,
+    Q1_0, Q2_0, TQ1_0, TQ2_0,
+];
 
 fn set_rows(v: &mut Vec<Case>) {
     for t in SET_ROWS_TYPES {
@@ -85,7 +68,7 @@ fn set_rows(v: &mut Vec<Case>) {
                 continue;
             }
             let name = format!("set_rows/{}/256x16x4/{}-{}-{}", tn(t), tn(src_t), tn(idx_t), form.name());
-            push(v, "SET_ROWS", name, quantizer_bound(t), move |rng| {
+            push(v, "SET_ROWS", name, EXACT, move |rng| {
                 let mut g = Graph::new();
                 // The destination keeps rows the indices miss (their old contents are compared too).
                 let cache = input(&mut g, rng, t, [256, 16, 4, 1], 1.0, Form::Contig)?;
@@ -166,7 +149,7 @@ fn copies(v: &mut Vec<Case>) {
     // Quantize (F32 → every quantized type) and dequantize (→ F32), same-type block copies.
     for t in SET_ROWS_TYPES.into_iter().filter(|t| t.blck_size() > 1) {
         let qne = [256u64, 3, 2, 1];
-        push(v, "CPY", format!("cpy/f32-{}/256x3x2/contig", tn(t)), quantizer_bound(t), move |rng| {
+        push(v, "CPY", format!("cpy/f32-{}/256x3x2/contig", tn(t)), EXACT, move |rng| {
             let mut g = Graph::new();
             let a = input(&mut g, rng, F32, qne, 1.0, Form::Contig)?;
             let dst = g.input(t, qne, vec![0; t.row_size(256).unwrap_or(0) as usize * 6])?;
