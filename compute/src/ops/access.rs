@@ -159,6 +159,25 @@ impl Tv {
         self.row_ptr(i1, i2, i3).wrapping_add(i0 * self.nb[0])
     }
 
+    /// Copies block `sb` of `src`'s row `s` over block `db` of this tensor's row `d` (raw bytes; the
+    /// same block type, one element per block for the plain types). Panics when out of shape.
+    pub fn copy_block_from(
+        &self,
+        db: usize,
+        d: (usize, usize, usize),
+        src: &Tv,
+        sb: usize,
+        s: (usize, usize, usize),
+    ) {
+        assert!(self.ts == src.ts && self.bs == src.bs);
+        assert!(db < self.ne[0] / self.bs && sb < src.ne[0] / src.bs, "block index out of shape");
+        let dp = self.row_ptr(d.0, d.1, d.2).wrapping_add(db * self.nb[0]);
+        let sp = src.row_ptr(s.0, s.1, s.2).wrapping_add(sb * src.nb[0]);
+        // SAFETY: both address one block of `ts` bytes inside their tensors (indices checked, and a
+        // row's blocks lie at multiples of nb[0] below ne[0]/bs); `copy` allows overlap.
+        unsafe { std::ptr::copy(sp, dp, self.ts) }
+    }
+
     /// The packed bytes of row `(i1, i2, i3)`.
     ///
     /// Only for tensors no thread writes during the current op (sources that do not overlap the

@@ -1,6 +1,8 @@
 //! CONCAT, PAD and REPEAT: element moves between shapes, without conversion.
 //!
-//! ref: ggml-compute-semantics.md §3.3 CONCAT, PAD, REPEAT.
+//! ref: ggml-compute-semantics.md §3.3 CONCAT, PAD, REPEAT. CONCAT takes every type, as ggml's CPU
+//! backend does: it moves raw elements (I64, F64 and the rest) or, for the quantized types, whole
+//! blocks (joining along dim 0 puts `a`'s blocks then `b`'s in each row).
 
 use crate::error::Result;
 use crate::graph::Node;
@@ -30,7 +32,8 @@ pub(crate) unsafe fn prepare(n: &Node) -> Result<Plan> {
     let op = n.op;
     // SAFETY: forwarded contract.
     let (a, dst) = unsafe { (tv(src(n, 0)?)?, tv(&n.dst)?) };
-    if a.dtype() != dst.dtype() || !is_elem_type(a.dtype()) {
+    let any_type = op == GgmlOp::Concat;
+    if a.dtype() != dst.dtype() || !(any_type || is_elem_type(a.dtype())) {
         return Err(types_err(op, format!("{} -> {}", a.dtype(), dst.dtype())));
     }
     check_overlap(op, &dst, &a, Alias::Never)?;
@@ -91,6 +94,11 @@ pub(crate) unsafe fn prepare(n: &Node) -> Result<Plan> {
 impl LayoutOp {
     pub(crate) fn run(&self, ctx: &mut Ctx<'_>) {
         let (a, d) = (&self.a, &self.dst);
+        if let Which::Concat { b, dim } = &self.which {
+            if d.bs > 1 || !is_elem_type(d.dtype()) {
+                return self.concat_blocks(b, *dim, ctx);
+            }
+        }
         if let Which::Concat { b, dim: 0 } = &self.which {
             if a.packed && b.packed && d.packed && d.bs == 1 {
                 // Rows side by side (row-split attention joining its head groups): two copies a row.
@@ -138,6 +146,25 @@ impl LayoutOp {
                     Which::Repeat => {
                         d.copy_elem_from(i, a, [i0 % a.ne[0], i1 % a.ne[1], i2 % a.ne[2], i3 % a.ne[3]]);
                     }
+                }
+            }
+        }
+    }
+
+    /// CONCAT by raw blocks (quantized types) or raw elements of types not loaded as numbers.
+    fn concat_blocks(&self, b: &Tv, dim: usize, ctx: &mut Ctx<'_>) {
+        let (a, d) = (&self.a, &self.dst);
+        let bs = d.bs;
+        for r in ctx.range(d.nrows()) {
+            let (i1, i2, i3) = d.unravel_row(r);
+            for ib in 0..d.ne[0] / bs {
+                let i = [ib * bs, i1, i2, i3];
+                if i[dim] < a.ne[dim] {
+                    d.copy_block_from(ib, (i1, i2, i3), a, ib, (i1, i2, i3));
+                } else {
+                    let mut j = i;
+                    j[dim] -= a.ne[dim];
+                    d.copy_block_from(ib, (i1, i2, i3), b, j[0] / bs, (j[1], j[2], j[3]));
                 }
             }
         }

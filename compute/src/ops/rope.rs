@@ -1,7 +1,20 @@
-//! ROPE: rotary position embedding, NORMAL and NEOX modes, frequency factors and YaRN.
+//! ROPE: rotary position embedding in every mode ggml's CPU backend runs (NORMAL, NEOX, M-RoPE,
+//! interleaved M-RoPE, vision), frequency factors and YaRN.
 //!
-//! ref: ggml-compute-semantics.md §3.3 ROPE. M-RoPE, vision and interleaved M-RoPE modes are
-//! refused (the target text models do not use them).
+//! ref: ggml-compute-semantics.md §3.3 ROPE. The multi-section modes take four positions per token
+//! (`pos[i2 + s·n_tokens]` for section s: time, height, width, extra) and pick, for pair `k`, the
+//! section `k mod Σsections` falls in:
+//! - **M-RoPE (8)**: consecutive sections (`sections[0]` pairs of time, then height, width, extra);
+//!   pairs rotate as in NEOX (`k`, `k + n_dims/2`), channels past `n_dims` are copied.
+//! - **interleaved M-RoPE (40)** (Qwen3-VL): sector `s` takes height when `s mod 3 = 1` and
+//!   `s < 3·sections[1]`, width when `s mod 3 = 2` and `s < 3·sections[2]`, time when `s mod 3 = 0`
+//!   and `s < 3·sections[0]`, else extra; NEOX pairs.
+//! - **vision (24)**: consecutive sections, each section's angle restarting at its own position
+//!   (the angle's geometric progression starts again at the first pair of each section); all
+//!   `ne0/2` pairs rotate, pairing `k` with `k + n_dims` (so `n_dims = ne0/2`).
+//!
+//! The angle for pair `k` of a section with position `p` is `p · base^(-2k/n_dims)`, computed as
+//! ggml does by repeated multiplication from the first pair.
 
 use crate::dtype::GgmlType;
 use crate::error::{Error, Result};
@@ -19,12 +32,71 @@ pub(crate) struct Rope {
     dst: Tv,
     n_dims: usize,
     n_offs: usize,
-    neox: bool,
+    mode: Mode,
     freq_base: f32,
     freq_scale: f32,
     ext_factor: f32,
     attn_factor: f32,
     corr: [f32; 2],
+}
+
+/// How pairs are formed and which position each pair's angle uses.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum Mode {
+    /// Adjacent channels `(2k, 2k + 1)`.
+    Normal,
+    /// Split halves `(k, k + n_dims/2)`.
+    Neox,
+    /// Split halves, angle per section (consecutive or interleaved sections).
+    Multi { sections: [usize; 4], interleaved: bool },
+    /// All `ne0/2` pairs `(k, k + n_dims)`, sections restart their angle.
+    Vision { sections: [usize; 4] },
+}
+
+impl Mode {
+    fn sections(self) -> Option<[usize; 4]> {
+        match self {
+            Mode::Multi { sections, .. } | Mode::Vision { sections } => Some(sections),
+            _ => None,
+        }
+    }
+
+    /// Which of the four positions pair `k` uses (0 time, 1 height, 2 width, 3 extra).
+    fn section_of(self, k: usize) -> usize {
+        let Some(s) = self.sections() else { return 0 };
+        let sector = k % (s[0] + s[1] + s[2] + s[3]);
+        match self {
+            Mode::Multi { interleaved: true, .. } => {
+                if sector % 3 == 1 && sector < 3 * s[1] {
+                    1
+                } else if sector % 3 == 2 && sector < 3 * s[2] {
+                    2
+                } else if sector.is_multiple_of(3) && sector < 3 * s[0] {
+                    0
+                } else {
+                    3
+                }
+            }
+            _ => {
+                if sector < s[0] {
+                    0
+                } else if sector < s[0] + s[1] {
+                    1
+                } else if sector < s[0] + s[1] + s[2] {
+                    2
+                } else {
+                    3
+                }
+            }
+        }
+    }
+
+    /// For vision: whether pair `k` starts a section (its angle restarts at the section's position).
+    fn restarts(self, k: usize) -> Option<usize> {
+        let Mode::Vision { sections: s } = self else { return None };
+        let sector = k % (s[0] + s[1] + s[2] + s[3]);
+        [0, s[0], s[0] + s[1], s[0] + s[1] + s[2]].iter().position(|&b| b == sector)
+    }
 }
 
 /// The YaRN correction dimension for `n_rot` rotations (ref: §3.3 ROPE corr_dims).
@@ -55,10 +127,30 @@ pub(crate) unsafe fn prepare(n: &Node) -> Result<Plan> {
     let (a, pos, dst) = unsafe { (tv(src(n, 0)?)?, tv(src(n, 1)?)?, tv(&n.dst)?) };
     // SAFETY: forwarded contract.
     let freq = unsafe { opt_tv(n, 2)? };
-    let mode = n.op_params[2];
-    if mode != rope_mode::NORMAL && mode != rope_mode::NEOX {
-        return Err(Error::UnsupportedOp { op, detail: format!("rope mode {mode} (only NORMAL and NEOX)") });
-    }
+    let sections = [11, 12, 13, 14].map(|i| n.op_params[i]);
+    let mode = match n.op_params[2] {
+        rope_mode::NORMAL => Mode::Normal,
+        rope_mode::NEOX => Mode::Neox,
+        m @ (rope_mode::MROPE | rope_mode::IMROPE | rope_mode::VISION) => {
+            if sections.iter().any(|&s| s < 0) || sections.iter().map(|&s| s as i64).sum::<i64>() <= 0 {
+                return Err(shape_err(op, format!("rope sections {sections:?}")));
+            }
+            let sections = sections.map(|s| s as usize);
+            if sections.iter().sum::<usize>() > a.ne[0] {
+                return Err(shape_err(op, format!("rope sections {sections:?} for rows of {}", a.ne[0])));
+            }
+            match m {
+                rope_mode::VISION => Mode::Vision { sections },
+                _ => Mode::Multi { sections, interleaved: m == rope_mode::IMROPE },
+            }
+        }
+        m => {
+            return Err(Error::UnsupportedOp {
+                op,
+                detail: format!("rope mode {m} (ggml's CPU backend runs 0, 2, 8, 24 and 40)"),
+            })
+        }
+    };
     if !is_float(a.dtype()) || !is_float(dst.dtype()) || pos.dtype() != GgmlType::I32 {
         return Err(types_err(op, format!("x {} positions {} dst {}", a.dtype(), pos.dtype(), dst.dtype())));
     }
@@ -75,11 +167,17 @@ pub(crate) unsafe fn prepare(n: &Node) -> Result<Plan> {
         return Err(shape_err(op, format!("n_dims {n_dims}, n_offs {n_offs} for rows of {}", a.ne[0])));
     }
     let (n_dims, n_offs) = (n_dims as usize, n_offs as usize);
-    if pos.ne[0] < a.ne[2] {
-        return Err(shape_err(op, format!("{} positions for {} tokens", pos.ne[0], a.ne[2])));
+    let per_token = if mode.sections().is_some() { 4 } else { 1 };
+    if pos.ne[0] < a.ne[2].saturating_mul(per_token) {
+        return Err(shape_err(op, format!("{} positions for {} tokens × {per_token}", pos.ne[0], a.ne[2])));
     }
+    if matches!(mode, Mode::Vision { .. }) && (2 * n_dims != a.ne[0] || n_offs != 0) {
+        return Err(shape_err(op, format!("vision rope needs n_dims = ne0/2, got {n_dims} for {}", a.ne[0])));
+    }
+    // Pairs that get an angle: n_dims/2, or every pair of the row in vision mode.
+    let n_pairs = if matches!(mode, Mode::Vision { .. }) { a.ne[0] / 2 } else { n_dims / 2 };
     if let Some(f) = &freq {
-        if f.dtype() != GgmlType::F32 || f.ne[0] < n_dims / 2 {
+        if f.dtype() != GgmlType::F32 || f.ne[0] < n_pairs {
             return Err(shape_err(op, format!("frequency factors {} {:?}", f.dtype(), f.ne)));
         }
         check_overlap(op, &dst, f, Alias::Never)?;
@@ -95,24 +193,37 @@ pub(crate) unsafe fn prepare(n: &Node) -> Result<Plan> {
         dst,
         n_dims,
         n_offs,
-        neox: mode == rope_mode::NEOX,
+        mode,
         freq_base,
         freq_scale: param_f32(n, 6),
         ext_factor: param_f32(n, 7),
         attn_factor: param_f32(n, 8),
         corr,
     };
-    Ok(super::simple(Kind::Rope(Box::new(plan)), a.ne[0] + n_dims))
+    Ok(super::simple(Kind::Rope(Box::new(plan)), a.ne[0] + 2 * n_pairs))
 }
 
 impl Rope {
-    /// Fills `cache` with (cos, sin) for each pair at position `p`.
-    fn fill_cache(&self, p: f32, cache: &mut [f32]) {
+    /// Pairs that get an angle.
+    fn n_pairs(&self) -> usize {
+        if matches!(self.mode, Mode::Vision { .. }) {
+            self.dst.ne[0] / 2
+        } else {
+            self.n_dims / 2
+        }
+    }
+
+    /// Fills `cache` with (cos, sin) for each pair at positions `p` (one per section; the plain
+    /// modes use `p[0]`).
+    fn fill_cache(&self, p: [f32; 4], cache: &mut [f32]) {
         let theta_scale = self.freq_base.powf(-2.0 / self.n_dims as f32);
         let mut theta = p;
-        for k in 0..self.n_dims / 2 {
+        for k in 0..self.n_pairs() {
+            if let Some(s) = self.mode.restarts(k) {
+                theta[s] = p[s];
+            }
             let ff = self.freq.as_ref().map_or(1.0, |f| f.get_f32(k, 0, 0, 0));
-            let theta_extrap = theta / ff;
+            let theta_extrap = theta[self.mode.section_of(k)] / ff;
             let theta_interp = self.freq_scale * theta_extrap;
             let mut th = theta_interp;
             let mut mscale = self.attn_factor;
@@ -127,28 +238,45 @@ impl Rope {
             }
             cache[2 * k] = th.cos() * mscale;
             cache[2 * k + 1] = th.sin() * mscale;
-            theta *= theta_scale;
+            for t in theta.iter_mut() {
+                *t *= theta_scale;
+            }
+        }
+    }
+
+    /// The four section positions of token `i2` (`pos[i2 + s·n_tokens]`), or its one position.
+    fn positions(&self, i2: usize) -> [f32; 4] {
+        match self.mode.sections() {
+            Some(_) => {
+                let nt = self.dst.ne[2];
+                std::array::from_fn(|s| self.pos.get_index(i2 + s * nt, 0, 0, 0) as f32)
+            }
+            None => [self.pos.get_index(i2, 0, 0, 0) as f32; 4],
         }
     }
 
     pub(crate) fn run(&self, ctx: &mut Ctx<'_>) {
         let d = &self.dst;
         let n0 = d.ne[0];
-        let half = self.n_dims / 2;
+        let n_pairs = self.n_pairs();
         let mut cached: Option<(usize, usize)> = None;
         for r in ctx.range(d.nrows()) {
             let (i1, i2, i3) = d.unravel_row(r);
             let (x, cache) = ctx.local.split_at_mut(n0);
             if cached != Some((i2, i3)) {
-                let p = self.pos.get_index(i2, 0, 0, 0) as f32;
-                self.fill_cache(p, cache);
+                self.fill_cache(self.positions(i2), cache);
                 cached = Some((i2, i3));
             }
             self.a.load_row(i1, i2, i3, x);
-            let w = &mut x[self.n_offs..self.n_offs + self.n_dims];
-            for k in 0..half {
+            let w = &mut x[self.n_offs..];
+            let stride = match self.mode {
+                Mode::Normal => 0,
+                Mode::Neox | Mode::Multi { .. } => self.n_dims / 2,
+                Mode::Vision { .. } => self.n_dims,
+            };
+            for k in 0..n_pairs {
                 let (c, s) = (cache[2 * k], cache[2 * k + 1]);
-                let (j0, j1) = if self.neox { (k, k + half) } else { (2 * k, 2 * k + 1) };
+                let (j0, j1) = if stride == 0 { (2 * k, 2 * k + 1) } else { (k, k + stride) };
                 let (x0, x1) = (w[j0], w[j1]);
                 w[j0] = x0.mul_add(c, -(x1 * s));
                 w[j1] = x0.mul_add(s, x1 * c);

@@ -277,9 +277,6 @@ pub(crate) unsafe fn prepare_glu(n: &Node) -> Result<Plan> {
     let op = n.op;
     let g = GluOp::from_i32(n.op_params[0])
         .ok_or_else(|| Error::UnsupportedOp { op, detail: format!("glu op {}", n.op_params[0]) })?;
-    if g == GluOp::SwigluClamp {
-        return Err(Error::UnsupportedOp { op, detail: "SWIGLU_CLAMP is not implemented".into() });
-    }
     // SAFETY: forwarded contract.
     let (a, dst) = unsafe { (tv(src(n, 0)?)?, tv(&n.dst)?) };
     // SAFETY: forwarded contract.
@@ -340,7 +337,11 @@ impl Glu {
             }
             GluOp::GegluErf => gelu_erf(x) * g,
             GluOp::GegluQuick => gelu_quick_ggml(x) * g,
-            GluOp::SwigluClamp => f32::NAN,
+            // SwiGLU with the gated input capped at `limit` and the gate clamped to ±limit.
+            GluOp::SwigluClamp => {
+                let x = x.min(self.limit);
+                silu(x) * g.clamp(-self.limit, self.limit)
+            }
         }
     }
 

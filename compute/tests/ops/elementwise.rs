@@ -259,10 +259,14 @@ fn glu_all_variants_split_fused_swapped() {
                 x * sig(alpha as f64 * x) * (g + 1.0)
             }
             4 => 0.5 * x * (1.0 + erf64(x / 2f64.sqrt())) * g,
+            6 => {
+                let x = x.min(limit as f64);
+                x * sig(x) * g.clamp(-limit as f64, limit as f64)
+            }
             _ => x * sig(1.702 * x) * g,
         }
     };
-    for op in 0..6 {
+    for op in 0..7 {
         let bound = if op == 1 || op == 5 { 1e-6 } else { 1e-10 };
         let params = [op, 0, f(alpha), f(limit)];
         // Split form.
@@ -293,11 +297,11 @@ fn glu_all_variants_split_fused_swapped() {
             check(&format!("glu {op} fused swapped {swapped}"), &d.values(), &want, bound);
         }
     }
-    // SWIGLU_CLAMP is refused rather than guessed.
+    // A GLU op past the enum is refused.
     let x = T::new(GgmlType::F32, [4, 1, 1, 1]);
     let d = T::new(GgmlType::F32, [4, 1, 1, 1]);
     assert!(matches!(
-        validate(vec![node_p(GgmlOp::Glu, &[6], d.t(), &[x.t(), x.t()])]),
+        validate(vec![node_p(GgmlOp::Glu, &[7], d.t(), &[x.t(), x.t()])]),
         Err(compute::Error::UnsupportedOp { .. })
     ));
 }
@@ -441,13 +445,24 @@ fn rope_normal_neox_freq_factors_yarn() {
             check(&format!("rope case {case} {dt}"), &dst.values(), &want, bound);
         }
     }
-    // M-RoPE is refused cleanly.
+    // A mode ggml does not have is refused as unsupported; M-RoPE without sections, or with one
+    // position per token where it needs four, is refused as malformed.
     let x = T::new(GgmlType::F32, [64, 1, 5, 1]);
     let dst = T::new(GgmlType::F32, [64, 1, 5, 1]);
-    let params = [0, 64, 8, 0, 0, f(10000.0), f(1.0)];
+    let params = [0, 64, 4, 0, 0, f(10000.0), f(1.0)];
     assert!(matches!(
         validate(vec![node_p(GgmlOp::Rope, &params, dst.t(), &[x.t(), p.t()])]),
         Err(compute::Error::UnsupportedOp { .. })
+    ));
+    let params = [0, 64, 8, 0, 0, f(10000.0), f(1.0)];
+    assert!(matches!(
+        validate(vec![node_p(GgmlOp::Rope, &params, dst.t(), &[x.t(), p.t()])]),
+        Err(compute::Error::Shape { .. })
+    ));
+    let params = [0, 64, 8, 0, 0, f(10000.0), f(1.0), 0, 0, 0, 0, 16, 8, 8, 0];
+    assert!(matches!(
+        validate(vec![node_p(GgmlOp::Rope, &params, dst.t(), &[x.t(), p.t()])]),
+        Err(compute::Error::Shape { .. })
     ));
     // n_dims larger than the row is refused.
     let params = [0, 128, 0, 0, 0, f(10000.0), f(1.0)];

@@ -137,6 +137,8 @@ pub fn random_blocks(rng: &mut StdRng, dtype: GgmlType, nblocks: usize) -> Resul
 pub fn random(rng: &mut StdRng, dtype: GgmlType, ne0: usize, n: usize, scale: f32) -> Result<Vec<u8>> {
     match dtype {
         GgmlType::I32 => Ok(i32_bytes(&(0..n).map(|_| rng.random_range(-1000..1000)).collect::<Vec<_>>())),
+        GgmlType::I64 => Ok(i64_bytes(&(0..n).map(|_| rng.random::<i64>()).collect::<Vec<_>>())),
+        GgmlType::I16 => Ok((0..n).flat_map(|_| rng.random::<i16>().to_le_bytes()).collect()),
         t if quant::kernels(t).from_f32.is_some() => convert(t, ne0, &normal(rng, n, scale)),
         t => random_blocks(rng, t, n / t.blck_size()),
     }

@@ -88,6 +88,26 @@ fn layout(v: &mut Vec<Case>) {
             });
         }
     }
+    // Every other type ggml concatenates: raw 8- and 2-byte elements, and quantized blocks (rows of
+    // 256 so that every block type fits; along dim 0 whole rows of blocks are joined).
+    for t in [I64, I16, BF16, Q4_0, Q8_0, Q4_K, IQ4_NL, MXFP4] {
+        for dim in 0..4usize {
+            let qa = [256u64, 4, 3, 2];
+            let mut b_ne = qa;
+            b_ne[dim] = if dim == 0 { 256 } else { 2 };
+            let mut d_ne = qa;
+            d_ne[dim] += b_ne[dim];
+            let name = format!("concat/{}/256x4x3x2/dim{dim}", tn(t));
+            push(v, "CONCAT", name, EXACT, move |rng| {
+                let mut g = Graph::new();
+                let a = input(&mut g, rng, t, qa, 1.0, Form::Contig)?;
+                let b = input(&mut g, rng, t, b_ne, 1.0, Form::Contig)?;
+                let d = g.op(GgmlOp::Concat, t, d_ne, &[a, b], &[dim as i32])?;
+                g.output(d);
+                Ok(g)
+            });
+        }
+    }
     for (circular, cname) in [(0, "zero"), (1, "circular")] {
         // ggml pads F32 only.
         for (t, form) in [(F32, Form::Contig), (F32, Form::Permuted), (F32, Form::Strided)] {

@@ -55,11 +55,13 @@ struct RopeP {
     freq_scale: f32,
     ext_factor: f32,
     attn_factor: f32,
+    /// M-RoPE / vision sections (op_params 11..14).
+    sections: [i32; 4],
 }
 
 impl RopeP {
     fn params(&self) -> Vec<i32> {
-        vec![
+        let mut p = vec![
             0,
             self.n_dims,
             self.mode,
@@ -71,7 +73,11 @@ impl RopeP {
             f32p(self.attn_factor),
             f32p(32.0),
             f32p(1.0),
-        ]
+        ];
+        if self.sections != [0; 4] {
+            p.extend(self.sections);
+        }
+        p
     }
 }
 
@@ -86,6 +92,7 @@ fn rope(v: &mut Vec<Case>) {
         freq_scale: 1.0,
         ext_factor: 0.0,
         attn_factor: 1.0,
+        sections: [0; 4],
     };
     let mut variants: Vec<(String, RopeP, bool)> = Vec::new();
     for (mode, mname, base) in [(rope_mode::NORMAL, "normal", 1e5f32), (rope_mode::NEOX, "neox", 1e6)] {
@@ -104,7 +111,33 @@ fn rope(v: &mut Vec<Case>) {
         // Llama-3-style frequency factors (src2).
         variants.push((format!("{mname}-freq-factors"), plain(mode, 5e5), true));
     }
+    // The multi-section modes (Qwen2-VL M-RoPE, Qwen3-VL interleaved M-RoPE, vision encoders): four
+    // positions per token; sections as those models use them, scaled to 64-wide heads.
+    let multi = |mode, sections| RopeP { sections, ..plain(mode, 1e6) };
+    variants.push(("mrope".into(), multi(rope_mode::MROPE, [16, 8, 8, 0]), false));
+    variants.push(("mrope-extra".into(), multi(rope_mode::MROPE, [10, 8, 8, 6]), false));
+    variants.push((
+        "mrope-partial".into(),
+        RopeP { n_dims: 32, ..multi(rope_mode::MROPE, [8, 4, 4, 0]) },
+        false,
+    ));
+    let yarn = RopeP {
+        freq_scale: 0.25,
+        ext_factor: 1.0,
+        attn_factor: 0.9,
+        n_ctx_orig: 2048,
+        ..multi(rope_mode::MROPE, [16, 8, 8, 0])
+    };
+    variants.push(("mrope-yarn".into(), yarn, false));
+    variants.push(("imrope".into(), multi(rope_mode::IMROPE, [12, 10, 10, 0]), false));
+    variants.push(("imrope-freq-factors".into(), multi(rope_mode::IMROPE, [12, 10, 10, 0]), true));
+    variants.push((
+        "vision".into(),
+        RopeP { n_dims: D as i32 / 2, ..multi(rope_mode::VISION, [8, 8, 0, 0]) },
+        false,
+    ));
     for (vname, p, factors) in variants {
+        let npos = if p.sections == [0; 4] { 5 } else { 20 };
         for (t, form) in
             [(F32, Form::Contig), (F32, Form::Permuted), (F32, Form::Strided), (F16, Form::Contig)]
         {
@@ -113,7 +146,14 @@ fn rope(v: &mut Vec<Case>) {
             push(v, "ROPE", name, EXACT, move |rng| {
                 let mut g = Graph::new();
                 let x = input(&mut g, rng, t, [D, H, 5, 1], 1.0, form)?;
-                let pos = i32_input(&mut g, [5, 1, 1, 1], &[3, 4, 5, 6, 1000])?;
+                let pos: Vec<i32> = [3, 4, 5, 6, 1000]
+                    .iter()
+                    .cycle()
+                    .take(npos)
+                    .enumerate()
+                    .map(|(i, p)| p + 7 * (i as i32 / 5))
+                    .collect();
+                let pos = i32_input(&mut g, [npos as u64, 1, 1, 1], &pos)?;
                 let mut src = vec![x, pos];
                 if factors {
                     let f: Vec<f32> = (0..D / 2).map(|k| 1.0 + (k as f32 / 4.0).floor()).collect();

@@ -178,20 +178,21 @@ fn table_sweeps(v: &mut Vec<Case>) {
 }
 
 /// (glu op, name, exact).
-const GLU: [(i32, &str, bool); 6] = [
+const GLU: [(i32, &str, bool); 7] = [
     (0, "reglu", true),
     (1, "geglu", true),
     (2, "swiglu", true),
     (3, "swiglu_oai", false),
     (4, "geglu_erf", false),
     (5, "geglu_quick", true),
+    (6, "swiglu_clamp", false),
 ];
 
 fn glu(v: &mut Vec<Case>) {
     for (op, name, exact) in GLU {
         let mut params = vec![op, 0];
-        if op == 3 {
-            params.extend([f32p(1.702), f32p(7.0)]);
+        if op == 3 || op == 6 {
+            params.extend([f32p(1.702), f32p(if op == 3 { 7.0 } else { 1.5 })]);
         }
         let bound = if exact { EXACT } else { ULP };
         // The split form llama.cpp emits (gate, up) on SmolLM2's FFN width, plus strided rows.
@@ -206,6 +207,18 @@ fn glu(v: &mut Vec<Case>) {
                 Ok(g)
             });
         }
+        // Split operands that are views of one fused gate|up tensor (rows of 2·256, each operand
+        // one half: non-contiguous rows, the form a fused FFN projection gives).
+        let p = params.clone();
+        push(v, "GLU", format!("glu/{name}/f32/256x5x2/split-views-of-one"), bound, move |rng| {
+            let mut g = Graph::new();
+            let both = input(&mut g, rng, F32, [512, 5, 2, 1], 2.0, Form::Contig)?;
+            let a = g.view(both, [256, 5, 2, 1], [2048, 2048 * 5, 2048 * 10], 0);
+            let b = g.view(both, [256, 5, 2, 1], [2048, 2048 * 5, 2048 * 10], 1024);
+            let d = g.op(GgmlOp::Glu, F32, [256, 5, 2, 1], &[a, b], &p)?;
+            g.output(d);
+            Ok(g)
+        });
         // Fused (both halves in one row), plain and swapped.
         for swapped in [0, 1] {
             let mut p = params.clone();
@@ -219,8 +232,8 @@ fn glu(v: &mut Vec<Case>) {
                 Ok(g)
             });
         }
-        // F16 operands (ggml has no F16 SWIGLU_OAI).
-        if op == 3 {
+        // F16 operands (ggml has no F16 SWIGLU_OAI or SWIGLU_CLAMP).
+        if op == 3 || op == 6 {
             continue;
         }
         let p = params.clone();
