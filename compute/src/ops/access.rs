@@ -270,6 +270,14 @@ impl Tv {
         unsafe { (p as *mut i32).write_unaligned(v) }
     }
 
+    /// Writes an I64 element.
+    pub fn set_i64(&self, i0: usize, i1: usize, i2: usize, i3: usize, v: i64) {
+        assert!(self.l.dtype == GgmlType::I64);
+        let p = self.elem_ptr(i0, i1, i2, i3);
+        // SAFETY: `p` addresses one I64 element of this tensor (checked in elem_ptr).
+        unsafe { (p as *mut i64).write_unaligned(v) }
+    }
+
     /// Copies the raw bytes of one element (non-block types) from `src` at its index.
     pub fn copy_elem_from(&self, d: [usize; 4], src: &Tv, s: [usize; 4]) {
         assert!(self.ts == src.ts);

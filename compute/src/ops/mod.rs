@@ -12,6 +12,7 @@ mod attention;
 mod binary;
 mod copy;
 mod f16acc;
+mod indexed;
 mod layout;
 mod matmul;
 mod norm;
@@ -66,6 +67,7 @@ pub(crate) enum Kind {
     Reduce(reduce::Reduce),
     Sort(reduce::Sort),
     Layout(layout::LayoutOp),
+    Indexed(Box<indexed::Indexed>),
 }
 
 /// Collects the first error raised while a graph runs.
@@ -296,16 +298,35 @@ unsafe fn prepare_op(n: &Node, interleaved: Option<Interleaved>, mask: Option<&T
             | GgmlOp::Cos
             | GgmlOp::Scale
             | GgmlOp::Clamp
+            | GgmlOp::LeakyRelu
             | GgmlOp::Fill => unary::prepare(n),
             GgmlOp::Glu => unary::prepare_glu(n),
-            GgmlOp::RmsNorm | GgmlOp::Norm | GgmlOp::L2Norm => norm::prepare(n),
+            GgmlOp::RmsNorm | GgmlOp::Norm | GgmlOp::L2Norm | GgmlOp::GroupNorm => norm::prepare(n),
             GgmlOp::Rope => rope::prepare(n),
             GgmlOp::SoftMax => softmax::prepare(n),
-            GgmlOp::DiagMaskInf => softmax::prepare_diag_mask_inf(n),
+            GgmlOp::DiagMaskInf | GgmlOp::DiagMaskZero => softmax::prepare_diag_mask_inf(n),
             GgmlOp::FlashAttnExt => attention::prepare(n),
-            GgmlOp::Sum | GgmlOp::SumRows | GgmlOp::Mean | GgmlOp::Argmax => reduce::prepare(n),
+            GgmlOp::Sum
+            | GgmlOp::SumRows
+            | GgmlOp::Mean
+            | GgmlOp::Argmax
+            | GgmlOp::Cumsum
+            | GgmlOp::CountEqual => reduce::prepare(n),
             GgmlOp::Argsort | GgmlOp::TopK => reduce::prepare_sort(n),
             GgmlOp::Concat | GgmlOp::Pad | GgmlOp::Repeat => layout::prepare(n),
+            GgmlOp::Arange
+            | GgmlOp::TimestepEmbedding
+            | GgmlOp::Roll
+            | GgmlOp::PadReflect1d
+            | GgmlOp::Diag
+            | GgmlOp::Tri
+            | GgmlOp::Acc
+            | GgmlOp::Set
+            | GgmlOp::Upscale
+            | GgmlOp::Im2col
+            | GgmlOp::Pool1d
+            | GgmlOp::Pool2d
+            | GgmlOp::Conv2dDw => indexed::prepare(n),
             op => Err(Error::UnsupportedOp { op, detail: "not implemented by this backend".into() }),
         }
     }
@@ -332,6 +353,7 @@ pub(crate) fn run(n: &Node, plan: &Plan, phase: u8, ctx: &mut Ctx<'_>) {
         Kind::Reduce(p) => p.run(ctx),
         Kind::Sort(p) => p.run(ctx),
         Kind::Layout(p) => p.run(ctx),
+        Kind::Indexed(p) => p.run(ctx),
     }
 }
 

@@ -1,6 +1,9 @@
-//! RMS_NORM, NORM and L2_NORM: per-row normalisation.
+//! RMS_NORM, NORM and L2_NORM: per-row normalisation; GROUP_NORM: normalisation over groups of
+//! channels (dim 2), each group's mean and variance taken over all its elements.
 //!
 //! ref: ggml-compute-semantics.md §3.3 RMS_NORM, NORM. Sums are accumulated in f64 as ggml does.
+//! GROUP_NORM (`op_params[0]` = groups, f32 `[1]` = eps) puts `⌈C/groups⌉` channels in a group (the
+//! last may have fewer).
 
 use crate::error::Result;
 use crate::graph::Node;
@@ -14,6 +17,8 @@ enum Which {
     Rms,
     Layer,
     L2,
+    /// Channels per group (the units are the groups).
+    Group(usize),
 }
 
 /// A planned normalisation.
@@ -42,13 +47,70 @@ pub(crate) unsafe fn prepare(n: &Node) -> Result<Plan> {
     let which = match op {
         GgmlOp::RmsNorm => Which::Rms,
         GgmlOp::Norm => Which::Layer,
+        GgmlOp::GroupNorm => {
+            let groups = n.op_params[0];
+            if groups <= 0 {
+                return Err(shape_err(op, format!("{groups} groups")));
+            }
+            let per = a.ne[2].div_ceil(groups as usize);
+            let eps = param_f32(n, 1);
+            let mut plan = super::simple(Kind::Norm(Norm { a, dst, which: Which::Group(per), eps }), a.ne[0]);
+            plan.units = [(groups as usize).clamp(1, super::MAX_UNITS), 0];
+            return Ok(plan);
+        }
         _ => Which::L2,
     };
     Ok(super::simple(Kind::Norm(Norm { a, dst, which, eps: param_f32(n, 0) }), a.ne[0]))
 }
 
 impl Norm {
+    /// GROUP_NORM: this unit's share of the groups of `per` channels.
+    fn run_groups(&self, per: usize, ctx: &mut Ctx<'_>) {
+        let (a, d) = (&self.a, &self.dst);
+        let (n0, n1, c) = (a.ne[0], a.ne[1], a.ne[2]);
+        let groups = c.div_ceil(per.max(1));
+        for g in ctx.range(groups) {
+            let (start, end) = (g * per, ((g + 1) * per).min(c));
+            let count = (n0 * n1 * (end - start)) as f64;
+            for i3 in 0..a.ne[3] {
+                let x = &mut ctx.local[..n0];
+                let mut sum = 0.0f64;
+                for i2 in start..end {
+                    for i1 in 0..n1 {
+                        a.load_row(i1, i2, i3, x);
+                        sum += x.iter().map(|&v| v as f64).sum::<f64>();
+                    }
+                }
+                let mean = (sum / count) as f32;
+                let mut sum2 = 0.0f64;
+                for i2 in start..end {
+                    for i1 in 0..n1 {
+                        a.load_row(i1, i2, i3, x);
+                        let mut r = 0.0f64;
+                        for v in x.iter_mut() {
+                            *v -= mean;
+                            r += (*v * *v) as f64;
+                        }
+                        sum2 += r;
+                        d.store_row(i1, i2, i3, x);
+                    }
+                }
+                let scale = 1.0f32 / ((sum2 / count) as f32 + self.eps).sqrt();
+                for i2 in start..end {
+                    for i1 in 0..n1 {
+                        d.load_row(i1, i2, i3, x);
+                        x.iter_mut().for_each(|v| *v *= scale);
+                        d.store_row(i1, i2, i3, x);
+                    }
+                }
+            }
+        }
+    }
+
     pub(crate) fn run(&self, ctx: &mut Ctx<'_>) {
+        if let Which::Group(per) = self.which {
+            return self.run_groups(per, ctx);
+        }
         let n0 = self.a.ne[0];
         for r in ctx.range(self.dst.nrows()) {
             let (i1, i2, i3) = self.dst.unravel_row(r);
@@ -74,6 +136,7 @@ impl Norm {
                     let scale = 1.0 / (var + self.eps).sqrt();
                     x.iter_mut().for_each(|v| *v *= scale);
                 }
+                Which::Group(_) => {}
                 Which::L2 => {
                     let sum: f64 = x.iter().map(|&v| (v as f64) * (v as f64)).sum();
                     let scale = 1.0 / (sum as f32).sqrt().max(self.eps);

@@ -1,7 +1,10 @@
-//! Reductions (SUM, SUM_ROWS, MEAN, ARGMAX) and sorts (ARGSORT, TOP_K).
+//! Reductions (SUM, SUM_ROWS, MEAN, ARGMAX, COUNT_EQUAL), running sums (CUMSUM) and sorts
+//! (ARGSORT, TOP_K).
 //!
-//! ref: ggml-compute-semantics.md §3.3 SUM_ROWS, ARGSORT/TOP_K. Sums accumulate in f64. Sorting
-//! breaks ties by index, so results are deterministic.
+//! ref: ggml-compute-semantics.md §3.3 SUM_ROWS, ARGSORT/TOP_K. Sums accumulate in f64. CUMSUM runs
+//! in f32 along each row, one addition per element in order (as ggml). COUNT_EQUAL counts equal
+//! I32 elements of two same-shaped tensors into one I64. Sorting breaks ties by index, so results
+//! are deterministic.
 
 use std::cmp::Ordering;
 
@@ -19,11 +22,15 @@ enum Red {
     SumRows,
     Mean,
     Argmax,
+    Cumsum,
+    CountEqual,
 }
 
 /// A planned reduction.
 pub(crate) struct Reduce {
     a: Tv,
+    /// COUNT_EQUAL's second operand.
+    b: Option<Tv>,
     dst: Tv,
     red: Red,
 }
@@ -36,10 +43,26 @@ pub(crate) unsafe fn prepare(n: &Node) -> Result<Plan> {
     let op = n.op;
     // SAFETY: forwarded contract.
     let (a, dst) = unsafe { (tv(src(n, 0)?)?, tv(&n.dst)?) };
+    if op == GgmlOp::CountEqual {
+        // SAFETY: forwarded contract.
+        let b = unsafe { tv(src(n, 1)?)? };
+        if a.dtype() != GgmlType::I32 || b.dtype() != GgmlType::I32 || dst.dtype() != GgmlType::I64 {
+            return Err(types_err(op, format!("{} == {} -> {}", a.dtype(), b.dtype(), dst.dtype())));
+        }
+        if a.ne != b.ne || dst.ne != [1, 1, 1, 1] {
+            return Err(shape_err(op, format!("a {:?} b {:?} dst {:?}", a.ne, b.ne, dst.ne)));
+        }
+        check_overlap(op, &dst, &a, Alias::Never)?;
+        check_overlap(op, &dst, &b, Alias::Never)?;
+        let mut plan = super::simple(Kind::Reduce(Reduce { a, b: Some(b), dst, red: Red::CountEqual }), 0);
+        plan.units = [1, 0];
+        return Ok(plan);
+    }
     if !is_float(a.dtype()) {
         return Err(types_err(op, format!("src0 {}", a.dtype())));
     }
     let (red, want, dt_ok) = match op {
+        GgmlOp::Cumsum => (Red::Cumsum, a.ne, is_float(dst.dtype())),
         GgmlOp::Sum => (Red::Sum, [1, 1, 1, 1], is_float(dst.dtype())),
         GgmlOp::SumRows => (Red::SumRows, [1, a.ne[1], a.ne[2], a.ne[3]], is_float(dst.dtype())),
         GgmlOp::Mean => (Red::Mean, [1, a.ne[1], a.ne[2], a.ne[3]], is_float(dst.dtype())),
@@ -56,8 +79,8 @@ pub(crate) unsafe fn prepare(n: &Node) -> Result<Plan> {
     if dst.ne != want {
         return Err(shape_err(op, format!("dst {:?}, expected {want:?}", dst.ne)));
     }
-    check_overlap(op, &dst, &a, Alias::Never)?;
-    let mut plan = super::simple(Kind::Reduce(Reduce { a, dst, red }), a.ne[0]);
+    check_overlap(op, &dst, &a, if red == Red::Cumsum { Alias::RowLocal } else { Alias::Never })?;
+    let mut plan = super::simple(Kind::Reduce(Reduce { a, b: None, dst, red }), a.ne[0]);
     if red == Red::Sum {
         plan.units = [1, 0];
     }
@@ -68,6 +91,20 @@ impl Reduce {
     pub(crate) fn run(&self, ctx: &mut Ctx<'_>) {
         let a = &self.a;
         let n0 = a.ne[0];
+        if self.red == Red::CountEqual {
+            if ctx.unit == 0 {
+                let b = self.b.as_ref().expect("validated");
+                let mut count = 0i64;
+                for r in 0..a.nrows() {
+                    let (i1, i2, i3) = a.unravel_row(r);
+                    for i0 in 0..n0 {
+                        count += i64::from(a.get_index(i0, i1, i2, i3) == b.get_index(i0, i1, i2, i3));
+                    }
+                }
+                self.dst.set_i64(0, 0, 0, 0, count);
+            }
+            return;
+        }
         if self.red == Red::Sum {
             if ctx.unit == 0 {
                 let mut sum = 0.0f64;
@@ -92,6 +129,14 @@ impl Reduce {
                         s /= n0 as f64;
                     }
                     self.dst.set_f32(0, i1, i2, i3, s as f32);
+                }
+                Red::Cumsum => {
+                    let mut acc = 0.0f32;
+                    for v in x.iter_mut() {
+                        acc += *v;
+                        *v = acc;
+                    }
+                    self.dst.store_row(i1, i2, i3, x);
                 }
                 _ => {
                     let mut best = 0usize;

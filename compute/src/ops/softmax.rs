@@ -134,9 +134,11 @@ pub(crate) struct DiagMaskInf {
     a: Tv,
     dst: Tv,
     n_past: i64,
+    /// What masked elements become: −∞ (DIAG_MASK_INF) or 0 (DIAG_MASK_ZERO).
+    fill: f32,
 }
 
-/// Validates DIAG_MASK_INF (`op_params[0]` = n_past).
+/// Validates DIAG_MASK_INF and DIAG_MASK_ZERO (`op_params[0]` = n_past).
 ///
 /// # Safety
 /// As `ops::prepare`.
@@ -148,7 +150,8 @@ pub(crate) unsafe fn prepare_diag_mask_inf(n: &Node) -> Result<Plan> {
         return Err(shape_err(op, format!("{} {:?} -> {} {:?}", a.dtype(), a.ne, dst.dtype(), dst.ne)));
     }
     check_overlap(op, &dst, &a, Alias::RowLocal)?;
-    Ok(super::simple(Kind::DiagMaskInf(DiagMaskInf { a, dst, n_past: n.op_params[0] as i64 }), a.ne[0]))
+    let fill = if op == crate::op::GgmlOp::DiagMaskZero { 0.0 } else { f32::NEG_INFINITY };
+    Ok(super::simple(Kind::DiagMaskInf(DiagMaskInf { a, dst, n_past: n.op_params[0] as i64, fill }), a.ne[0]))
 }
 
 impl DiagMaskInf {
@@ -161,7 +164,7 @@ impl DiagMaskInf {
             self.a.load_row(i1, i2, i3, x);
             for (i0, v) in x.iter_mut().enumerate() {
                 if i0 as i64 > self.n_past + i1 as i64 {
-                    *v = f32::NEG_INFINITY;
+                    *v = self.fill;
                 }
             }
             d.store_row(i1, i2, i3, x);

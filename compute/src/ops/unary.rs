@@ -101,6 +101,8 @@ enum Func {
     Scale(f32, f32),
     Clamp(f32, f32),
     Fill(f32),
+    /// `max(x, 0) + slope·min(x, 0)`.
+    LeakyRelu(f32),
 }
 
 fn eval(f: Func, x: f32) -> f32 {
@@ -119,6 +121,7 @@ fn eval(f: Func, x: f32) -> f32 {
         }
         Func::Clamp(lo, hi) => x.max(lo).min(hi),
         Func::Fill(c) => c,
+        Func::LeakyRelu(slope) => (if x > 0.0 { x } else { 0.0 }) + slope * (if x < 0.0 { x } else { 0.0 }),
         Func::Unary(u, p) => match u {
             UnaryOp::Abs => x.abs(),
             UnaryOp::Sgn => {
@@ -215,6 +218,7 @@ pub(crate) unsafe fn prepare(n: &Node) -> Result<Plan> {
         GgmlOp::Cos => Func::Cos,
         GgmlOp::Scale => Func::Scale(param_f32(n, 0), param_f32(n, 1)),
         GgmlOp::Clamp => Func::Clamp(param_f32(n, 0), param_f32(n, 1)),
+        GgmlOp::LeakyRelu => Func::LeakyRelu(param_f32(n, 0)),
         _ => Func::Fill(param_f32(n, 0)),
     };
     if !is_float(dst.dtype()) {

@@ -3,6 +3,7 @@
 
 mod attention;
 mod elementwise;
+mod encoder;
 mod fuzz;
 mod graph;
 mod harness;

@@ -12,6 +12,7 @@ mod attention;
 mod binary;
 mod matmul;
 mod misc;
+mod moves;
 mod norm;
 mod rows;
 mod unary;
@@ -56,6 +57,7 @@ pub fn all() -> Vec<Case> {
     norm::cases(&mut v);
     attention::cases(&mut v);
     misc::cases(&mut v);
+    moves::cases(&mut v);
     v
 }
 

@@ -1,0 +1,560 @@
+//! Ops whose every destination element is a small function of its index: generators (ARANGE,
+//! TIMESTEP_EMBEDDING), element moves (ROLL, PAD_REFLECT_1D, DIAG, TRI, ACC, SET, UPSCALE) and the
+//! vision-encoder ops built from windows (IM2COL, POOL_1D, POOL_2D, CONV_2D_DW).
+//!
+//! `prepare` validates shapes and parameters so that every source index a formula computes is in
+//! shape (and the bounds-checked accessors of `Tv` check again); `run` walks the destination rows
+//! of this unit and writes each element. These ops are rare in inference graphs (audio and vision
+//! encoders, state-space models' helpers), so the scalar form is the kernel; the arithmetic follows
+//! ggml's CPU backend operation for operation (same float expressions, same loop order for sums), so
+//! results are bit-identical where ggml's own is scalar.
+//!
+//! Formulas (`d` = destination index `[i0, i1, i2, i3]`, `a` = src0, `b` = src1):
+//! - ARANGE: `start + step·i0` (op_params f32 start, stop, step).
+//! - TIMESTEP_EMBEDDING: row `i1` for timestep `a[i1]`, `half = dim/2`: `cos(a·f_j)` at `j`,
+//!   `sin(a·f_j)` at `j + half`, `f_j = exp(−ln(max_period)·j/half)`, 0 in the odd last column.
+//! - ROLL: `a[(d_k − shift_k) mod ne_k]` per dim, `|shift_k| < ne_k`.
+//! - PAD_REFLECT_1D: `a` with `p0` columns mirrored on the left and `p1` on the right (the edge
+//!   column itself is not repeated).
+//! - DIAG: `a[i0, 0, i2, i3]` where `i0 = i1`, else 0.
+//! - TRI: `a` where the (column, row) test of the type holds, else 0.
+//! - ACC / SET: `a`, except inside the window `b` describes (byte offset and strides nb1..3 in
+//!   op_params) where it is `a + b` (ACC) or `b` (SET).
+//! - UPSCALE: nearest (`a[⌊d/sf⌋]`) or bilinear (half-pixel centres, or aligned corners) per dims 0–1,
+//!   nearest for dims 2–3, `sf = ne_dst/ne_src`; bilinear within an ulp of ggml's (not bit for bit).
+//! - IM2COL: the column matrix of a 1-D or 2-D convolution, zero outside the input.
+//! - POOL_1D / POOL_2D: max or average of each window (average over the whole window size, padding
+//!   counting as absent).
+//! - CONV_2D_DW: depthwise 2-D convolution (one kernel per channel), zero padding.
+
+// Per-dimension loops index several arrays at once.
+#![allow(clippy::needless_range_loop)]
+
+use crate::dtype::GgmlType;
+use crate::error::{Error, Result};
+use crate::graph::Node;
+use crate::op::GgmlOp;
+
+use super::access::{is_float, Tv};
+use super::{check_overlap, param_f32, shape_err, tv, types_err, Alias, Ctx, Kind, Plan};
+
+/// Which element (column `i0`, row `i1`) TRI keeps (`ggml_tri_type`).
+#[derive(Clone, Copy, Debug)]
+enum TriKeep {
+    /// `i0 >= i1`.
+    UpperDiag,
+    /// `i0 > i1`.
+    Upper,
+    /// `i0 <= i1`.
+    LowerDiag,
+    /// `i0 < i1`.
+    Lower,
+}
+
+/// The per-element formula of one op.
+#[derive(Clone, Copy, Debug)]
+enum Formula {
+    Arange { start: f32, step: f32 },
+    Timestep { half: usize, log_period: f32 },
+    Roll { shift: [usize; 4] },
+    PadReflect { p0: usize },
+    Diag,
+    Tri(TriKeep),
+    Window { offset: usize, nb: [usize; 3], set: bool },
+    UpNearest { sf: [f32; 4] },
+    UpBilinear { sf: [f32; 4], offset: f32 },
+    Im2col { s: [i64; 2], p: [i64; 2], d: [i64; 2], k: [usize; 2], two_d: bool },
+    Pool { max: bool, k: [usize; 2], s: [usize; 2], p: [i64; 2] },
+    ConvDw { s: [i64; 2], p: [i64; 2], d: [i64; 2] },
+}
+
+/// A planned index-formula op.
+pub(crate) struct Indexed {
+    dst: Tv,
+    a: Option<Tv>,
+    b: Option<Tv>,
+    f: Formula,
+}
+
+fn i(n: &Node, k: usize) -> i32 {
+    n.op_params[k]
+}
+
+/// Validates one of the ops of this module.
+///
+/// # Safety
+/// As `ops::prepare`.
+pub(crate) unsafe fn prepare(n: &Node) -> Result<Plan> {
+    let op = n.op;
+    // SAFETY: forwarded contract.
+    let dst = unsafe { tv(&n.dst)? };
+    let a = match n.src[0].as_ref() {
+        // SAFETY: forwarded contract.
+        Some(t) => Some(unsafe { tv(t)? }),
+        None => None,
+    };
+    let b = match n.src[1].as_ref() {
+        // SAFETY: forwarded contract.
+        Some(t) => Some(unsafe { tv(t)? }),
+        None => None,
+    };
+    let need = |t: &Option<Tv>, k: usize| -> Result<Tv> {
+        t.ok_or_else(|| shape_err(op, format!("missing src[{k}]")))
+    };
+    let f = match op {
+        GgmlOp::Arange => {
+            if dst.dtype() != GgmlType::F32 || dst.nrows() != 1 {
+                return Err(shape_err(op, format!("dst {} {:?} (a 1-D F32 tensor)", dst.dtype(), dst.ne)));
+            }
+            let (start, stop, step) = (param_f32(n, 0), param_f32(n, 1), param_f32(n, 2));
+            let steps = ((stop - start) / step).ceil();
+            if !steps.is_finite() || steps != dst.ne[0] as f32 {
+                return Err(shape_err(
+                    op,
+                    format!("{} elements for arange({start}, {stop}, {step})", dst.ne[0]),
+                ));
+            }
+            Formula::Arange { start, step }
+        }
+        GgmlOp::TimestepEmbedding => {
+            let a = need(&a, 0)?;
+            let (dim, max_period) = (i(n, 0), i(n, 1));
+            if a.dtype() != GgmlType::F32 || dst.dtype() != GgmlType::F32 || dim <= 0 || max_period <= 0 {
+                return Err(shape_err(
+                    op,
+                    format!("timesteps {}, dim {dim}, max_period {max_period}", a.dtype()),
+                ));
+            }
+            // ggml makes rows of `dim` (older releases: `dim` rounded up to even); the column past
+            // the last (cos, sin) pair of an odd `dim` is 0.
+            let (dim_u, even_up) = (dim as usize, dim as usize + dim as usize % 2);
+            if a.nrows() != 1 || !(dst.ne == [dim_u, a.ne[0], 1, 1] || dst.ne == [even_up, a.ne[0], 1, 1]) {
+                return Err(shape_err(op, format!("{:?} timesteps, dim {dim} -> dst {:?}", a.ne, dst.ne)));
+            }
+            Formula::Timestep { half: dim as usize / 2, log_period: (max_period as f32).ln() }
+        }
+        GgmlOp::Roll => {
+            let a = need(&a, 0)?;
+            same_shape(op, &a, &dst)?;
+            // ggml takes shifts of less than a whole turn (its CPU kernel reads outside the row
+            // otherwise): refused here.
+            let mut shift = [0usize; 4];
+            for k in 0..4 {
+                let s = i64::from(i(n, k));
+                if s.unsigned_abs() as usize >= a.ne[k].max(1) {
+                    return Err(shape_err(op, format!("shift {s} of dim {k} with {} elements", a.ne[k])));
+                }
+                shift[k] = if a.ne[k] == 0 { 0 } else { s.rem_euclid(a.ne[k] as i64) as usize };
+            }
+            Formula::Roll { shift }
+        }
+        GgmlOp::PadReflect1d => {
+            let a = need(&a, 0)?;
+            let (p0, p1) = (i(n, 0), i(n, 1));
+            if p0 < 0
+                || p1 < 0
+                || p0 as usize >= a.ne[0]
+                || p1 as usize >= a.ne[0]
+                || dst.ne != [a.ne[0] + p0 as usize + p1 as usize, a.ne[1], a.ne[2], a.ne[3]]
+            {
+                return Err(shape_err(op, format!("reflect {p0}/{p1} of {:?} to {:?}", a.ne, dst.ne)));
+            }
+            floats(op, &[&a, &dst])?;
+            Formula::PadReflect { p0: p0 as usize }
+        }
+        GgmlOp::Diag => {
+            let a = need(&a, 0)?;
+            if a.ne[1] != 1 || dst.ne != [a.ne[0], a.ne[0], a.ne[2], a.ne[3]] {
+                return Err(shape_err(op, format!("diag of {:?} -> {:?}", a.ne, dst.ne)));
+            }
+            floats(op, &[&a, &dst])?;
+            Formula::Diag
+        }
+        GgmlOp::Tri => {
+            let a = need(&a, 0)?;
+            same_shape(op, &a, &dst)?;
+            floats(op, &[&a, &dst])?;
+            let keep = match i(n, 0) {
+                0 => TriKeep::UpperDiag,
+                1 => TriKeep::Upper,
+                2 => TriKeep::LowerDiag,
+                3 => TriKeep::Lower,
+                t => return Err(shape_err(op, format!("tri type {t}"))),
+            };
+            Formula::Tri(keep)
+        }
+        GgmlOp::Acc | GgmlOp::Set => {
+            let (a, b) = (need(&a, 0)?, need(&b, 1)?);
+            same_shape(op, &a, &dst)?;
+            if [a.dtype(), b.dtype(), dst.dtype()].iter().any(|&t| t != GgmlType::F32) || !dst.packed {
+                return Err(types_err(op, "ACC and SET take F32 tensors with a packed destination"));
+            }
+            if dst.nb != contiguous_nb(&dst) {
+                return Err(shape_err(op, "the destination must be contiguous"));
+            }
+            let nb = [i(n, 0), i(n, 1), i(n, 2)];
+            let offset = i(n, 3);
+            if nb.iter().any(|&x| x < 0) || offset < 0 || offset % 4 != 0 || nb.iter().any(|&x| x % 4 != 0) {
+                return Err(shape_err(op, format!("window strides {nb:?} offset {offset}")));
+            }
+            let nb = nb.map(|x| x as usize);
+            // The window's strides must nest (each dim steps over the whole of the smaller ones),
+            // so that every destination element is in the window at most once, and the window must
+            // end inside the destination.
+            let nested = (4 * b.ne[0] <= nb[0] || b.ne[1] <= 1)
+                && (b.ne[1] * nb[0] <= nb[1] || b.ne[2] <= 1)
+                && (b.ne[2] * nb[1] <= nb[2] || b.ne[3] <= 1);
+            let last = if b.is_empty() {
+                0
+            } else {
+                offset as usize
+                    + 4 * (b.ne[0] - 1)
+                    + nb[0] * (b.ne[1] - 1)
+                    + nb[1] * (b.ne[2] - 1)
+                    + nb[2] * (b.ne[3] - 1)
+                    + 4
+            };
+            if !nested || last > 4 * dst.nelements() {
+                return Err(shape_err(
+                    op,
+                    format!("window {:?} at {offset} strides {nb:?} in {:?}", b.ne, dst.ne),
+                ));
+            }
+            check_overlap(op, &dst, &b, Alias::Never)?;
+            Formula::Window { offset: offset as usize, nb, set: op == GgmlOp::Set }
+        }
+        GgmlOp::Upscale => {
+            let a = need(&a, 0)?;
+            floats(op, &[&a, &dst])?;
+            if (0..4).any(|k| a.ne[k] == 0 && dst.ne[k] != 0) {
+                return Err(shape_err(op, format!("upscale {:?} -> {:?}", a.ne, dst.ne)));
+            }
+            let mode = i(n, 0);
+            let align = mode & 0x100 != 0;
+            let mut sf: [f32; 4] = std::array::from_fn(|k| dst.ne[k] as f32 / a.ne[k].max(1) as f32);
+            match mode & 0xFF {
+                0 => Formula::UpNearest { sf },
+                1 => {
+                    let mut offset = 0.5;
+                    if align {
+                        offset = 0.0;
+                        for k in 0..2 {
+                            if dst.ne[k] > 1 && a.ne[k] > 1 {
+                                sf[k] = (dst.ne[k] - 1) as f32 / (a.ne[k] - 1) as f32;
+                            }
+                        }
+                    }
+                    Formula::UpBilinear { sf, offset }
+                }
+                m => return Err(Error::UnsupportedOp { op, detail: format!("upscale mode {m}") }),
+            }
+        }
+        GgmlOp::Im2col => {
+            let (k, x) = (need(&a, 0)?, need(&b, 1)?);
+            let two_d = i(n, 6) != 0;
+            let s = [i64::from(i(n, 0)), i64::from(i(n, 1))];
+            let p = [i64::from(i(n, 2)), i64::from(i(n, 3))];
+            let d = [i64::from(i(n, 4)), i64::from(i(n, 5))];
+            let (kw, kh) = (k.ne[0], if two_d { k.ne[1] } else { 1 });
+            let ic = if two_d { x.ne[2] } else { x.ne[1] };
+            let batch = if two_d { x.ne[3] } else { x.ne[2] };
+            let (ow, oh) = (dst.ne[1], if two_d { dst.ne[2] } else { 1 });
+            let want = if two_d { [ic * kh * kw, ow, oh, batch] } else { [ic * kw, ow, batch, 1] };
+            if s[0] <= 0
+                || (two_d && s[1] <= 0)
+                || d[0] <= 0
+                || (two_d && d[1] <= 0)
+                || p.iter().any(|&v| v < 0)
+            {
+                return Err(shape_err(op, format!("stride {s:?} padding {p:?} dilation {d:?}")));
+            }
+            let out = |q: usize, kq: usize| {
+                (x.ne[q] as i64 + 2 * p[q] - d[q] * (kq as i64 - 1) - 1).div_euclid(s[q].max(1)) + 1
+            };
+            let sizes_ok = out(0, kw) == ow as i64 && (!two_d || out(1, kh) == oh as i64);
+            if dst.ne != want || !sizes_ok || !is_float(x.dtype()) || !is_float(dst.dtype()) {
+                return Err(shape_err(
+                    op,
+                    format!("im2col of {:?} with kernel {:?} -> {:?}", x.ne, k.ne, dst.ne),
+                ));
+            }
+            Formula::Im2col { s, p, d, k: [kw, kh], two_d }
+        }
+        GgmlOp::Pool1d | GgmlOp::Pool2d => {
+            let a = need(&a, 0)?;
+            floats(op, &[&a, &dst])?;
+            let max = match i(n, 0) {
+                0 => true,
+                1 => false,
+                o => return Err(shape_err(op, format!("pool op {o}"))),
+            };
+            let (k, s, p) = if op == GgmlOp::Pool1d {
+                ([i(n, 1), 1], [i(n, 2), 1], [i(n, 3), 0])
+            } else {
+                ([i(n, 1), i(n, 2)], [i(n, 3), i(n, 4)], [i(n, 5), i(n, 6)])
+            };
+            if k.iter().chain(&s).any(|&v| v <= 0) || p.iter().any(|&v| v < 0) {
+                return Err(shape_err(op, format!("pool kernel {k:?} stride {s:?} padding {p:?}")));
+            }
+            let dims = if op == GgmlOp::Pool1d { 1 } else { 2 };
+            for q in 0..dims {
+                let out = (a.ne[q] as i64 + 2 * p[q] as i64 - k[q] as i64) / s[q] as i64 + 1;
+                if out < 0 || dst.ne[q] as i64 != out {
+                    return Err(shape_err(op, format!("pool of {:?} -> {:?}", a.ne, dst.ne)));
+                }
+            }
+            if (dims..4).any(|q| dst.ne[q] != a.ne[q]) {
+                return Err(shape_err(op, format!("pool of {:?} -> {:?}", a.ne, dst.ne)));
+            }
+            Formula::Pool { max, k: k.map(|v| v as usize), s: s.map(|v| v as usize), p: p.map(i64::from) }
+        }
+        GgmlOp::Conv2dDw => {
+            let (k, x) = (need(&a, 0)?, need(&b, 1)?);
+            floats(op, &[&k, &x, &dst])?;
+            let s = [i64::from(i(n, 0)), i64::from(i(n, 1))];
+            let p = [i64::from(i(n, 2)), i64::from(i(n, 3))];
+            let d = [i64::from(i(n, 4)), i64::from(i(n, 5))];
+            if s.iter().chain(&d).any(|&v| v <= 0) || p.iter().any(|&v| v < 0) {
+                return Err(shape_err(op, format!("stride {s:?} padding {p:?} dilation {d:?}")));
+            }
+            let out = |q: usize| (x.ne[q] as i64 + 2 * p[q] - d[q] * (k.ne[q] as i64 - 1) - 1) / s[q] + 1;
+            if k.ne[2] != 1
+                || k.ne[3] != x.ne[2]
+                || dst.ne != [out(0).max(0) as usize, out(1).max(0) as usize, x.ne[2], x.ne[3]]
+            {
+                return Err(shape_err(
+                    op,
+                    format!("depthwise kernel {:?} on {:?} -> {:?}", k.ne, x.ne, dst.ne),
+                ));
+            }
+            Formula::ConvDw { s, p, d }
+        }
+        _ => return Err(Error::UnsupportedOp { op, detail: "not an indexed op".into() }),
+    };
+    for t in [&a, &b].into_iter().flatten() {
+        check_overlap(op, &dst, t, Alias::Never)?;
+    }
+    Ok(super::simple(Kind::Indexed(Box::new(Indexed { dst, a, b, f })), 0))
+}
+
+fn same_shape(op: GgmlOp, a: &Tv, d: &Tv) -> Result<()> {
+    if a.ne != d.ne {
+        return Err(shape_err(op, format!("src0 {:?} vs dst {:?}", a.ne, d.ne)));
+    }
+    Ok(())
+}
+
+fn floats(op: GgmlOp, ts: &[&Tv]) -> Result<()> {
+    if ts.iter().any(|t| !is_float(t.dtype())) {
+        return Err(types_err(op, "operands must be F32/F16/BF16"));
+    }
+    Ok(())
+}
+
+fn contiguous_nb(t: &Tv) -> [usize; 4] {
+    let mut nb = [t.ts; 4];
+    for k in 1..4 {
+        nb[k] = nb[k - 1] * t.ne[k - 1];
+    }
+    nb
+}
+
+impl Indexed {
+    pub(crate) fn run(&self, ctx: &mut Ctx<'_>) {
+        let d = &self.dst;
+        for r in ctx.range(d.nrows()) {
+            let (i1, i2, i3) = d.unravel_row(r);
+            for i0 in 0..d.ne[0] {
+                d.set_f32(i0, i1, i2, i3, self.value([i0, i1, i2, i3]));
+            }
+        }
+    }
+
+    fn value(&self, x: [usize; 4]) -> f32 {
+        let [i0, i1, i2, i3] = x;
+        // Sources are present for every formula that reads them (checked in prepare).
+        let a = || self.a.as_ref().expect("src0 validated");
+        match self.f {
+            Formula::Arange { start, step } => start + step * i0 as f32,
+            Formula::Timestep { half, log_period } => {
+                if i0 >= 2 * half {
+                    return 0.0;
+                }
+                let j = i0 % half.max(1);
+                let t = a().get_f32(i1, 0, 0, 0);
+                let freq = (-log_period * j as f32 / half as f32).exp();
+                let arg = t * freq;
+                if i0 < half {
+                    arg.cos()
+                } else {
+                    arg.sin()
+                }
+            }
+            Formula::Roll { shift } => {
+                let a = a();
+                let s: [usize; 4] = std::array::from_fn(|k| (x[k] + a.ne[k] - shift[k]) % a.ne[k]);
+                a.get_f32(s[0], s[1], s[2], s[3])
+            }
+            Formula::PadReflect { p0 } => {
+                let a = a();
+                let n = a.ne[0] as i64;
+                let j = i0 as i64 - p0 as i64;
+                let j = if j < 0 {
+                    -j
+                } else if j >= n {
+                    2 * (n - 1) - j
+                } else {
+                    j
+                };
+                a.get_f32(j as usize, i1, i2, i3)
+            }
+            Formula::Diag => {
+                if i0 == i1 {
+                    a().get_f32(i0, 0, i2, i3)
+                } else {
+                    0.0
+                }
+            }
+            Formula::Tri(keep) => {
+                let k = match keep {
+                    TriKeep::UpperDiag => i0 >= i1,
+                    TriKeep::Upper => i0 > i1,
+                    TriKeep::LowerDiag => i0 <= i1,
+                    TriKeep::Lower => i0 < i1,
+                };
+                if k {
+                    a().get_f32(i0, i1, i2, i3)
+                } else {
+                    0.0
+                }
+            }
+            Formula::Window { offset, nb, set } => {
+                let v = a().get_f32(i0, i1, i2, i3);
+                match self.window_index(offset, nb, x) {
+                    Some(j) => {
+                        let b = self.b.as_ref().expect("src1 validated").get_f32(j[0], j[1], j[2], j[3]);
+                        if set {
+                            b
+                        } else {
+                            v + b
+                        }
+                    }
+                    None => v,
+                }
+            }
+            Formula::UpNearest { sf } => {
+                let a = a();
+                let s: [usize; 4] =
+                    std::array::from_fn(|k| ((x[k] as f32 / sf[k]) as usize).min(a.ne[k] - 1));
+                a.get_f32(s[0], s[1], s[2], s[3])
+            }
+            Formula::UpBilinear { sf, offset } => {
+                let a = a();
+                let j2 = ((i2 as f32 / sf[2]) as usize).min(a.ne[2] - 1);
+                let j3 = ((i3 as f32 / sf[3]) as usize).min(a.ne[3] - 1);
+                let axis = |q: usize| {
+                    let y = (x[q] as f32 + offset) / sf[q] - offset;
+                    let lo = y.floor() as i64;
+                    let top = a.ne[q] as i64 - 1;
+                    let (c0, c1) = (lo.clamp(0, top) as usize, (lo + 1).clamp(0, top) as usize);
+                    (c0, c1, (y - y.floor()).clamp(0.0, 1.0))
+                };
+                let (x0, x1, dx) = axis(0);
+                let (y0, y1, dy) = axis(1);
+                let p = |u, v| a.get_f32(u, v, j2, j3);
+                // Within an ulp of ggml's (its compiler's contraction of this sum is not reproduced).
+                p(x0, y0) * (1.0 - dx) * (1.0 - dy)
+                    + p(x1, y0) * dx * (1.0 - dy)
+                    + p(x0, y1) * (1.0 - dx) * dy
+                    + p(x1, y1) * dx * dy
+            }
+            Formula::Im2col { s, p, d, k, two_d } => {
+                let src = self.b.as_ref().expect("src1 validated");
+                let per_c = k[0] * k[1];
+                let (c, rest) = (i0 / per_c, i0 % per_c);
+                let (kh, kw) = (rest / k[0], rest % k[0]);
+                let ow = i1 as i64;
+                let iw = ow * s[0] + kw as i64 * d[0] - p[0];
+                if two_d {
+                    let ih = i2 as i64 * s[1] + kh as i64 * d[1] - p[1];
+                    if iw < 0 || ih < 0 || iw >= src.ne[0] as i64 || ih >= src.ne[1] as i64 {
+                        return 0.0;
+                    }
+                    src.get_f32(iw as usize, ih as usize, c, i3)
+                } else {
+                    if iw < 0 || iw >= src.ne[0] as i64 {
+                        return 0.0;
+                    }
+                    src.get_f32(iw as usize, c, i2, 0)
+                }
+            }
+            Formula::Pool { max, k, s, p } => {
+                let a = a();
+                let mut acc = if max { -f32::MAX } else { 0.0 };
+                let (bx, by) = (i0 as i64 * s[0] as i64 - p[0], i1 as i64 * s[1] as i64 - p[1]);
+                // POOL_1D has k[1] = s[1] = 1 and p[1] = 0: row i1 of the source.
+                for ky in 0..k[1] as i64 {
+                    let y = by + ky;
+                    if y < 0 || y >= a.ne[1] as i64 {
+                        continue;
+                    }
+                    for kx in 0..k[0] as i64 {
+                        let xx = bx + kx;
+                        if xx < 0 || xx >= a.ne[0] as i64 {
+                            continue;
+                        }
+                        let v = a.get_f32(xx as usize, y as usize, i2, i3);
+                        if max {
+                            acc = acc.max(v);
+                        } else {
+                            acc += v;
+                        }
+                    }
+                }
+                if max {
+                    acc
+                } else {
+                    acc / (k[0] * k[1]) as f32
+                }
+            }
+            Formula::ConvDw { s, p, d } => {
+                let (k, src) = (a(), self.b.as_ref().expect("src1 validated"));
+                let mut sum = 0.0f32;
+                for ky in 0..k.ne[1] {
+                    let y = i1 as i64 * s[1] + ky as i64 * d[1] - p[1];
+                    if y < 0 || y >= src.ne[1] as i64 {
+                        continue;
+                    }
+                    for kx in 0..k.ne[0] {
+                        let xx = i0 as i64 * s[0] + kx as i64 * d[0] - p[0];
+                        if xx < 0 || xx >= src.ne[0] as i64 {
+                            continue;
+                        }
+                        sum += k.get_f32(kx, ky, 0, i2) * src.get_f32(xx as usize, y as usize, i2, i3);
+                    }
+                }
+                sum
+            }
+        }
+    }
+
+    /// The window (ACC/SET) index of destination element `x`, if it lies in the window.
+    fn window_index(&self, offset: usize, nb: [usize; 3], x: [usize; 4]) -> Option<[usize; 4]> {
+        let d = &self.dst;
+        let b = self.b.as_ref()?;
+        let off = x[0] * 4 + x[1] * d.nb[1] + x[2] * d.nb[2] + x[3] * d.nb[3];
+        let mut rel = off.checked_sub(offset)?;
+        let mut j = [0usize; 4];
+        for k in (1..4).rev() {
+            if b.ne[k] > 1 {
+                j[k] = rel / nb[k - 1];
+                rel %= nb[k - 1];
+            }
+        }
+        if rel % 4 != 0 {
+            return None;
+        }
+        j[0] = rel / 4;
+        (0..4).all(|k| j[k] < b.ne[k]).then_some(j)
+    }
+}

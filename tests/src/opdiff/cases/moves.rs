@@ -1,0 +1,226 @@
+//! Generators, element moves and small reductions that encoder, state-space and training graphs
+//! use: ARANGE, TIMESTEP_EMBEDDING, ROLL, PAD_REFLECT_1D, DIAG, TRI, ACC, SET, LEAKY_RELU,
+//! DIAG_MASK_ZERO, CUMSUM, COUNT_EQUAL, GROUP_NORM; and the vision/audio encoder ops UPSCALE,
+//! IM2COL, POOL_1D, POOL_2D, CONV_2D_DW.
+//!
+//! Pure element moves and IEEE arithmetic in ggml's order are compared exactly; functions through
+//! libm (`exp`, `cos`, `sin`) within one ulp; sums where ggml vectorises within summation order.
+
+use compute::{GgmlOp, GgmlType};
+use rand::Rng;
+use GgmlType::*;
+
+use super::{i32_input, input, push, tn, Case, Form, EXACT, ORDER, ULP};
+use crate::opdiff::graph::{f32p, Graph};
+
+pub fn cases(v: &mut Vec<Case>) {
+    generators(v);
+    moves(v);
+    reductions(v);
+    encoder(v);
+}
+
+fn generators(v: &mut Vec<Case>) {
+    for (start, stop, step) in [(0.0f32, 10.0f32, 1.0f32), (-3.0, 5.5, 0.25), (10.0, 0.0, -1.5)] {
+        let n = ((stop - start) / step).ceil() as u64;
+        push(v, "ARANGE", format!("arange/f32/{start}..{stop}by{step}"), EXACT, move |_| {
+            let mut g = Graph::new();
+            let d = g.op(GgmlOp::Arange, F32, [n, 1, 1, 1], &[], &[f32p(start), f32p(stop), f32p(step)])?;
+            g.output(d);
+            Ok(g)
+        });
+    }
+    for dim in [64u64, 33] {
+        push(v, "TIMESTEP_EMBEDDING", format!("timestep_embedding/f32/dim{dim}x5"), ULP, move |rng| {
+            let mut g = Graph::new();
+            let t: Vec<f32> = (0..5).map(|_| rng.random_range(0.0f32..1000.0)).collect();
+            let t = super::f32_input(&mut g, [5, 1, 1, 1], &t)?;
+            let d = g.op(GgmlOp::TimestepEmbedding, F32, [dim, 5, 1, 1], &[t], &[dim as i32, 10000])?;
+            g.output(d);
+            Ok(g)
+        });
+    }
+}
+
+fn moves(v: &mut Vec<Case>) {
+    let ne = [16u64, 6, 3, 2];
+    for (shift, form) in [([3, -2, 1, 0], Form::Contig), ([-5, 5, 0, 1], Form::Permuted)] {
+        let name = format!("roll/f32/16x6x3x2/{shift:?}-{}", form.name()).replace(' ', "");
+        push(v, "ROLL", name, EXACT, move |rng| {
+            let mut g = Graph::new();
+            let a = input(&mut g, rng, F32, ne, 1.0, form)?;
+            let d = g.op(GgmlOp::Roll, F32, ne, &[a], &shift)?;
+            g.output(d);
+            Ok(g)
+        });
+    }
+    for (p0, p1) in [(3, 2), (0, 5), (15, 15)] {
+        push(v, "PAD_REFLECT_1D", format!("pad_reflect_1d/f32/16x6x3/{p0}-{p1}"), EXACT, move |rng| {
+            let mut g = Graph::new();
+            let a = input(&mut g, rng, F32, [16, 6, 3, 1], 1.0, Form::Contig)?;
+            let d =
+                g.op(GgmlOp::PadReflect1d, F32, [16 + p0 as u64 + p1 as u64, 6, 3, 1], &[a], &[p0, p1])?;
+            g.output(d);
+            Ok(g)
+        });
+    }
+    push(v, "DIAG", "diag/f32/12x1x3x2".into(), EXACT, |rng| {
+        let mut g = Graph::new();
+        let a = input(&mut g, rng, F32, [12, 1, 3, 2], 1.0, Form::Contig)?;
+        let d = g.op(GgmlOp::Diag, F32, [12, 12, 3, 2], &[a], &[])?;
+        g.output(d);
+        Ok(g)
+    });
+    for tri in 0..4 {
+        push(v, "TRI", format!("tri/f32/9x9x2/type{tri}"), EXACT, move |rng| {
+            let mut g = Graph::new();
+            let a = input(&mut g, rng, F32, [9, 9, 2, 1], 1.0, Form::Contig)?;
+            let d = g.op(GgmlOp::Tri, F32, [9, 9, 2, 1], &[a], &[tri])?;
+            g.output(d);
+            Ok(g)
+        });
+    }
+    // ACC / SET: a [16, 6, 3] with a [5, 2, 2] window at element (2, 1, 1) of a's own strides,
+    // and one with rows of the window two destination rows apart.
+    for op in [GgmlOp::Acc, GgmlOp::Set] {
+        for (wnb1, tag) in [(64, "rows"), (128, "every-other-row")] {
+            let name =
+                format!("{}/f32/16x6x3/window5x2x2-{tag}", if op == GgmlOp::Acc { "acc" } else { "set" });
+            push(v, if op == GgmlOp::Acc { "ACC" } else { "SET" }, name, EXACT, move |rng| {
+                let mut g = Graph::new();
+                let a = input(&mut g, rng, F32, [16, 6, 3, 1], 1.0, Form::Contig)?;
+                let b = input(&mut g, rng, F32, [5, 2, 2, 1], 1.0, Form::Contig)?;
+                let offset = (2 + 16 + 96) * 4;
+                let p = [wnb1, 96 * 4, 288 * 4, offset, 0];
+                let d = g.op(op, F32, [16, 6, 3, 1], &[a, b], &p)?;
+                g.output(d);
+                Ok(g)
+            });
+        }
+    }
+    for (slope, form) in [(0.01f32, Form::Contig), (0.2, Form::Strided)] {
+        push(v, "LEAKY_RELU", format!("leaky_relu/f32/64x6x3/{slope}-{}", form.name()), EXACT, move |rng| {
+            let mut g = Graph::new();
+            let a = input(&mut g, rng, F32, [64, 6, 3, 1], 1.0, form)?;
+            let d = g.op(GgmlOp::LeakyRelu, F32, [64, 6, 3, 1], &[a], &[f32p(slope)])?;
+            g.output(d);
+            Ok(g)
+        });
+    }
+    for n_past in [0, 3] {
+        push(v, "DIAG_MASK_ZERO", format!("diag_mask_zero/f32/8x5x2/past{n_past}"), EXACT, move |rng| {
+            let mut g = Graph::new();
+            let a = input(&mut g, rng, F32, [8, 5, 2, 1], 1.0, Form::Contig)?;
+            let d = g.op(GgmlOp::DiagMaskZero, F32, [8, 5, 2, 1], &[a], &[n_past])?;
+            g.output(d);
+            Ok(g)
+        });
+    }
+}
+
+fn reductions(v: &mut Vec<Case>) {
+    for form in [Form::Contig, Form::Permuted] {
+        push(v, "CUMSUM", format!("cumsum/f32/100x6x3/{}", form.name()), EXACT, move |rng| {
+            let mut g = Graph::new();
+            let a = input(&mut g, rng, F32, [100, 6, 3, 1], 1.0, form)?;
+            let d = g.op(GgmlOp::Cumsum, F32, [100, 6, 3, 1], &[a], &[])?;
+            g.output(d);
+            Ok(g)
+        });
+    }
+    push(v, "COUNT_EQUAL", "count_equal/i32/64x5".into(), EXACT, |rng| {
+        let mut g = Graph::new();
+        let x: Vec<i32> = (0..320).map(|_| rng.random_range(0..4)).collect();
+        let y: Vec<i32> = (0..320).map(|_| rng.random_range(0..4)).collect();
+        let a = i32_input(&mut g, [64, 5, 1, 1], &x)?;
+        let b = i32_input(&mut g, [64, 5, 1, 1], &y)?;
+        let d = g.op(GgmlOp::CountEqual, I64, [1, 1, 1, 1], &[a, b], &[])?;
+        g.output(d);
+        Ok(g)
+    });
+    for groups in [4, 3] {
+        push(v, "GROUP_NORM", format!("group_norm/f32/8x6x12x2/groups{groups}"), ORDER, move |rng| {
+            let mut g = Graph::new();
+            let a = input(&mut g, rng, F32, [8, 6, 12, 2], 2.0, Form::Contig)?;
+            let d = g.op(GgmlOp::GroupNorm, F32, [8, 6, 12, 2], &[a], &[groups, f32p(1e-6)])?;
+            g.output(d);
+            Ok(g)
+        });
+    }
+}
+
+fn encoder(v: &mut Vec<Case>) {
+    // UPSCALE: nearest by 2 and 3 (and in dims 2..3), bilinear half-pixel and aligned corners.
+    for (mode, mname) in [(0, "nearest"), (1, "bilinear"), (0x101, "bilinear-align-corners")] {
+        for (dne, tag) in [([16u64, 12, 3, 2], "x2"), ([24, 18, 6, 2], "x3-channels-x2")] {
+            let bound = if mode == 0 { EXACT } else { ULP };
+            push(v, "UPSCALE", format!("upscale/{mname}/f32/8x6x3x2-{tag}"), bound, move |rng| {
+                let mut g = Graph::new();
+                let a = input(&mut g, rng, F32, [8, 6, 3, 2], 1.0, Form::Contig)?;
+                let d = g.op(GgmlOp::Upscale, F32, dne, &[a], &[mode])?;
+                g.output(d);
+                Ok(g)
+            });
+        }
+    }
+    // IM2COL: a 3×3 2-D kernel (stride 1 pad 1, stride 2 dilation 2) and a 1-D kernel of 5
+    // (Whisper's conv front end), into F32 and F16.
+    for dt in [F32, F16] {
+        for (s, p, d, tag) in [([1, 1], [1, 1], [1, 1], "s1p1"), ([2, 2], [0, 1], [2, 1], "s2p01d21")] {
+            let name = format!("im2col/2d/{}/10x9x3x2-k3x3-{tag}", tn(dt));
+            push(v, "IM2COL", name, EXACT, move |rng| {
+                let mut g = Graph::new();
+                let k = input(&mut g, rng, F16, [3, 3, 3, 4], 1.0, Form::Contig)?;
+                let x = input(&mut g, rng, F32, [10, 9, 3, 2], 1.0, Form::Contig)?;
+                let ow = (10 + 2 * p[0] - d[0] * 2 - 1) / s[0] + 1;
+                let oh = (9 + 2 * p[1] - d[1] * 2 - 1) / s[1] + 1;
+                let params = [s[0], s[1], p[0], p[1], d[0], d[1], 1];
+                let o = g.op(GgmlOp::Im2col, dt, [27, ow as u64, oh as u64, 2], &[k, x], &params)?;
+                g.output(o);
+                Ok(g)
+            });
+        }
+        push(v, "IM2COL", format!("im2col/1d/{}/20x4x2-k5-s1p2", tn(dt)), EXACT, move |rng| {
+            let mut g = Graph::new();
+            let k = input(&mut g, rng, F16, [5, 4, 6, 1], 1.0, Form::Contig)?;
+            let x = input(&mut g, rng, F32, [20, 4, 2, 1], 1.0, Form::Contig)?;
+            let o = g.op(GgmlOp::Im2col, dt, [20, 20, 2, 1], &[k, x], &[1, 0, 2, 0, 1, 0, 0])?;
+            g.output(o);
+            Ok(g)
+        });
+    }
+    for (op, oname) in [(0, "max"), (1, "avg")] {
+        push(v, "POOL_1D", format!("pool_1d/{oname}/f32/24x5x2-k3s3"), EXACT, move |rng| {
+            let mut g = Graph::new();
+            let a = input(&mut g, rng, F32, [24, 5, 2, 1], 1.0, Form::Contig)?;
+            let d = g.op(GgmlOp::Pool1d, F32, [8, 5, 2, 1], &[a], &[op, 3, 3, 0])?;
+            g.output(d);
+            Ok(g)
+        });
+        for (k, s, p, tag) in [([2, 2], [2, 2], [0, 0], "k2s2"), ([3, 3], [2, 1], [1, 1], "k3s21p1")] {
+            push(v, "POOL_2D", format!("pool_2d/{oname}/f32/12x10x3x2-{tag}"), EXACT, move |rng| {
+                let mut g = Graph::new();
+                let a = input(&mut g, rng, F32, [12, 10, 3, 2], 1.0, Form::Contig)?;
+                let ow = (12 + 2 * p[0] - k[0]) / s[0] + 1;
+                let oh = (10 + 2 * p[1] - k[1]) / s[1] + 1;
+                let params = [op, k[0], k[1], s[0], s[1], p[0], p[1]];
+                let d = g.op(GgmlOp::Pool2d, F32, [ow as u64, oh as u64, 3, 2], &[a], &params)?;
+                g.output(d);
+                Ok(g)
+            });
+        }
+    }
+    for (s, p, d, tag) in [([1, 1], [1, 1], [1, 1], "s1p1"), ([2, 1], [0, 2], [1, 2], "s21p02d12")] {
+        push(v, "CONV_2D_DW", format!("conv_2d_dw/f32/11x9x4x2-k3-{tag}"), ORDER, move |rng| {
+            let mut g = Graph::new();
+            let k = input(&mut g, rng, F32, [3, 3, 1, 4], 1.0, Form::Contig)?;
+            let x = input(&mut g, rng, F32, [11, 9, 4, 2], 1.0, Form::Contig)?;
+            let ow = (11 + 2 * p[0] - d[0] * 2 - 1) / s[0] + 1;
+            let oh = (9 + 2 * p[1] - d[1] * 2 - 1) / s[1] + 1;
+            let params = [s[0], s[1], p[0], p[1], d[0], d[1]];
+            let o = g.op(GgmlOp::Conv2dDw, F32, [ow as u64, oh as u64, 4, 2], &[k, x], &params)?;
+            g.output(o);
+            Ok(g)
+        });
+    }
+}
