@@ -1,6 +1,7 @@
 //! Ops whose every destination element is a small function of its index: generators (ARANGE,
-//! TIMESTEP_EMBEDDING), element moves (ROLL, PAD_REFLECT_1D, DIAG, TRI, ACC, SET, UPSCALE) and the
-//! vision-encoder ops built from windows (IM2COL, POOL_1D, POOL_2D, CONV_2D_DW).
+//! TIMESTEP_EMBEDDING), element moves (ROLL, PAD_REFLECT_1D, DIAG, TRI, ACC, SET, UPSCALE, WIN_PART,
+//! WIN_UNPART, GET_REL_POS) and the vision/audio-encoder ops built from windows (IM2COL, POOL_1D,
+//! POOL_2D, CONV_2D_DW, CONV_2D, CONV_TRANSPOSE_1D, CONV_TRANSPOSE_2D, OUT_PROD).
 //!
 //! `prepare` validates shapes and parameters so that every source index a formula computes is in
 //! shape (and the bounds-checked accessors of `Tv` check again); `run` walks the destination rows
@@ -26,6 +27,11 @@
 //! - POOL_1D / POOL_2D: max or average of each window (average over the whole window size, padding
 //!   counting as absent).
 //! - CONV_2D_DW: depthwise 2-D convolution (one kernel per channel), zero padding.
+//! - CONV_2D, CONV_TRANSPOSE_1D, CONV_TRANSPOSE_2D: direct sums over the kernel window and input
+//!   channels; with an F16 kernel the input is rounded to f16 first, as ggml's CPU backend does.
+//! - OUT_PROD: `Σ_k a[i0, k] · b[i1, k]` (float operands).
+//! - WIN_PART / WIN_UNPART: the windowed attention layout of SAM-style encoders (`w × w` windows,
+//!   zero padding at the right and bottom edges) and back; GET_REL_POS: relative position rows.
 
 // Per-dimension loops index several arrays at once.
 #![allow(clippy::needless_range_loop)]
@@ -54,18 +60,84 @@ enum TriKeep {
 /// The per-element formula of one op.
 #[derive(Clone, Copy, Debug)]
 enum Formula {
-    Arange { start: f32, step: f32 },
-    Timestep { half: usize, log_period: f32 },
-    Roll { shift: [usize; 4] },
-    PadReflect { p0: usize },
+    Arange {
+        start: f32,
+        step: f32,
+    },
+    Timestep {
+        half: usize,
+        log_period: f32,
+    },
+    Roll {
+        shift: [usize; 4],
+    },
+    PadReflect {
+        p0: usize,
+    },
     Diag,
     Tri(TriKeep),
-    Window { offset: usize, nb: [usize; 3], set: bool },
-    UpNearest { sf: [f32; 4] },
-    UpBilinear { sf: [f32; 4], offset: f32 },
-    Im2col { s: [i64; 2], p: [i64; 2], d: [i64; 2], k: [usize; 2], two_d: bool },
-    Pool { max: bool, k: [usize; 2], s: [usize; 2], p: [i64; 2] },
-    ConvDw { s: [i64; 2], p: [i64; 2], d: [i64; 2] },
+    Window {
+        offset: usize,
+        nb: [usize; 3],
+        set: bool,
+    },
+    UpNearest {
+        sf: [f32; 4],
+    },
+    UpBilinear {
+        sf: [f32; 4],
+        offset: f32,
+    },
+    Im2col {
+        s: [i64; 2],
+        p: [i64; 2],
+        d: [i64; 2],
+        k: [usize; 2],
+        two_d: bool,
+    },
+    Pool {
+        max: bool,
+        k: [usize; 2],
+        s: [usize; 2],
+        p: [i64; 2],
+    },
+    ConvDw {
+        s: [i64; 2],
+        p: [i64; 2],
+        d: [i64; 2],
+    },
+    /// CONV_2D: kernel `a` `{KW, KH, IC, OC}`, input `b` `{W, H, IC, N}`; `f16`: the input rounded
+    /// to f16 as ggml's F16-kernel path does.
+    Conv2d {
+        s: [i64; 2],
+        p: [i64; 2],
+        d: [i64; 2],
+        f16: bool,
+    },
+    /// CONV_TRANSPOSE_1D: kernel `a` `{K, OC, IC}`, input `b` `{L, IC}`.
+    ConvT1d {
+        s: usize,
+        f16: bool,
+    },
+    /// CONV_TRANSPOSE_2D: kernel `a` `{KW, KH, OC, IC}`, input `b` `{W, H, IC, N}`.
+    ConvT2d {
+        s: usize,
+        f16: bool,
+    },
+    /// OUT_PROD: `Σ_k a[i0, k] · b[i1, k]`, broadcast over dims 2–3.
+    OutProd,
+    /// WIN_PART: windows of `w × w` positions, `npx` across.
+    WinPart {
+        npx: usize,
+        w: usize,
+    },
+    /// WIN_UNPART: the inverse, `npx` windows across.
+    WinUnpart {
+        npx: usize,
+        w: usize,
+    },
+    /// GET_REL_POS: row `(ne1 − i1 − 1) + i2` of the table.
+    RelPos,
 }
 
 /// A planned index-formula op.
@@ -329,6 +401,113 @@ pub(crate) unsafe fn prepare(n: &Node) -> Result<Plan> {
             }
             Formula::ConvDw { s, p, d }
         }
+        GgmlOp::Conv2d => {
+            let (k, x) = (need(&a, 0)?, need(&b, 1)?);
+            floats(op, &[&k, &x, &dst])?;
+            let s = [i64::from(i(n, 0)), i64::from(i(n, 1))];
+            let p = [i64::from(i(n, 2)), i64::from(i(n, 3))];
+            let d = [i64::from(i(n, 4)), i64::from(i(n, 5))];
+            if s.iter().chain(&d).any(|&v| v <= 0) || p.iter().any(|&v| v < 0) {
+                return Err(shape_err(op, format!("stride {s:?} padding {p:?} dilation {d:?}")));
+            }
+            let out =
+                |q: usize| (x.ne[q] as i64 + 2 * p[q] - d[q] * (k.ne[q] as i64 - 1) - 1).div_euclid(s[q]) + 1;
+            if k.ne[2] != x.ne[2]
+                || out(0) < 0
+                || out(1) < 0
+                || dst.ne != [out(0) as usize, out(1) as usize, k.ne[3], x.ne[3]]
+            {
+                return Err(shape_err(op, format!("kernel {:?} on {:?} -> {:?}", k.ne, x.ne, dst.ne)));
+            }
+            Formula::Conv2d { s, p, d, f16: k.dtype() == GgmlType::F16 }
+        }
+        GgmlOp::ConvTranspose1d => {
+            let (k, x) = (need(&a, 0)?, need(&b, 1)?);
+            floats(op, &[&k, &x, &dst])?;
+            let (s0, p0, d0) = (i(n, 0), i(n, 1), i(n, 2));
+            if s0 <= 0 || p0 != 0 || d0 != 1 {
+                return Err(shape_err(
+                    op,
+                    format!("stride {s0} padding {p0} dilation {d0} (ggml: padding 0, dilation 1)"),
+                ));
+            }
+            let len = if x.ne[0] == 0 { 0 } else { (x.ne[0] - 1) * s0 as usize + k.ne[0] };
+            if k.ne[2] != x.ne[1]
+                || k.ne[3] != 1
+                || x.ne[2] != 1
+                || x.ne[3] != 1
+                || dst.ne != [len, k.ne[1], 1, 1]
+            {
+                return Err(shape_err(op, format!("kernel {:?} on {:?} -> {:?}", k.ne, x.ne, dst.ne)));
+            }
+            Formula::ConvT1d { s: s0 as usize, f16: k.dtype() == GgmlType::F16 }
+        }
+        GgmlOp::ConvTranspose2d => {
+            let (k, x) = (need(&a, 0)?, need(&b, 1)?);
+            floats(op, &[&k, &x, &dst])?;
+            let s0 = i(n, 0);
+            if s0 <= 0 {
+                return Err(shape_err(op, format!("stride {s0}")));
+            }
+            let len = |q: usize| if x.ne[q] == 0 { 0 } else { (x.ne[q] - 1) * s0 as usize + k.ne[q] };
+            if k.ne[3] != x.ne[2] || dst.ne != [len(0), len(1), k.ne[2], x.ne[3]] {
+                return Err(shape_err(op, format!("kernel {:?} on {:?} -> {:?}", k.ne, x.ne, dst.ne)));
+            }
+            Formula::ConvT2d { s: s0 as usize, f16: k.dtype() == GgmlType::F16 }
+        }
+        GgmlOp::OutProd => {
+            let (a, b) = (need(&a, 0)?, need(&b, 1)?);
+            floats(op, &[&a, &b, &dst])?;
+            let bcast = (2..4).all(|q| a.ne[q] > 0 && b.ne[q] % a.ne[q] == 0 && dst.ne[q] == b.ne[q]);
+            if a.ne[1] != b.ne[1] || dst.ne[0] != a.ne[0] || dst.ne[1] != b.ne[0] || !bcast {
+                return Err(shape_err(op, format!("out_prod of {:?} and {:?} -> {:?}", a.ne, b.ne, dst.ne)));
+            }
+            Formula::OutProd
+        }
+        GgmlOp::WinPart => {
+            let a = need(&a, 0)?;
+            floats(op, &[&a, &dst])?;
+            let (npx, npy, w) = (i(n, 0), i(n, 1), i(n, 2));
+            if w <= 0 || npx <= 0 || npy <= 0 || a.ne[3] != 1 {
+                return Err(shape_err(op, format!("window {w}, {npx} × {npy} windows of {:?}", a.ne)));
+            }
+            let (npx, npy, w) = (npx as usize, npy as usize, w as usize);
+            if a.ne[1].div_ceil(w) != npx
+                || a.ne[2].div_ceil(w) != npy
+                || dst.ne != [a.ne[0], w, w, npx * npy]
+            {
+                return Err(shape_err(op, format!("windows of {w} over {:?} -> {:?}", a.ne, dst.ne)));
+            }
+            Formula::WinPart { npx, w }
+        }
+        GgmlOp::WinUnpart => {
+            let a = need(&a, 0)?;
+            floats(op, &[&a, &dst])?;
+            let w = i(n, 0);
+            if w <= 0 || dst.ne[3] != 1 {
+                return Err(shape_err(op, format!("window {w} -> {:?}", dst.ne)));
+            }
+            let w = w as usize;
+            let npx = dst.ne[1].div_ceil(w);
+            let np = npx * dst.ne[2].div_ceil(w);
+            if a.ne != [dst.ne[0], w, w, np] {
+                return Err(shape_err(op, format!("windows {:?} -> {:?} with w {w}", a.ne, dst.ne)));
+            }
+            Formula::WinUnpart { npx, w }
+        }
+        GgmlOp::GetRelPos => {
+            let a = need(&a, 0)?;
+            floats(op, &[&a, &dst])?;
+            if dst.ne[0] != a.ne[0]
+                || dst.ne[3] != 1
+                || a.ne[2] != 1
+                || a.ne[3] != 1
+                || (dst.ne[1] + dst.ne[2]).saturating_sub(1) > a.ne[1]
+            {
+                return Err(shape_err(op, format!("relative positions {:?} -> {:?}", a.ne, dst.ne)));
+            }
+            Formula::RelPos
+        }
         _ => return Err(Error::UnsupportedOp { op, detail: "not an indexed op".into() }),
     };
     for t in [&a, &b].into_iter().flatten() {
@@ -517,6 +696,74 @@ impl Indexed {
                     acc / (k[0] * k[1]) as f32
                 }
             }
+            Formula::Conv2d { s, p, d, f16 } => {
+                let (k, src) = (a(), self.b.as_ref().expect("src1 validated"));
+                let mut sum = 0.0f32;
+                for ic in 0..k.ne[2] {
+                    for ky in 0..k.ne[1] {
+                        let y = i1 as i64 * s[1] + ky as i64 * d[1] - p[1];
+                        for kx in 0..k.ne[0] {
+                            let xx = i0 as i64 * s[0] + kx as i64 * d[0] - p[0];
+                            let inside = y >= 0 && xx >= 0 && y < src.ne[1] as i64 && xx < src.ne[0] as i64;
+                            if inside {
+                                let v = round_to(f16, src.get_f32(xx as usize, y as usize, ic, i3));
+                                sum += k.get_f32(kx, ky, ic, i2) * v;
+                            }
+                        }
+                    }
+                }
+                sum
+            }
+            Formula::ConvT1d { s, f16 } => {
+                let (k, src) = (a(), self.b.as_ref().expect("src1 validated"));
+                let mut sum = 0.0f32;
+                for t in 0..src.ne[0] {
+                    let Some(kk) = i0.checked_sub(t * s).filter(|&kk| kk < k.ne[0]) else { continue };
+                    let mut dot = 0.0f32;
+                    for ic in 0..src.ne[1] {
+                        dot += k.get_f32(kk, i1, ic, 0) * round_to(f16, src.get_f32(t, ic, 0, 0));
+                    }
+                    sum += dot;
+                }
+                sum
+            }
+            Formula::ConvT2d { s, f16 } => {
+                let (k, src) = (a(), self.b.as_ref().expect("src1 validated"));
+                let mut sum = 0.0f32;
+                for iy in 0..src.ne[1] {
+                    let Some(ky) = i1.checked_sub(iy * s).filter(|&ky| ky < k.ne[1]) else { continue };
+                    for ix in 0..src.ne[0] {
+                        let Some(kx) = i0.checked_sub(ix * s).filter(|&kx| kx < k.ne[0]) else { continue };
+                        let mut dot = 0.0f32;
+                        for ic in 0..src.ne[2] {
+                            dot += k.get_f32(kx, ky, i2, ic) * round_to(f16, src.get_f32(ix, iy, ic, i3));
+                        }
+                        sum += dot;
+                    }
+                }
+                sum
+            }
+            Formula::OutProd => {
+                let (a, b) = (a(), self.b.as_ref().expect("src1 validated"));
+                let (j2, j3) = (i2 / (b.ne[2] / a.ne[2]), i3 / (b.ne[3] / a.ne[3]));
+                let mut sum = 0.0f32;
+                for k in 0..a.ne[1] {
+                    sum += a.get_f32(i0, k, j2, j3) * b.get_f32(i1, k, i2, i3);
+                }
+                sum
+            }
+            Formula::WinPart { npx, w } => {
+                let a = a();
+                let (py, px) = (i3 / npx, i3 % npx);
+                let (y, xx) = (py * w + i2, px * w + i1);
+                if y >= a.ne[2] || xx >= a.ne[1] {
+                    0.0
+                } else {
+                    a.get_f32(i0, xx, y, 0)
+                }
+            }
+            Formula::WinUnpart { npx, w } => a().get_f32(i0, i1 % w, i2 % w, (i2 / w) * npx + i1 / w),
+            Formula::RelPos => a().get_f32(i0, (self.dst.ne[1] - i1 - 1) + i2, 0, 0),
             Formula::ConvDw { s, p, d } => {
                 let (k, src) = (a(), self.b.as_ref().expect("src1 validated"));
                 let mut sum = 0.0f32;
@@ -556,5 +803,15 @@ impl Indexed {
         }
         j[0] = rel / 4;
         (0..4).all(|k| j[k] < b.ne[k]).then_some(j)
+    }
+}
+
+/// `v` rounded to f16 when `f16` (ggml converts convolution inputs to an F16 kernel's type).
+#[inline(always)]
+fn round_to(f16: bool, v: f32) -> f32 {
+    if f16 {
+        half::f16::from_f32(v).to_f32()
+    } else {
+        v
     }
 }

@@ -326,7 +326,14 @@ unsafe fn prepare_op(n: &Node, interleaved: Option<Interleaved>, mask: Option<&T
             | GgmlOp::Im2col
             | GgmlOp::Pool1d
             | GgmlOp::Pool2d
-            | GgmlOp::Conv2dDw => indexed::prepare(n),
+            | GgmlOp::Conv2dDw
+            | GgmlOp::Conv2d
+            | GgmlOp::ConvTranspose1d
+            | GgmlOp::ConvTranspose2d
+            | GgmlOp::OutProd
+            | GgmlOp::WinPart
+            | GgmlOp::WinUnpart
+            | GgmlOp::GetRelPos => indexed::prepare(n),
             op => Err(Error::UnsupportedOp { op, detail: "not implemented by this backend".into() }),
         }
     }

@@ -223,4 +223,81 @@ fn encoder(v: &mut Vec<Case>) {
             Ok(g)
         });
     }
+    // CONV_2D (direct), F32 and F16 kernels; CONV_TRANSPOSE_1D/2D (F16 input rounding with F16
+    // kernels); sums over input channels in ggml's vectorised order: summation-order bound.
+    for kt in [F32, F16] {
+        for (s, p, d, tag) in [([1, 1], [1, 1], [1, 1], "s1p1"), ([2, 1], [0, 2], [1, 2], "s21p02d12")] {
+            push(v, "CONV_2D", format!("conv_2d/{}/9x8x4x2-k3x3x4x5-{tag}", tn(kt)), ORDER, move |rng| {
+                let mut g = Graph::new();
+                let k = input(&mut g, rng, kt, [3, 3, 4, 5], 1.0, Form::Contig)?;
+                let x = input(&mut g, rng, F32, [9, 8, 4, 2], 1.0, Form::Contig)?;
+                let ow = (9 + 2 * p[0] - d[0] * 2 - 1) / s[0] + 1;
+                let oh = (8 + 2 * p[1] - d[1] * 2 - 1) / s[1] + 1;
+                let params = [s[0], s[1], p[0], p[1], d[0], d[1]];
+                let o = g.op(GgmlOp::Conv2d, F32, [ow as u64, oh as u64, 5, 2], &[k, x], &params)?;
+                g.output(o);
+                Ok(g)
+            });
+        }
+        for s0 in [1u64, 2] {
+            push(
+                v,
+                "CONV_TRANSPOSE_1D",
+                format!("conv_transpose_1d/{}/10x4-k3x5-s{s0}", tn(kt)),
+                ORDER,
+                move |rng| {
+                    let mut g = Graph::new();
+                    let k = input(&mut g, rng, kt, [3, 5, 4, 1], 1.0, Form::Contig)?;
+                    let x = input(&mut g, rng, F32, [10, 4, 1, 1], 1.0, Form::Contig)?;
+                    let o = g.op(
+                        GgmlOp::ConvTranspose1d,
+                        F32,
+                        [9 * s0 + 3, 5, 1, 1],
+                        &[k, x],
+                        &[s0 as i32, 0, 1],
+                    )?;
+                    g.output(o);
+                    Ok(g)
+                },
+            );
+        }
+    }
+    push(v, "CONV_TRANSPOSE_2D", "conv_transpose_2d/f16/6x5x4-k3x3x5x4-s2".into(), ORDER, move |rng| {
+        let mut g = Graph::new();
+        let k = input(&mut g, rng, F16, [3, 3, 5, 4], 1.0, Form::Contig)?;
+        let x = input(&mut g, rng, F32, [6, 5, 4, 1], 1.0, Form::Contig)?;
+        let o = g.op(GgmlOp::ConvTranspose2d, F32, [13, 11, 5, 1], &[k, x], &[2])?;
+        g.output(o);
+        Ok(g)
+    });
+    push(v, "OUT_PROD", "out_prod/f32/16x8x2-12x8x4".into(), ORDER, move |rng| {
+        let mut g = Graph::new();
+        let a = input(&mut g, rng, F32, [16, 8, 2, 1], 1.0, Form::Contig)?;
+        let b = input(&mut g, rng, F32, [12, 8, 4, 1], 1.0, Form::Contig)?;
+        let o = g.op(GgmlOp::OutProd, F32, [16, 12, 4, 1], &[a, b], &[])?;
+        g.output(o);
+        Ok(g)
+    });
+    // SAM-style windowed attention layout: 13 × 11 positions in 5 × 5 windows (3 × 3 of them).
+    push(v, "WIN_PART", "win_part/f32/8x13x11-w5".into(), EXACT, move |rng| {
+        let mut g = Graph::new();
+        let a = input(&mut g, rng, F32, [8, 13, 11, 1], 1.0, Form::Contig)?;
+        let o = g.op(GgmlOp::WinPart, F32, [8, 5, 5, 9], &[a], &[3, 3, 5])?;
+        g.output(o);
+        Ok(g)
+    });
+    push(v, "WIN_UNPART", "win_unpart/f32/8x5x5x9-to-13x11-w5".into(), EXACT, move |rng| {
+        let mut g = Graph::new();
+        let a = input(&mut g, rng, F32, [8, 5, 5, 9], 1.0, Form::Contig)?;
+        let o = g.op(GgmlOp::WinUnpart, F32, [8, 13, 11, 1], &[a], &[5])?;
+        g.output(o);
+        Ok(g)
+    });
+    push(v, "GET_REL_POS", "get_rel_pos/f16/8x13-to-7x7".into(), EXACT, move |rng| {
+        let mut g = Graph::new();
+        let a = input(&mut g, rng, F16, [8, 13, 1, 1], 1.0, Form::Contig)?;
+        let o = g.op(GgmlOp::GetRelPos, F16, [8, 7, 7, 1], &[a], &[])?;
+        g.output(o);
+        Ok(g)
+    });
 }
