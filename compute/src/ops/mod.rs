@@ -9,6 +9,7 @@
 
 pub(crate) mod access;
 mod attention;
+mod backward;
 mod binary;
 mod copy;
 mod f16acc;
@@ -68,6 +69,7 @@ pub(crate) enum Kind {
     Sort(reduce::Sort),
     Layout(layout::LayoutOp),
     Indexed(Box<indexed::Indexed>),
+    Backward(Box<backward::Backward>),
 }
 
 /// Collects the first error raised while a graph runs.
@@ -302,7 +304,7 @@ unsafe fn prepare_op(n: &Node, interleaved: Option<Interleaved>, mask: Option<&T
             | GgmlOp::Fill => unary::prepare(n),
             GgmlOp::Glu => unary::prepare_glu(n),
             GgmlOp::RmsNorm | GgmlOp::Norm | GgmlOp::L2Norm | GgmlOp::GroupNorm => norm::prepare(n),
-            GgmlOp::Rope => rope::prepare(n),
+            GgmlOp::Rope | GgmlOp::RopeBack => rope::prepare(n),
             GgmlOp::SoftMax => softmax::prepare(n),
             GgmlOp::DiagMaskInf | GgmlOp::DiagMaskZero => softmax::prepare_diag_mask_inf(n),
             GgmlOp::FlashAttnExt => attention::prepare(n),
@@ -334,6 +336,14 @@ unsafe fn prepare_op(n: &Node, interleaved: Option<Interleaved>, mask: Option<&T
             | GgmlOp::WinPart
             | GgmlOp::WinUnpart
             | GgmlOp::GetRelPos => indexed::prepare(n),
+            GgmlOp::SiluBack
+            | GgmlOp::RmsNormBack
+            | GgmlOp::SoftMaxBack
+            | GgmlOp::RepeatBack
+            | GgmlOp::GetRowsBack
+            | GgmlOp::CrossEntropyLoss
+            | GgmlOp::CrossEntropyLossBack
+            | GgmlOp::OptStepSgd => backward::prepare(n),
             op => Err(Error::UnsupportedOp { op, detail: "not implemented by this backend".into() }),
         }
     }
@@ -361,6 +371,7 @@ pub(crate) fn run(n: &Node, plan: &Plan, phase: u8, ctx: &mut Ctx<'_>) {
         Kind::Sort(p) => p.run(ctx),
         Kind::Layout(p) => p.run(ctx),
         Kind::Indexed(p) => p.run(ctx),
+        Kind::Backward(p) => p.run(n.op, ctx),
     }
 }
 

@@ -1,4 +1,4 @@
-//! ROPE: rotary position embedding in every mode ggml's CPU backend runs (NORMAL, NEOX, M-RoPE,
+//! ROPE (and ROPE_BACK, the same rotation with the sine negated): rotary position embedding in every mode ggml's CPU backend runs (NORMAL, NEOX, M-RoPE,
 //! interleaved M-RoPE, vision), frequency factors and YaRN.
 //!
 //! ref: ggml-compute-semantics.md §3.3 ROPE. The multi-section modes take four positions per token
@@ -33,6 +33,8 @@ pub(crate) struct Rope {
     n_dims: usize,
     n_offs: usize,
     mode: Mode,
+    /// −1 for ROPE_BACK (the inverse rotation), else 1.
+    sin_sign: f32,
     freq_base: f32,
     freq_scale: f32,
     ext_factor: f32,
@@ -194,6 +196,7 @@ pub(crate) unsafe fn prepare(n: &Node) -> Result<Plan> {
         n_dims,
         n_offs,
         mode,
+        sin_sign: if op == crate::op::GgmlOp::RopeBack { -1.0 } else { 1.0 },
         freq_base,
         freq_scale: param_f32(n, 6),
         ext_factor: param_f32(n, 7),
@@ -237,7 +240,7 @@ impl Rope {
                 mscale *= 0.1f32.mul_add((1.0 / self.freq_scale).ln(), 1.0);
             }
             cache[2 * k] = th.cos() * mscale;
-            cache[2 * k + 1] = th.sin() * mscale;
+            cache[2 * k + 1] = th.sin() * mscale * self.sin_sign;
             for t in theta.iter_mut() {
                 *t *= theta_scale;
             }

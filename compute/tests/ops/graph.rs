@@ -10,9 +10,9 @@ use crate::harness::*;
 fn unsupported_and_callback_ops_are_refused_by_name() {
     let a = T::new(GgmlType::F32, [4, 4, 1, 1]);
     let d = T::new(GgmlType::F32, [4, 4, 1, 1]);
-    for op in
-        [GgmlOp::Conv2d, GgmlOp::SsmScan, GgmlOp::MapCustom1, GgmlOp::Custom, GgmlOp::Acc, GgmlOp::RopeBack]
-    {
+    // The ops whose nodes carry function pointers (never executed); the coverage test checks every
+    // other op of the enum.
+    for op in [GgmlOp::MapCustom1, GgmlOp::MapCustom2, GgmlOp::MapCustom3, GgmlOp::Custom] {
         match validate(vec![node(op, d.t(), &[a.t()])]) {
             Err(Error::UnsupportedOp { op: got, .. }) => assert_eq!(got, op),
             other => panic!("{op:?}: {other:?}"),

@@ -14,10 +14,77 @@ use super::{i32_input, input, push, tn, Case, Form, EXACT, ORDER, ULP};
 use crate::opdiff::graph::{f32p, Graph};
 
 pub fn cases(v: &mut Vec<Case>) {
+    gradients(v);
     generators(v);
     moves(v);
     reductions(v);
     encoder(v);
+}
+
+/// The training ops (ggml-opt): gradients of the forward ops, the loss and the SGD step.
+fn gradients(v: &mut Vec<Case>) {
+    let ne = [64u64, 6, 3, 1];
+    for (op, name, params, bound) in [
+        (GgmlOp::SiluBack, "silu_back", vec![], ULP),
+        (GgmlOp::RmsNormBack, "rms_norm_back", vec![f32p(1e-6)], ORDER),
+        (GgmlOp::SoftMaxBack, "soft_max_back", vec![f32p(0.5), f32p(0.0)], ORDER),
+    ] {
+        push(v, name.to_uppercase().leak(), format!("{name}/f32/64x6x3"), bound, move |rng| {
+            let mut g = Graph::new();
+            let dy = input(&mut g, rng, F32, ne, 1.0, Form::Contig)?;
+            let x = input(&mut g, rng, F32, ne, 1.0, Form::Contig)?;
+            let d = g.op(op, F32, ne, &[dy, x], &params)?;
+            g.output(d);
+            Ok(g)
+        });
+    }
+    push(v, "REPEAT_BACK", "repeat_back/f32/64x8x3x2-to-32x4x3x1".into(), EXACT, |rng| {
+        let mut g = Graph::new();
+        let a = input(&mut g, rng, F32, [64, 8, 3, 2], 1.0, Form::Contig)?;
+        let d = g.op(GgmlOp::RepeatBack, F32, [32, 4, 3, 1], &[a], &[])?;
+        g.output(d);
+        Ok(g)
+    });
+    push(v, "GET_ROWS_BACK", "get_rows_back/f32/32x7-to-32x5".into(), EXACT, |rng| {
+        let mut g = Graph::new();
+        let grad = input(&mut g, rng, F32, [32, 7, 1, 1], 1.0, Form::Contig)?;
+        let ids: Vec<i32> = (0..7).map(|_| rng.random_range(0..5)).collect();
+        let ids = i32_input(&mut g, [7, 1, 1, 1], &ids)?;
+        let d = g.op(GgmlOp::GetRowsBack, F32, [32, 5, 1, 1], &[grad, ids], &[])?;
+        g.output(d);
+        Ok(g)
+    });
+    push(v, "CROSS_ENTROPY_LOSS", "cross_entropy_loss/f32/50x6".into(), ORDER, |rng| {
+        let mut g = Graph::new();
+        let logits = input(&mut g, rng, F32, [50, 6, 1, 1], 2.0, Form::Contig)?;
+        let mut labels = vec![0f32; 300];
+        for r in 0..6 {
+            labels[r * 50 + rng.random_range(0..50)] = 1.0;
+        }
+        let labels = super::f32_input(&mut g, [50, 6, 1, 1], &labels)?;
+        let d = g.op(GgmlOp::CrossEntropyLoss, F32, [1, 1, 1, 1], &[logits, labels], &[])?;
+        g.output(d);
+        Ok(g)
+    });
+    push(v, "CROSS_ENTROPY_LOSS_BACK", "cross_entropy_loss_back/f32/50x6".into(), ORDER, |rng| {
+        let mut g = Graph::new();
+        let dl = super::f32_input(&mut g, [1, 1, 1, 1], &[0.75])?;
+        let logits = input(&mut g, rng, F32, [50, 6, 1, 1], 2.0, Form::Contig)?;
+        let labels: Vec<f32> = (0..300).map(|_| rng.random_range(0.0f32..0.04)).collect();
+        let labels = super::f32_input(&mut g, [50, 6, 1, 1], &labels)?;
+        let d = g.op(GgmlOp::CrossEntropyLossBack, F32, [50, 6, 1, 1], &[dl, logits, labels], &[])?;
+        g.output(d);
+        Ok(g)
+    });
+    push(v, "OPT_STEP_SGD", "opt_step_sgd/f32/64x6".into(), EXACT, |rng| {
+        let mut g = Graph::new();
+        let x = input(&mut g, rng, F32, [64, 6, 1, 1], 1.0, Form::Contig)?;
+        let grad = input(&mut g, rng, F32, [64, 6, 1, 1], 1.0, Form::Contig)?;
+        let p = super::f32_input(&mut g, [2, 1, 1, 1], &[0.01, 0.1])?;
+        g.op_into(GgmlOp::OptStepSgd, x, &[x, grad, p], &[]);
+        g.output(x);
+        Ok(g)
+    });
 }
 
 fn generators(v: &mut Vec<Case>) {

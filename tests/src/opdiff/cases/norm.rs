@@ -187,6 +187,21 @@ fn rope(v: &mut Vec<Case>) {
             Ok(g)
         });
     }
+    // ROPE_BACK: the inverse rotation, NORMAL and NEOX, plain and YaRN.
+    for (mode, mname) in [(rope_mode::NORMAL, "normal"), (rope_mode::NEOX, "neox")] {
+        for (yname, ext) in [("", 0.0f32), ("-yarn", 1.0)] {
+            let p =
+                RopeP { ext_factor: ext, freq_scale: if ext > 0.0 { 0.25 } else { 1.0 }, ..plain(mode, 1e4) };
+            push(v, "ROPE_BACK", format!("rope_back/{mname}{yname}/f32/64x9x5"), EXACT, move |rng| {
+                let mut g = Graph::new();
+                let x = input(&mut g, rng, F32, [D, H, 5, 1], 1.0, Form::Contig)?;
+                let pos = i32_input(&mut g, [5, 1, 1, 1], &[0, 7, 8, 9, 500])?;
+                let d = g.op(GgmlOp::RopeBack, F32, [D, H, 5, 1], &[x, pos], &p.params())?;
+                g.output(d);
+                Ok(g)
+            });
+        }
+    }
     // Two sequences (ne3 = 2) of 3 tokens, positions as a master sends them.
     push(v, "ROPE", "rope/neox/f32/64x3x3x2/seqs".into(), EXACT, move |rng| {
         let mut g = Graph::new();

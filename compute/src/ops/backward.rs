@@ -1,0 +1,307 @@
+//! The gradient ops a master sends when it trains or fine-tunes through a worker (llama.cpp's
+//! `ggml-opt`): SILU_BACK, RMS_NORM_BACK, SOFT_MAX_BACK, REPEAT_BACK, GET_ROWS_BACK,
+//! CROSS_ENTROPY_LOSS, CROSS_ENTROPY_LOSS_BACK and OPT_STEP_SGD. (ROPE_BACK is ROPE with the sine
+//! negated, in `rope`.)
+//!
+//! Formulas (row = a row along dim 0; `dy` the incoming gradient):
+//! - SILU_BACK(dy, x): `dy · s · (1 + x·(1 − s))`, `s = sigmoid(x)`.
+//! - RMS_NORM_BACK(dz, x; eps): with `Sxx = Σx²`, `Sxz = Σx·dz` (f64), `r = 1/√(Sxx/n + eps)`:
+//!   `(x · (−Sxz/(Sxx + eps·n)) + dz) · r`.
+//! - SOFT_MAX_BACK(dy, y; scale): `(dy − Σy·dy) · y · scale` (ALiBi is refused, as ggml does).
+//! - REPEAT_BACK: the sum of every repetition of each destination element.
+//! - GET_ROWS_BACK(g, ids): destination row `r` = Σ of the rows `i` of `g` with `ids[i] = r`.
+//! - CROSS_ENTROPY_LOSS(logits, labels): `−Σ_rows Σ labels · log_softmax(logits) / rows`.
+//! - CROSS_ENTROPY_LOSS_BACK(dl, logits, labels): `(softmax(logits) − labels) · dl / rows`.
+//! - OPT_STEP_SGD(x, g, [α, wd]): `x · (1 − α·wd) − α·g`, written over `x` (the destination is a
+//!   view of `x`).
+
+use crate::dtype::GgmlType;
+use crate::error::{Error, Result};
+use crate::graph::Node;
+use crate::op::GgmlOp;
+
+use super::access::Tv;
+use super::{check_overlap, param_f32, shape_err, tv, types_err, Alias, Ctx, Kind, Plan};
+
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Which {
+    SiluBack,
+    RmsNormBack { eps: f32 },
+    SoftMaxBack { scale: f32 },
+    RepeatBack,
+    GetRowsBack,
+    CrossEntropy,
+    CrossEntropyBack,
+    SgdStep,
+}
+
+/// A planned gradient op.
+pub(crate) struct Backward {
+    dst: Tv,
+    s: [Option<Tv>; 3],
+    which: Which,
+}
+
+/// Validates one of the gradient ops.
+///
+/// # Safety
+/// As `ops::prepare`.
+pub(crate) unsafe fn prepare(n: &Node) -> Result<Plan> {
+    let op = n.op;
+    // SAFETY: forwarded contract.
+    let dst = unsafe { tv(&n.dst)? };
+    let mut s: [Option<Tv>; 3] = [None, None, None];
+    for (k, slot) in s.iter_mut().enumerate() {
+        if let Some(t) = n.src[k].as_ref() {
+            // SAFETY: forwarded contract.
+            *slot = Some(unsafe { tv(t)? });
+        }
+    }
+    let need = |k: usize| -> Result<Tv> { s[k].ok_or_else(|| shape_err(op, format!("missing src[{k}]"))) };
+    let all_f32 = |ts: &[&Tv]| ts.iter().all(|t| t.dtype() == GgmlType::F32);
+    let (which, units) = match op {
+        GgmlOp::SiluBack | GgmlOp::RmsNormBack | GgmlOp::SoftMaxBack => {
+            let (a, b) = (need(0)?, need(1)?);
+            if !all_f32(&[&a, &b, &dst]) || a.ne != b.ne || a.ne != dst.ne {
+                return Err(shape_err(
+                    op,
+                    format!("{:?} / {:?} -> {:?} (F32, same shapes)", a.ne, b.ne, dst.ne),
+                ));
+            }
+            let which = match op {
+                GgmlOp::SiluBack => Which::SiluBack,
+                GgmlOp::RmsNormBack => Which::RmsNormBack { eps: param_f32(n, 0) },
+                _ => {
+                    if param_f32(n, 1) != 0.0 {
+                        return Err(Error::UnsupportedOp { op, detail: "SOFT_MAX_BACK with ALiBi".into() });
+                    }
+                    Which::SoftMaxBack { scale: param_f32(n, 0) }
+                }
+            };
+            (which, 0)
+        }
+        GgmlOp::RepeatBack => {
+            let a = need(0)?;
+            if !all_f32(&[&a, &dst]) || (0..4).any(|k| dst.ne[k] == 0 || a.ne[k] % dst.ne[k] != 0) {
+                return Err(shape_err(op, format!("{:?} does not fold to {:?}", a.ne, dst.ne)));
+            }
+            (Which::RepeatBack, 0)
+        }
+        GgmlOp::GetRowsBack => {
+            let (g, ids) = (need(0)?, need(1)?);
+            if !all_f32(&[&g, &dst]) || ids.dtype() != GgmlType::I32 {
+                return Err(types_err(op, "F32 gradients, I32 row ids"));
+            }
+            if g.ne[2] != 1
+                || g.ne[3] != 1
+                || ids.nelements() != g.ne[1]
+                || ids.ne[0] != g.ne[1]
+                || dst.ne[0] != g.ne[0]
+                || dst.ne[2] != 1
+                || dst.ne[3] != 1
+            {
+                return Err(shape_err(op, format!("rows {:?}, ids {:?} -> {:?}", g.ne, ids.ne, dst.ne)));
+            }
+            (Which::GetRowsBack, 0)
+        }
+        GgmlOp::CrossEntropyLoss => {
+            let (a, b) = (need(0)?, need(1)?);
+            if !all_f32(&[&a, &b, &dst]) || a.ne != b.ne || dst.ne != [1, 1, 1, 1] {
+                return Err(shape_err(op, format!("{:?} / {:?} -> {:?}", a.ne, b.ne, dst.ne)));
+            }
+            (Which::CrossEntropy, 1)
+        }
+        GgmlOp::CrossEntropyLossBack => {
+            let (dl, a, b) = (need(0)?, need(1)?, need(2)?);
+            if !all_f32(&[&dl, &a, &b, &dst]) || dl.nelements() != 1 || a.ne != b.ne || a.ne != dst.ne {
+                return Err(shape_err(op, format!("{:?}: {:?} / {:?} -> {:?}", dl.ne, a.ne, b.ne, dst.ne)));
+            }
+            (Which::CrossEntropyBack, 0)
+        }
+        GgmlOp::OptStepSgd => {
+            let (x, g, p) = (need(0)?, need(1)?, need(2)?);
+            if !all_f32(&[&x, &g, &p, &dst]) || x.ne != g.ne || x.ne != dst.ne || p.nelements() != 2 {
+                return Err(shape_err(op, format!("x {:?}, grad {:?}, params {:?}", x.ne, g.ne, p.ne)));
+            }
+            // The destination is the parameters themselves (a view of src0).
+            check_overlap(op, &dst, &x, Alias::RowLocal)?;
+            for t in [&g, &p] {
+                check_overlap(op, &dst, t, Alias::Never)?;
+            }
+            let mut plan =
+                super::simple(Kind::Backward(Box::new(Backward { dst, s, which: Which::SgdStep })), 0);
+            plan.local_f32 = 2 * dst.ne[0];
+            return Ok(plan);
+        }
+        _ => return Err(Error::UnsupportedOp { op, detail: "not a gradient op".into() }),
+    };
+    for t in s.iter().flatten() {
+        check_overlap(op, &dst, t, Alias::Never)?;
+    }
+    let width = s.iter().flatten().map(|t| t.ne[0]).max().unwrap_or(0).max(dst.ne[0]);
+    let mut plan = super::simple(Kind::Backward(Box::new(Backward { dst, s, which })), 3 * width);
+    if units > 0 {
+        plan.units = [units, 0];
+    }
+    Ok(plan)
+}
+
+impl Backward {
+    fn src(&self, k: usize) -> &Tv {
+        self.s[k].as_ref().expect("validated source")
+    }
+
+    pub(crate) fn run(&self, op: GgmlOp, ctx: &mut Ctx<'_>) {
+        let d = &self.dst;
+        match self.which {
+            Which::CrossEntropy => {
+                if ctx.unit == 0 {
+                    let (a, b) = (self.src(0), self.src(1));
+                    let n0 = a.ne[0];
+                    let mut total = 0.0f64;
+                    for r in 0..a.nrows() {
+                        let (i1, i2, i3) = a.unravel_row(r);
+                        let (x, rest) = ctx.local.split_at_mut(n0);
+                        let y = &mut rest[..n0];
+                        a.load_row(i1, i2, i3, x);
+                        b.load_row(i1, i2, i3, y);
+                        let max = x.iter().fold(f32::NEG_INFINITY, |m, &v| m.max(v));
+                        let sum: f64 = x.iter().map(|&v| ((v - max).exp()) as f64).sum();
+                        let ls = (sum.ln()) as f32;
+                        let row: f64 =
+                            x.iter().zip(y.iter()).map(|(&v, &l)| ((v - max - ls) * l) as f64).sum();
+                        total += row;
+                    }
+                    d.set_f32(0, 0, 0, 0, (-total / a.nrows() as f64) as f32);
+                }
+            }
+            Which::RepeatBack => {
+                let a = self.src(0);
+                let reps: [usize; 4] = std::array::from_fn(|k| a.ne[k] / d.ne[k]);
+                for r in ctx.range(d.nrows()) {
+                    let (i1, i2, i3) = d.unravel_row(r);
+                    for i0 in 0..d.ne[0] {
+                        let mut sum = 0.0f32;
+                        for r3 in 0..reps[3] {
+                            for r2 in 0..reps[2] {
+                                for r1 in 0..reps[1] {
+                                    for r0 in 0..reps[0] {
+                                        sum += a.get_f32(
+                                            i0 + r0 * d.ne[0],
+                                            i1 + r1 * d.ne[1],
+                                            i2 + r2 * d.ne[2],
+                                            i3 + r3 * d.ne[3],
+                                        );
+                                    }
+                                }
+                            }
+                        }
+                        d.set_f32(i0, i1, i2, i3, sum);
+                    }
+                }
+            }
+            Which::GetRowsBack => {
+                let (g, ids) = (self.src(0), self.src(1));
+                let mut bad = 0usize;
+                for r in ctx.range(d.nrows()) {
+                    let (i1, _, _) = d.unravel_row(r);
+                    let row = &mut ctx.local[..d.ne[0]];
+                    row.fill(0.0);
+                    for i in 0..g.ne[1] {
+                        let id = ids.get_index(i, 0, 0, 0);
+                        if id < 0 || id as usize >= d.ne[1] {
+                            bad += 1;
+                            continue;
+                        }
+                        if id as usize == i1 {
+                            for (i0, v) in row.iter_mut().enumerate() {
+                                *v += g.get_f32(i0, i, 0, 0);
+                            }
+                        }
+                    }
+                    d.store_row(i1, 0, 0, row);
+                }
+                if bad > 0 && ctx.unit == 0 {
+                    ctx.errors.report(Error::IndexOutOfRange {
+                        op,
+                        detail: format!("row ids outside 0..{}", d.ne[1]),
+                    });
+                }
+            }
+            _ => self.run_rows(ctx),
+        }
+    }
+
+    /// The row-wise ops: each destination row from the same rows of the sources.
+    fn run_rows(&self, ctx: &mut Ctx<'_>) {
+        let d = &self.dst;
+        let n0 = d.ne[0];
+        for r in ctx.range(d.nrows()) {
+            let (i1, i2, i3) = d.unravel_row(r);
+            let (a, rest) = ctx.local.split_at_mut(n0);
+            let (b, rest) = rest.split_at_mut(n0);
+            let c = &mut rest[..n0];
+            match self.which {
+                Which::SiluBack => {
+                    self.src(0).load_row(i1, i2, i3, a);
+                    self.src(1).load_row(i1, i2, i3, b);
+                    for (dy, &x) in a.iter_mut().zip(b.iter()) {
+                        let s = 1.0 / (1.0 + (-x).exp());
+                        *dy = *dy * s * (1.0 + x * (1.0 - s));
+                    }
+                }
+                Which::RmsNormBack { eps } => {
+                    self.src(0).load_row(i1, i2, i3, a);
+                    self.src(1).load_row(i1, i2, i3, b);
+                    let sxx: f64 = b.iter().map(|&x| (x * x) as f64).sum();
+                    let sxz: f64 = b.iter().zip(a.iter()).map(|(&x, &z)| (x * z) as f64).sum();
+                    let mean_eps = (sxx / n0 as f64 + eps as f64) as f32;
+                    let sum_eps = (sxx + eps as f64 * n0 as f64) as f32;
+                    let rrms = 1.0 / mean_eps.sqrt();
+                    let k = (-sxz) as f32 / sum_eps;
+                    for (z, &x) in a.iter_mut().zip(b.iter()) {
+                        *z = (x * k + *z) * rrms;
+                    }
+                }
+                Which::SoftMaxBack { scale } => {
+                    self.src(0).load_row(i1, i2, i3, a);
+                    self.src(1).load_row(i1, i2, i3, b);
+                    let dot: f64 = a.iter().zip(b.iter()).map(|(&dy, &y)| (dy * y) as f64).sum();
+                    let dot = dot as f32;
+                    for (dy, &y) in a.iter_mut().zip(b.iter()) {
+                        *dy = (*dy - dot) * y * scale;
+                    }
+                }
+                Which::CrossEntropyBack => {
+                    let dl = self.src(0).get_f32(0, 0, 0, 0);
+                    let rows = d.nrows() as f32;
+                    self.src(1).load_row(i1, i2, i3, a);
+                    self.src(2).load_row(i1, i2, i3, b);
+                    let max = a.iter().fold(f32::NEG_INFINITY, |m, &v| m.max(v));
+                    let mut sum = 0.0f64;
+                    for (e, &v) in c.iter_mut().zip(a.iter()) {
+                        *e = (v - max).exp();
+                        sum += *e as f64;
+                    }
+                    let inv = (1.0 / sum) as f32;
+                    for ((o, &e), &l) in a.iter_mut().zip(c.iter()).zip(b.iter()) {
+                        *o = (e * inv - l) * (dl / rows);
+                    }
+                }
+                Which::SgdStep => {
+                    let p = self.src(2);
+                    let (alpha, wd) = (p.get_f32(0, 0, 0, 0), p.get_f32(1, 0, 0, 0));
+                    let keep = 1.0 - alpha * wd;
+                    self.src(0).load_row(i1, i2, i3, a);
+                    self.src(1).load_row(i1, i2, i3, b);
+                    for (x, &g) in a.iter_mut().zip(b.iter()) {
+                        // As ggml's x86 build contracts it.
+                        *x = x.mul_add(keep, -(alpha * g));
+                    }
+                }
+                _ => unreachable!("not a row-wise gradient op"),
+            }
+            d.store_row(i1, i2, i3, a);
+        }
+    }
+}
