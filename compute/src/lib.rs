@@ -16,6 +16,7 @@
 //! ```
 #![warn(missing_docs)]
 
+pub mod coverage;
 pub mod dtype;
 pub mod error;
 pub mod gguf;

@@ -2,6 +2,7 @@
 //! references, validation of malformed graphs, and thread-count independence.
 
 mod attention;
+mod coverage;
 mod elementwise;
 mod encoder;
 mod fuzz;
