@@ -33,7 +33,9 @@ pub fn support(op: GgmlOp) -> Support {
     match op {
         None | Reshape | View | Permute | Transpose => Support::View,
         MapCustom1 | MapCustom2 | MapCustom3 | Custom => Support::Callback,
-        MulMat | MulMatId => c("matmul", "per weight type: AVX2/AVX-512/NEON dots, GEMM tiles, panels (see quant)"),
+        MulMat | MulMatId => {
+            c("matmul", "per weight type: AVX2/AVX-512/NEON dots, GEMM tiles, panels (see quant)")
+        }
         GetRows | SetRows => c("rows", ""),
         Dup | Cpy | Cont => c("copy", ""),
         Add | Sub | Mul | Div | Add1 | AddId => c("binary", ""),

@@ -54,6 +54,7 @@ pub mod interleave;
 pub mod panel;
 pub mod prepared;
 pub mod scalar;
+pub mod testing;
 #[cfg(test)]
 mod tests;
 #[cfg(target_arch = "x86_64")]

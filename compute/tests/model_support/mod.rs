@@ -235,6 +235,13 @@ pub fn tiny(spec: Spec, seed: u64) -> Tiny {
 
 /// `src` written by the GGUF writer (matrices quantized to Q8_0 when `quantize`), plus extra metadata.
 pub fn gguf_writer(src: &MemWeights, quantize: bool) -> GgufWriter {
+    gguf_writer_typed(src, quantize.then_some(GgmlType::Q8_0))
+}
+
+/// `src` as a GGUF with every matrix (2-D and 3-D tensors) in `weights` (F32 otherwise): quantized
+/// with compute's quantizer, or valid random blocks of about the same size for the grid IQ types
+/// (which have none).
+pub fn gguf_writer_typed(src: &MemWeights, weights: Option<GgmlType>) -> GgufWriter {
     let mut w = GgufWriter::new();
     let mut meta: Vec<_> = src.metadata().collect();
     meta.sort_by_key(|(k, _)| *k);
@@ -259,16 +266,28 @@ pub fn gguf_writer(src: &MemWeights, quantize: bool) -> GgufWriter {
         } else {
             1
         };
-        if quantize && dims >= 2 {
+        if let Some(ty) = weights.filter(|_| dims >= 2) {
             let vals: Vec<f32> =
                 t.data.chunks_exact(4).map(|b| f32::from_le_bytes(b.try_into().unwrap())).collect();
-            let k = kernels(GgmlType::Q8_0);
-            let row = GgmlType::Q8_0.row_size(t.ne[0]).unwrap() as usize;
-            let mut q = vec![0u8; row * vals.len() / t.ne[0] as usize];
-            for (src_row, dst_row) in vals.chunks_exact(t.ne[0] as usize).zip(q.chunks_exact_mut(row)) {
-                (k.from_f32.unwrap())(src_row, dst_row);
-            }
-            w.add_tensor(&n, GgmlType::Q8_0, &t.ne[..dims], q).unwrap();
+            let row = ty.row_size(t.ne[0]).unwrap() as usize;
+            let rows = vals.len() / t.ne[0] as usize;
+            let q = match kernels(ty).from_f32 {
+                Some(from) => {
+                    let mut q = vec![0u8; row * rows];
+                    for (src_row, dst_row) in vals.chunks_exact(t.ne[0] as usize).zip(q.chunks_exact_mut(row))
+                    {
+                        from(src_row, dst_row);
+                    }
+                    q
+                }
+                None => {
+                    let rms = (vals.iter().map(|v| v * v).sum::<f32>() / vals.len() as f32).sqrt();
+                    let seed = n.bytes().fold(7u64, |h, b| h.wrapping_mul(31).wrapping_add(b as u64));
+                    let nb = row * rows / ty.type_size();
+                    compute::quant::testing::random_grid_blocks(ty, nb, rms, seed).expect("a grid type")
+                }
+            };
+            w.add_tensor(&n, ty, &t.ne[..dims], q).unwrap();
         } else {
             w.add_tensor(&n, t.dtype, &t.ne[..dims], t.data.to_vec()).unwrap();
         }

@@ -103,28 +103,11 @@ pub fn random_blocks(rng: &mut StdRng, dtype: GgmlType, nblocks: usize) -> Resul
                 let d = f16::from_f32(0.5 + rng.random::<f32>());
                 b[52..54].copy_from_slice(&d.to_le_bytes());
             }
-            // The grid types: any index, sign and sub-block scale is valid; d: f16 at byte 0, sized
-            // so that elements are of order 1 (grid magnitudes up to 62, scales up to 31).
-            GgmlType::IQ2_XXS | GgmlType::IQ2_XS | GgmlType::IQ2_S => {
-                let d = f16::from_f32(0.004 + 0.004 * rng.random::<f32>());
-                b[..2].copy_from_slice(&d.to_le_bytes());
-            }
-            GgmlType::IQ3_XXS | GgmlType::IQ3_S => {
-                let d = f16::from_f32(0.002 + 0.002 * rng.random::<f32>());
-                b[..2].copy_from_slice(&d.to_le_bytes());
-            }
-            GgmlType::IQ1_S => {
-                let d = f16::from_f32(0.05 + 0.05 * rng.random::<f32>());
-                b[..2].copy_from_slice(&d.to_le_bytes());
-            }
-            // IQ1_M: the f16 super-block scale lives in the top nibbles of the four u16 scale
-            // words (bytes 48..56), least significant nibble first.
-            GgmlType::IQ1_M => {
-                let d = f16::from_f32(0.05 + 0.05 * rng.random::<f32>()).to_bits();
-                for i in 0..4 {
-                    let hi = &mut b[48 + 2 * i + 1];
-                    *hi = (*hi & 0x0F) | ((((d >> (4 * i)) & 0xF) as u8) << 4);
-                }
+            // The grid types: compute's recipe (any index, sign and sub-block scale is valid).
+            t if quant::testing::random_grid_blocks(t, 0, 1.0, 0).is_some() => {
+                let blk = quant::testing::random_grid_blocks(t, 1, 1.0, rng.random())
+                    .ok_or_else(|| Error::Case(format!("{t}")))?;
+                b.copy_from_slice(&blk);
             }
             t => return Err(Error::Case(format!("no random-block recipe for {t}"))),
         }
