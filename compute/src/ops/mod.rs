@@ -16,6 +16,7 @@ mod layout;
 mod matmul;
 mod norm;
 mod prefetch;
+mod recurrent;
 mod reduce;
 mod rope;
 mod rows;
@@ -66,6 +67,9 @@ pub(crate) enum Kind {
     Reduce(reduce::Reduce),
     Sort(reduce::Sort),
     Layout(layout::LayoutOp),
+    SsmConv(recurrent::SsmConv),
+    SsmScan(Box<recurrent::SsmScan>),
+    Wkv(Box<recurrent::Wkv>),
 }
 
 /// Collects the first error raised while a graph runs.
@@ -306,6 +310,9 @@ unsafe fn prepare_op(n: &Node, interleaved: Option<Interleaved>, mask: Option<&T
             GgmlOp::Sum | GgmlOp::SumRows | GgmlOp::Mean | GgmlOp::Argmax => reduce::prepare(n),
             GgmlOp::Argsort | GgmlOp::TopK => reduce::prepare_sort(n),
             GgmlOp::Concat | GgmlOp::Pad | GgmlOp::Repeat => layout::prepare(n),
+            GgmlOp::SsmConv => recurrent::prepare_ssm_conv(n),
+            GgmlOp::SsmScan => recurrent::prepare_ssm_scan(n),
+            GgmlOp::RwkvWkv6 | GgmlOp::GatedLinearAttn | GgmlOp::RwkvWkv7 => recurrent::prepare_wkv(n),
             op => Err(Error::UnsupportedOp { op, detail: "not implemented by this backend".into() }),
         }
     }
@@ -332,6 +339,9 @@ pub(crate) fn run(n: &Node, plan: &Plan, phase: u8, ctx: &mut Ctx<'_>) {
         Kind::Reduce(p) => p.run(ctx),
         Kind::Sort(p) => p.run(ctx),
         Kind::Layout(p) => p.run(ctx),
+        Kind::SsmConv(p) => p.run(ctx),
+        Kind::SsmScan(p) => p.run(n.op, ctx),
+        Kind::Wkv(p) => p.run(ctx),
     }
 }
 

@@ -11,7 +11,7 @@ fn unsupported_and_callback_ops_are_refused_by_name() {
     let a = T::new(GgmlType::F32, [4, 4, 1, 1]);
     let d = T::new(GgmlType::F32, [4, 4, 1, 1]);
     for op in
-        [GgmlOp::Conv2d, GgmlOp::SsmScan, GgmlOp::MapCustom1, GgmlOp::Custom, GgmlOp::Acc, GgmlOp::RopeBack]
+        [GgmlOp::Conv2d, GgmlOp::Pool2d, GgmlOp::MapCustom1, GgmlOp::Custom, GgmlOp::Acc, GgmlOp::RopeBack]
     {
         match validate(vec![node(op, d.t(), &[a.t()])]) {
             Err(Error::UnsupportedOp { op: got, .. }) => assert_eq!(got, op),

@@ -8,4 +8,5 @@ mod graph;
 mod harness;
 mod llama;
 mod matmul;
+mod recurrent;
 mod rows;
