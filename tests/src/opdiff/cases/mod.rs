@@ -13,6 +13,7 @@ mod binary;
 mod matmul;
 mod misc;
 mod norm;
+mod recurrent;
 mod rows;
 mod unary;
 
@@ -56,6 +57,7 @@ pub fn all() -> Vec<Case> {
     norm::cases(&mut v);
     attention::cases(&mut v);
     misc::cases(&mut v);
+    recurrent::cases(&mut v);
     v
 }
 
