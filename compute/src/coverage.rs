@@ -55,9 +55,7 @@ pub fn support(op: GgmlOp) -> Support {
         | WinUnpart | GetRelPos => c("indexed", ""),
         SiluBack | RmsNormBack | SoftMaxBack | RepeatBack | GetRowsBack | CrossEntropyLoss
         | CrossEntropyLossBack | OptStepSgd => c("backward", ""),
-        SsmConv | SsmScan | RwkvWkv6 | GatedLinearAttn | RwkvWkv7 => {
-            Support::Pending("recurrent-state ops: in progress (branch ops-recurrent)")
-        }
+        SsmConv | SsmScan | RwkvWkv6 | GatedLinearAttn | RwkvWkv7 => c("recurrent", ""),
         Im2colBack | Pool2dBack | FlashAttnBack | OptStepAdamw => {
             Support::Pending("training-only gradient/optimizer ops not yet written")
         }

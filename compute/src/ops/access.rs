@@ -250,6 +250,20 @@ impl Tv {
         }
     }
 
+    /// Reads elements `i0..i0 + out.len()` of row `(i1, i2, i3)` of a packed F32 tensor into `out`
+    /// (one copy instead of a checked load per element). Panics outside the tensor's shape.
+    ///
+    /// Only for spans no other thread writes during the current op.
+    pub fn load_f32s(&self, i0: usize, i1: usize, i2: usize, i3: usize, out: &mut [f32]) {
+        assert!(self.l.dtype == GgmlType::F32 && self.nb[0] == 4, "load_f32s needs packed F32");
+        assert!(i0.checked_add(out.len()).is_some_and(|e| e <= self.ne[0]), "elements out of shape");
+        let p = self.row_ptr(i1, i2, i3).wrapping_add(i0 * 4);
+        // SAFETY: elements i0 .. i0 + out.len() of a packed F32 row lie inside the tensor (indices
+        // checked above and in row_ptr); `out` is scratch memory that overlaps no tensor; nobody
+        // writes the span meanwhile (see above).
+        unsafe { std::ptr::copy_nonoverlapping(p as *const u8, out.as_mut_ptr() as *mut u8, out.len() * 4) };
+    }
+
     /// Reads an integer index element (I32 or I64).
     pub fn get_index(&self, i0: usize, i1: usize, i2: usize, i3: usize) -> i64 {
         let p = self.elem_ptr(i0, i1, i2, i3);

@@ -18,6 +18,7 @@ mod layout;
 mod matmul;
 mod norm;
 mod prefetch;
+mod recurrent;
 mod reduce;
 mod rope;
 mod rows;
@@ -70,6 +71,9 @@ pub(crate) enum Kind {
     Layout(layout::LayoutOp),
     Indexed(Box<indexed::Indexed>),
     Backward(Box<backward::Backward>),
+    SsmConv(recurrent::SsmConv),
+    SsmScan(Box<recurrent::SsmScan>),
+    Wkv(Box<recurrent::Wkv>),
 }
 
 /// Collects the first error raised while a graph runs.
@@ -344,6 +348,9 @@ unsafe fn prepare_op(n: &Node, interleaved: Option<Interleaved>, mask: Option<&T
             | GgmlOp::CrossEntropyLoss
             | GgmlOp::CrossEntropyLossBack
             | GgmlOp::OptStepSgd => backward::prepare(n),
+            GgmlOp::SsmConv => recurrent::prepare_ssm_conv(n),
+            GgmlOp::SsmScan => recurrent::prepare_ssm_scan(n),
+            GgmlOp::RwkvWkv6 | GgmlOp::GatedLinearAttn | GgmlOp::RwkvWkv7 => recurrent::prepare_wkv(n),
             op => Err(Error::UnsupportedOp { op, detail: "not implemented by this backend".into() }),
         }
     }
@@ -372,6 +379,9 @@ pub(crate) fn run(n: &Node, plan: &Plan, phase: u8, ctx: &mut Ctx<'_>) {
         Kind::Layout(p) => p.run(ctx),
         Kind::Indexed(p) => p.run(ctx),
         Kind::Backward(p) => p.run(n.op, ctx),
+        Kind::SsmConv(p) => p.run(ctx),
+        Kind::SsmScan(p) => p.run(n.op, ctx),
+        Kind::Wkv(p) => p.run(ctx),
     }
 }
 

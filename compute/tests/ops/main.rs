@@ -10,4 +10,5 @@ mod graph;
 mod harness;
 mod llama;
 mod matmul;
+mod recurrent;
 mod rows;

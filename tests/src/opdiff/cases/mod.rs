@@ -14,6 +14,7 @@ mod matmul;
 mod misc;
 mod moves;
 mod norm;
+mod recurrent;
 mod rows;
 mod unary;
 
@@ -58,6 +59,7 @@ pub fn all() -> Vec<Case> {
     attention::cases(&mut v);
     misc::cases(&mut v);
     moves::cases(&mut v);
+    recurrent::cases(&mut v);
     v
 }
 
