@@ -151,6 +151,12 @@ impl Server {
     /// llamad (`bin`) with 1 thread, the admin API off and `kernels` forced when given
     /// (`LLAMAD_KERNELS`).
     pub fn llamad(bin: &Path, kernels: Option<&str>) -> Result<Server> {
+        Server::llamad_with(bin, kernels, &[])
+    }
+
+    /// As [`Server::llamad`], with `extra` command-line flags (`--protocol 7` for llama.cpp's
+    /// 7.0.0 masters).
+    pub fn llamad_with(bin: &Path, kernels: Option<&str>, extra: &[&str]) -> Result<Server> {
         if !bin.is_file() {
             return Err(Error::Server(format!(
                 "llamad binary {} not found (cargo build --release -p llamad, or set LLAMAD_BIN)",
@@ -160,6 +166,7 @@ impl Server {
         Server::spawn("llamad", |port| {
             let mut cmd = Command::new(bin);
             cmd.args(["-H", "127.0.0.1", "-p", &port.to_string(), "-t", "1"])
+                .args(extra)
                 .env("LLAMAD__ADMIN__ENABLED", "false");
             if let Some(k) = kernels {
                 cmd.env("LLAMAD_KERNELS", k);

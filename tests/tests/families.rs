@@ -1,0 +1,272 @@
+//! Model families llamactl does not run, end to end through llama.cpp's own master (issue 24,
+//! point 3): a tiny GGUF written by our GGUF writer, evaluated by llama.cpp (the reference peer's
+//! `tests/interop/ref_master.py`) three ways — on its local CPU, with every layer on its own RPC
+//! server, and with every layer on llamad — and the logits at every prompt position compared.
+//!
+//! - **Mamba** (state-space): SSM_CONV and SSM_SCAN with the recurrent state in the worker's
+//!   buffers, plus the ops around them (GET_ROWS of the state, CONCAT, the scans' state views).
+//! - **Mamba-2** (the state-space half of hybrid models): the multi-head scan with groups and the
+//!   grouped RMS norm.
+//!
+//! llamad's kernels for these ops equal ggml's bit for bit (the differential op tests), so the
+//! logits through llamad must equal those through llama.cpp's RPC server (NMSE ≤ 1e-12), and
+//! both equal llama.cpp's local CPU within ggml's own bound (NMSE ≤ 5e-4; measured below).
+//!
+//! Needs the peer (skipped with a reason without it, unless `LLAMAD_REQUIRE_PEER=1`) and the
+//! release llamad (`$LLAMAD_BIN`, else target/release/llamad).
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use compute::gguf::{Array, GgufWriter, Value};
+use e2e::server::{llamad_bin, peer_python, workspace_root, Server};
+
+const PROMPT: [u32; 9] = [1, 17, 42, 99, 5, 56, 11, 72, 5];
+const VOCAB: usize = 100;
+
+/// A deterministic generator of small values.
+struct Gen(u64);
+
+impl Gen {
+    fn f(&mut self) -> f32 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        ((self.0 >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0
+    }
+
+    fn v(&mut self, n: usize, scale: f32) -> Vec<f32> {
+        (0..n).map(|_| self.f() * scale).collect()
+    }
+}
+
+/// The SentencePiece vocabulary llama.cpp needs to load the model (unknown, BOS, EOS, the newline
+/// byte, then plain pieces).
+fn add_vocab(w: &mut GgufWriter) {
+    let tokens: Vec<String> = (0..VOCAB)
+        .map(|i| match i {
+            0 => "<unk>".into(),
+            1 => "<s>".into(),
+            2 => "</s>".into(),
+            3 => "<0x0A>".into(),
+            _ => format!("\u{2581}t{i}"),
+        })
+        .collect();
+    let types: Vec<i32> = (0..VOCAB).map(|i| [2, 3, 3, 6].get(i).copied().unwrap_or(1)).collect();
+    let scores: Vec<f32> = (0..VOCAB).map(|i| -(i as f32)).collect();
+    w.add("tokenizer.ggml.model", "llama");
+    w.add_strings("tokenizer.ggml.tokens", &tokens);
+    w.add("tokenizer.ggml.scores", Value::Array(Array::F32(scores)));
+    w.add("tokenizer.ggml.token_type", Value::Array(Array::I32(types)));
+}
+
+/// A two-layer Mamba (v1): E = 64, d_inner = 128, d_state = 16, d_conv = 4, dt_rank = 4.
+fn mamba(path: &Path) {
+    let (e, di, ds, dc, dr, nl) = (64u64, 128u64, 16u64, 4u64, 4u64, 2);
+    let mut g = Gen(0x5eed_0001);
+    let mut w = GgufWriter::new();
+    w.add("general.architecture", "mamba");
+    for (k, v) in [
+        ("context_length", 512u32),
+        ("embedding_length", e as u32),
+        ("block_count", nl as u32),
+        ("feed_forward_length", 0),
+        ("attention.head_count", 0),
+        ("ssm.conv_kernel", dc as u32),
+        ("ssm.inner_size", di as u32),
+        ("ssm.state_size", ds as u32),
+        ("ssm.time_step_rank", dr as u32),
+    ] {
+        w.add(&format!("mamba.{k}"), Value::U32(v));
+    }
+    w.add("mamba.attention.layer_norm_rms_epsilon", Value::F32(1e-5));
+    add_vocab(&mut w);
+    let t = |w: &mut GgufWriter, name: &str, ne: &[u64], vals: Vec<f32>| {
+        w.add_f32_tensor(name, ne, &vals).unwrap();
+    };
+    t(&mut w, "token_embd.weight", &[e, VOCAB as u64], g.v((e as usize) * VOCAB, 1.0));
+    t(&mut w, "output_norm.weight", &[e], g.v(e as usize, 0.2).iter().map(|x| 1.0 + x).collect());
+    t(&mut w, "output.weight", &[e, VOCAB as u64], g.v((e as usize) * VOCAB, 0.3));
+    for il in 0..nl {
+        let b = |s: &str| format!("blk.{il}.{s}");
+        t(&mut w, &b("attn_norm.weight"), &[e], g.v(e as usize, 0.2).iter().map(|x| 1.0 + x).collect());
+        t(&mut w, &b("ssm_in.weight"), &[e, 2 * di], g.v((e * 2 * di) as usize, 0.15));
+        t(&mut w, &b("ssm_conv1d.weight"), &[dc, di], g.v((dc * di) as usize, 0.5));
+        t(&mut w, &b("ssm_conv1d.bias"), &[di], g.v(di as usize, 0.1));
+        t(&mut w, &b("ssm_x.weight"), &[di, dr + 2 * ds], g.v((di * (dr + 2 * ds)) as usize, 0.1));
+        t(&mut w, &b("ssm_dt.weight"), &[dr, di], g.v((dr * di) as usize, 0.5));
+        t(&mut w, &b("ssm_dt.bias"), &[di], g.v(di as usize, 0.5));
+        // A = −exp(A_log): negative, so the state decays.
+        let a: Vec<f32> = g.v((ds * di) as usize, 1.0).iter().map(|x| -(0.5 + x.abs())).collect();
+        t(&mut w, &b("ssm_a"), &[ds, di], a);
+        t(&mut w, &b("ssm_d"), &[di], g.v(di as usize, 1.0));
+        t(&mut w, &b("ssm_out.weight"), &[di, e], g.v((di * e) as usize, 0.1));
+    }
+    w.write_file(path).unwrap();
+}
+
+/// A two-layer Mamba-2 (the state-space half of hybrid models such as Granite 4 and Nemotron-H):
+/// E = 64, d_inner = 128 in 8 heads of 16, d_state = 16, 2 groups, d_conv = 4.
+fn mamba2(path: &Path) {
+    let (e, di, ds, dc, nh, ng, nl) = (64u64, 128u64, 16u64, 4u64, 8u64, 2u64, 2);
+    let mut g = Gen(0x5eed_0002);
+    let mut w = GgufWriter::new();
+    w.add("general.architecture", "mamba2");
+    for (k, v) in [
+        ("context_length", 512u32),
+        ("embedding_length", e as u32),
+        ("block_count", nl as u32),
+        ("feed_forward_length", 0),
+        ("attention.head_count", 0),
+        ("ssm.conv_kernel", dc as u32),
+        ("ssm.inner_size", di as u32),
+        ("ssm.state_size", ds as u32),
+        ("ssm.time_step_rank", nh as u32),
+        ("ssm.group_count", ng as u32),
+    ] {
+        w.add(&format!("mamba2.{k}"), Value::U32(v));
+    }
+    w.add("mamba2.attention.layer_norm_rms_epsilon", Value::F32(1e-5));
+    add_vocab(&mut w);
+    let t = |w: &mut GgufWriter, name: &str, ne: &[u64], vals: Vec<f32>| {
+        w.add_f32_tensor(name, ne, &vals).unwrap();
+    };
+    let conv_ch = di + 2 * ng * ds;
+    t(&mut w, "token_embd.weight", &[e, VOCAB as u64], g.v((e as usize) * VOCAB, 1.0));
+    t(&mut w, "output_norm.weight", &[e], g.v(e as usize, 0.2).iter().map(|x| 1.0 + x).collect());
+    t(&mut w, "output.weight", &[e, VOCAB as u64], g.v((e as usize) * VOCAB, 0.3));
+    for il in 0..nl {
+        let b = |s: &str| format!("blk.{il}.{s}");
+        t(&mut w, &b("attn_norm.weight"), &[e], g.v(e as usize, 0.2).iter().map(|x| 1.0 + x).collect());
+        let d_in_proj = 2 * di + 2 * ng * ds + nh;
+        t(&mut w, &b("ssm_in.weight"), &[e, d_in_proj], g.v((e * d_in_proj) as usize, 0.15));
+        t(&mut w, &b("ssm_conv1d.weight"), &[dc, conv_ch], g.v((dc * conv_ch) as usize, 0.5));
+        t(&mut w, &b("ssm_conv1d.bias"), &[conv_ch], g.v(conv_ch as usize, 0.1));
+        t(&mut w, &b("ssm_dt.bias"), &[nh], g.v(nh as usize, 0.5));
+        let a: Vec<f32> = g.v(nh as usize, 1.0).iter().map(|x| -(0.5 + x.abs())).collect();
+        t(&mut w, &b("ssm_a"), &[1, nh], a);
+        t(&mut w, &b("ssm_d"), &[1, nh], g.v(nh as usize, 1.0));
+        t(
+            &mut w,
+            &b("ssm_norm.weight"),
+            &[di / ng, ng],
+            g.v(di as usize, 0.2).iter().map(|x| 1.0 + x).collect(),
+        );
+        t(&mut w, &b("ssm_out.weight"), &[di, e], g.v((di * e) as usize, 0.1));
+    }
+    w.write_file(path).unwrap();
+}
+
+/// llama.cpp's logits at every position of [`PROMPT`], with every layer on `endpoint` when given.
+fn logits(python: &Path, model: &Path, endpoint: Option<&str>) -> Vec<Vec<f32>> {
+    let dir = tempfile::tempdir().unwrap();
+    let eps = endpoint.map(|e| format!("[\"{e}\"]")).unwrap_or_else(|| "[]".into());
+    let ngl = if endpoint.is_some() { 99 } else { 0 };
+    let toks: Vec<String> = PROMPT.iter().map(|t| t.to_string()).collect();
+    let args = format!(
+        "{{\"model\": \"{}\", \"endpoints\": {eps}, \"n_gpu_layers\": {ngl}, \"n_ctx\": 64, \"n_threads\": 1, \
+         \"verbose\": false, \"token_prompts\": [[{}]], \"logits_dir\": \"{}\"}}",
+        model.display(),
+        toks.join(", "),
+        dir.path().display()
+    );
+    let args_path = dir.path().join("args.json");
+    std::fs::write(&args_path, args).unwrap();
+    let script = workspace_root().join("tests/interop/ref_master.py");
+    let out = Command::new(python)
+        .arg(&script)
+        .arg(&args_path)
+        .arg(dir.path().join("out.json"))
+        .current_dir(workspace_root().join("tests/interop"))
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "ref_master.py ({endpoint:?}) failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    read_npy_f32_2d(&dir.path().join("logits-0.npy"))
+}
+
+/// Reads a little-endian f32 2-D `.npy` file (format versions 1–3, C order).
+fn read_npy_f32_2d(path: &Path) -> Vec<Vec<f32>> {
+    let b = std::fs::read(path).unwrap();
+    assert_eq!(&b[..6], b"\x93NUMPY", "not an npy file");
+    let (hlen, start) = if b[6] == 1 {
+        (u16::from_le_bytes([b[8], b[9]]) as usize, 10)
+    } else {
+        (u32::from_le_bytes(b[8..12].try_into().unwrap()) as usize, 12)
+    };
+    let header = std::str::from_utf8(&b[start..start + hlen]).unwrap();
+    assert!(header.contains("'descr': '<f4'") && header.contains("'fortran_order': False"), "{header}");
+    let shape = &header[header.find("'shape': (").unwrap() + 10..];
+    let dims: Vec<usize> =
+        shape[..shape.find(')').unwrap()].split(',').filter_map(|s| s.trim().parse().ok()).collect();
+    let data: Vec<f32> =
+        b[start + hlen..].chunks_exact(4).map(|c| f32::from_le_bytes(c.try_into().unwrap())).collect();
+    assert_eq!(data.len(), dims.iter().product::<usize>());
+    data.chunks_exact(dims[1]).map(|r| r.to_vec()).collect()
+}
+
+/// NMSE of `got` against `want` over all positions.
+fn nmse(got: &[Vec<f32>], want: &[Vec<f32>]) -> f64 {
+    assert_eq!(got.len(), want.len());
+    let (mut e, mut s) = (0.0f64, 0.0f64);
+    for (g, w) in got.iter().zip(want) {
+        for (&a, &b) in g.iter().zip(w) {
+            e += (a as f64 - b as f64).powi(2);
+            s += (b as f64).powi(2);
+        }
+    }
+    e / s
+}
+
+fn peer() -> Option<PathBuf> {
+    let p = peer_python();
+    if p.is_none() {
+        assert!(
+            std::env::var("LLAMAD_REQUIRE_PEER").as_deref() != Ok("1"),
+            "LLAMAD_REQUIRE_PEER=1 but there is no reference peer (tests/peer/build-peer.sh)"
+        );
+        eprintln!("skipped: no reference peer (tests/peer/build-peer.sh)");
+    }
+    p
+}
+
+/// llama.cpp's master on the model `write` makes: local CPU, over its own RPC server and over
+/// llamad; returns the NMSEs (llamad vs RPC server, llamad vs local).
+fn through_llamad(name: &str, write: fn(&Path)) -> Option<(f64, f64)> {
+    let python = peer()?;
+    let dir = tempfile::tempdir().unwrap();
+    let model = dir.path().join(format!("{name}.gguf"));
+    write(&model);
+    let local = logits(&python, &model, None);
+    assert_eq!(local.len(), PROMPT.len());
+    assert!(local.iter().flatten().all(|x| x.is_finite()), "{name}: llama.cpp's local logits are not finite");
+    let reference = Server::reference(&python).expect("start llama.cpp's RPC server");
+    let over_ref = logits(&python, &model, Some(&reference.addr.to_string()));
+    // llama-cpp-python 0.3.36 is a 7.0.0 master.
+    let llamad = Server::llamad_with(&llamad_bin(), None, &["--protocol", "7"]).expect("start llamad");
+    let over_llamad = logits(&python, &model, Some(&llamad.addr.to_string()));
+    let (vs_ref, vs_local, ref_vs_local) =
+        (nmse(&over_llamad, &over_ref), nmse(&over_llamad, &local), nmse(&over_ref, &local));
+    eprintln!(
+        "{name} logits NMSE: llamad vs llama.cpp RPC server {vs_ref:.2e}, llamad vs local CPU {vs_local:.2e} \
+         (llama.cpp RPC server vs local CPU {ref_vs_local:.2e})"
+    );
+    Some((vs_ref, vs_local))
+}
+
+#[test]
+fn mamba_through_llamacpp_master_over_llamad() {
+    let Some((vs_ref, vs_local)) = through_llamad("mamba", mamba) else { return };
+    assert!(vs_ref <= 1e-12, "over llamad vs over llama.cpp's RPC server: NMSE {vs_ref}");
+    assert!(vs_local <= 5e-4, "over llamad vs llama.cpp's local CPU: NMSE {vs_local}");
+}
+
+#[test]
+fn mamba2_through_llamacpp_master_over_llamad() {
+    let Some((vs_ref, vs_local)) = through_llamad("mamba2", mamba2) else { return };
+    assert!(vs_ref <= 1e-12, "over llamad vs over llama.cpp's RPC server: NMSE {vs_ref}");
+    assert!(vs_local <= 5e-4, "over llamad vs llama.cpp's local CPU: NMSE {vs_local}");
+}
