@@ -237,9 +237,11 @@ fn every_weight_type_matches_llamacpp() {
         let nmse = err2 / sig2;
         assert!(peak.is_finite() && peak > 0.0, "{ty}: llama.cpp's logits are degenerate ({peak})");
         report.push(format!("{ty} {nmse:.1e} ({:.1e})", worst / peak));
-        // llama.cpp's local CPU backend runs these four through other kernels than the ones its RPC
-        // server runs (the differential op tests match the RPC server's within summation order):
-        // they stay within ggml's own MUL_MAT bound (NMSE 5e-4); every other type within 1e-12.
+        // These four stay within ggml's own MUL_MAT bound (NMSE 5e-4) but not near 0, every other
+        // type within 1e-12. The cause is not isolated yet: each op of these types matches llama.cpp's
+        // RPC server (the differential op tests, GET_ROWS bit for bit, MUL_MAT within summation
+        // order), and IQ1_M experts through llama.cpp's master over llamad match llama.cpp's local
+        // CPU to 1e-13 (tests/tests/families.rs), so it lies in this in-process path (issue 25).
         let bound = if matches!(ty, BF16 | Q8_0 | IQ1_M | Q1_0) { 5e-4 } else { 1e-12 };
         if nmse > bound {
             bad.push(format!("{ty}: logits NMSE {nmse:.2e} > {bound:.0e} (max |Δ| {worst} of {peak})"));

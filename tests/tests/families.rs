@@ -7,6 +7,7 @@
 //!   buffers, plus the ops around them (GET_ROWS of the state, CONCAT, the scans' state views).
 //! - **Mamba-2** (the state-space half of hybrid models): the multi-head scan with groups and the
 //!   grouped RMS norm.
+//! - **Qwen3-MoE with IQ/TQ experts**: MUL_MAT_ID over every grid IQ type, IQ4_XS, TQ1_0 and TQ2_0.
 //!
 //! llamad's kernels for these ops equal ggml's bit for bit (the differential op tests), so the
 //! logits through llamad must equal those through llama.cpp's RPC server (NMSE ≤ 1e-12), and
@@ -19,6 +20,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use compute::gguf::{Array, GgufWriter, Value};
+use compute::GgmlType;
 use e2e::server::{llamad_bin, peer_python, workspace_root, Server};
 
 const PROMPT: [u32; 9] = [1, 17, 42, 99, 5, 56, 11, 72, 5];
@@ -233,9 +235,78 @@ fn peer() -> Option<PathBuf> {
     p
 }
 
+/// A two-layer Qwen3-MoE (4 experts, 2 used per token) whose expert matrices are of type
+/// `EXPERTS` (valid random blocks for the grid IQ types, quantized values otherwise); E = 256 and
+/// expert width 256 so that every block size fits. MUL_MAT_ID over IQ weights, the MoE router
+/// (ARGSORT/TOP_K, GET_ROWS of the weights, SOFT_MAX) and Q/K norms.
+fn qwen3moe(path: &Path, experts: GgmlType) {
+    let (e, h, hkv, d, fe, ne, nl) = (256u64, 4u64, 2u64, 64u64, 256u64, 4u64, 2);
+    let mut g = Gen(0x5eed_0003 ^ experts as u64);
+    let mut w = GgufWriter::new();
+    w.add("general.architecture", "qwen3moe");
+    for (k, v) in [
+        ("context_length", 512u32),
+        ("embedding_length", e as u32),
+        ("block_count", nl as u32),
+        ("feed_forward_length", 512),
+        ("attention.head_count", h as u32),
+        ("attention.head_count_kv", hkv as u32),
+        ("expert_count", ne as u32),
+        ("expert_used_count", 2),
+        ("expert_feed_forward_length", fe as u32),
+    ] {
+        w.add(&format!("qwen3moe.{k}"), Value::U32(v));
+    }
+    w.add("qwen3moe.rope.freq_base", Value::F32(1e6));
+    w.add("qwen3moe.attention.layer_norm_rms_epsilon", Value::F32(1e-6));
+    add_vocab(&mut w);
+    let t = |w: &mut GgufWriter, name: &str, ne: &[u64], vals: Vec<f32>| {
+        w.add_f32_tensor(name, ne, &vals).unwrap();
+    };
+    let typed = |w: &mut GgufWriter, g: &mut Gen, name: &str, ne: &[u64]| {
+        let n: u64 = ne.iter().product();
+        let vals = g.v(n as usize, 0.06);
+        let bytes = match compute::quant::kernels(experts).from_f32 {
+            Some(from) => {
+                let row = experts.row_size(ne[0]).unwrap() as usize;
+                let mut q = vec![0u8; row * (n / ne[0]) as usize];
+                for (src, dst) in vals.chunks_exact(ne[0] as usize).zip(q.chunks_exact_mut(row)) {
+                    from(src, dst);
+                }
+                q
+            }
+            None => {
+                let nb = (n as usize) / experts.blck_size();
+                compute::quant::testing::random_grid_blocks(experts, nb, 0.035, n ^ 17).expect("grid type")
+            }
+        };
+        w.add_tensor(name, experts, ne, bytes).unwrap();
+    };
+    t(&mut w, "token_embd.weight", &[e, VOCAB as u64], g.v((e as usize) * VOCAB, 1.0));
+    t(&mut w, "output_norm.weight", &[e], g.v(e as usize, 0.2).iter().map(|x| 1.0 + x).collect());
+    t(&mut w, "output.weight", &[e, VOCAB as u64], g.v((e as usize) * VOCAB, 0.1));
+    for il in 0..nl {
+        let b = |s: &str| format!("blk.{il}.{s}");
+        let norm = |g: &mut Gen, n: u64| g.v(n as usize, 0.2).iter().map(|x| 1.0 + x).collect::<Vec<f32>>();
+        t(&mut w, &b("attn_norm.weight"), &[e], norm(&mut g, e));
+        t(&mut w, &b("attn_q.weight"), &[e, h * d], g.v((e * h * d) as usize, 0.06));
+        t(&mut w, &b("attn_k.weight"), &[e, hkv * d], g.v((e * hkv * d) as usize, 0.06));
+        t(&mut w, &b("attn_v.weight"), &[e, hkv * d], g.v((e * hkv * d) as usize, 0.06));
+        t(&mut w, &b("attn_output.weight"), &[h * d, e], g.v((h * d * e) as usize, 0.06));
+        t(&mut w, &b("attn_q_norm.weight"), &[d], norm(&mut g, d));
+        t(&mut w, &b("attn_k_norm.weight"), &[d], norm(&mut g, d));
+        t(&mut w, &b("ffn_norm.weight"), &[e], norm(&mut g, e));
+        t(&mut w, &b("ffn_gate_inp.weight"), &[e, ne], g.v((e * ne) as usize, 0.3));
+        typed(&mut w, &mut g, &b("ffn_gate_exps.weight"), &[e, fe, ne]);
+        typed(&mut w, &mut g, &b("ffn_up_exps.weight"), &[e, fe, ne]);
+        typed(&mut w, &mut g, &b("ffn_down_exps.weight"), &[fe, e, ne]);
+    }
+    w.write_file(path).unwrap();
+}
+
 /// llama.cpp's master on the model `write` makes: local CPU, over its own RPC server and over
 /// llamad; returns the NMSEs (llamad vs RPC server, llamad vs local).
-fn through_llamad(name: &str, write: fn(&Path)) -> Option<(f64, f64)> {
+fn through_llamad(name: &str, write: impl Fn(&Path)) -> Option<(f64, f64)> {
     let python = peer()?;
     let dir = tempfile::tempdir().unwrap();
     let model = dir.path().join(format!("{name}.gguf"));
@@ -269,4 +340,23 @@ fn mamba2_through_llamacpp_master_over_llamad() {
     let Some((vs_ref, vs_local)) = through_llamad("mamba2", mamba2) else { return };
     assert!(vs_ref <= 1e-12, "over llamad vs over llama.cpp's RPC server: NMSE {vs_ref}");
     assert!(vs_local <= 5e-4, "over llamad vs llama.cpp's local CPU: NMSE {vs_local}");
+}
+
+#[test]
+fn moe_with_iq_experts_through_llamacpp_master_over_llamad() {
+    // The grid types (no quantizer anywhere: random valid blocks) and the other IQ/TQ families.
+    use GgmlType::*;
+    let mut bad = Vec::new();
+    for ty in [IQ2_XXS, IQ2_XS, IQ2_S, IQ3_XXS, IQ3_S, IQ1_S, IQ1_M, IQ4_XS, TQ1_0, TQ2_0] {
+        let name = format!("qwen3moe-{ty}");
+        let Some((vs_ref, vs_local)) = through_llamad(&name, |p| qwen3moe(p, ty)) else { return };
+        // The quantized dot products sum each block in integers and differ from ggml's AVX2 ones
+        // only in the float order of blocks (the differential op tests: NMSE ≤ 1e-10); the
+        // router's softmax and top-k can amplify that into the logits (measured up to 1.1e-6,
+        // IQ3_XXS). A wrong kernel gives NMSE of order 1; ggml's own MUL_MAT bound is 5e-4.
+        if vs_ref > 1e-4 || vs_local > 5e-4 {
+            bad.push(format!("{name}: NMSE {vs_ref:.2e} vs the RPC server, {vs_local:.2e} vs local"));
+        }
+    }
+    assert!(bad.is_empty(), "{}", bad.join("\n"));
 }
