@@ -254,3 +254,57 @@ fn quantization_equals_ggml_byte_for_byte() {
     }
     assert!(bad.is_empty(), "quantizers differ from ggml's:\n{}", bad.join("\n"));
 }
+
+/// Speed of the dot products of the IQ/TQ types against ggml's own (the peer's CPU backend, built
+/// for AVX2), same run: nanoseconds per 256-element block over a row of 2048 blocks, best of 200
+/// calls. Run by `bench/iq-dots.sh` (`cargo test --release --test quant_peer -- --ignored
+/// --nocapture bench_`); prints the table, asserts nothing about time.
+#[test]
+#[ignore]
+fn bench_iq_tq_dots_against_ggml() {
+    let Some(python) = peer_support::python("IQ/TQ dot speeds") else { return };
+    let types = [IQ2_XXS, IQ2_XS, IQ2_S, IQ3_XXS, IQ3_S, IQ1_S, IQ1_M, IQ4_XS, IQ4_NL, TQ1_0, TQ2_0, Q4_K];
+    let nb = 2048usize;
+    let n = nb * 256;
+    let mut rng = StdRng::seed_from_u64(99);
+    let mut jobs = Jobs::new("bench");
+    let mut rows = Vec::new();
+    for &t in &types {
+        let x = random_blocks(t, n / t.blck_size(), &mut rng);
+        let act: Vec<f32> = (0..n).map(|_| rng.random_range(-1.0f32..1.0)).collect();
+        let vdt = kernels(t).vec_dot_type;
+        let mut y = vec![0u8; vdt.row_size(n as u64).unwrap() as usize];
+        (kernels(vdt).from_f32.unwrap())(&act, &mut y);
+        let (xf, yf) = (jobs.file(&format!("{}.x", t.name()), &x), jobs.file(&format!("{}.y", t.name()), &y));
+        let out = jobs.out(&format!("{}.t", t.name()));
+        jobs.push(&[&"bench_dot", &(t as u32), &n, &xf.display(), &yf.display(), &out.display(), &200]);
+        rows.push((t, x, y));
+    }
+    jobs.run(&python);
+    let scalar = dispatch::Kernels::build(dispatch::Isa::Scalar);
+    let time = |f: compute::quant::VecDotFn, x: &[u8], y: &[u8]| {
+        let mut best = f64::INFINITY;
+        for _ in 0..200 {
+            let t0 = std::time::Instant::now();
+            std::hint::black_box(f(n, std::hint::black_box(x), std::hint::black_box(y)));
+            best = best.min(t0.elapsed().as_secs_f64());
+        }
+        best
+    };
+    eprintln!(
+        "ns per 256-element block (row of {nb} blocks, best of 200), llamad kernel set: {}",
+        dispatch::table().isa().name()
+    );
+    eprintln!(
+        "{:<8} {:>10} {:>12} {:>12} {:>14}",
+        "type", "ggml", "ours scalar", "ours active", "ggml / ours"
+    );
+    for (t, x, y) in rows {
+        let ggml: f64 =
+            std::fs::read_to_string(jobs.out(&format!("{}.t", t.name()))).unwrap().trim().parse().unwrap();
+        let s = time(scalar.get(t).vec_dot.unwrap(), &x, &y);
+        let a = time(kernels(t).vec_dot.unwrap(), &x, &y);
+        let per = |v: f64| v * 1e9 * (256.0 / t.blck_size() as f64) / (n / t.blck_size()) as f64;
+        eprintln!("{:<8} {:>10.1} {:>12.1} {:>12.1} {:>14.2}", t.name(), per(ggml), per(s), per(a), ggml / a);
+    }
+}

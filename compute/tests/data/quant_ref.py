@@ -6,6 +6,7 @@ Usage: quant_ref.py JOBS, where each line of the JOBS file is one of
     from_float TYPE N IN OUT      # IN: N f32 → OUT: TYPE blocks (the CPU backend's from_float,
                                   #   what CPY and SET_ROWS use)
     vec_dot    TYPE N X Y OUT     # X: one row of TYPE, Y: one row of its vec_dot_type → OUT: f32
+    bench_dot  TYPE N X Y OUT R   # as vec_dot, R times; OUT: the best seconds per call (text)
 TYPE is ggml's numeric type id. Runs with the reference peer's Python (tests/peer/build-peer.sh).
 """
 
@@ -97,6 +98,21 @@ def run(line):
         s = ctypes.c_float(0)
         VEC_DOT(cpu(ty).vec_dot)(n, ctypes.addressof(s), 0, ctypes.addressof(xb), 0, ctypes.addressof(yb), 0, 1)
         open(f[5], "wb").write(bytes(s))
+    elif mode == "bench_dot":
+        import time
+        x = open(f[3], "rb").read()
+        y = open(f[4], "rb").read()
+        xb = ctypes.create_string_buffer(x, len(x))
+        yb = ctypes.create_string_buffer(y, len(y))
+        s = ctypes.c_float(0)
+        fn = VEC_DOT(cpu(ty).vec_dot)
+        args = (n, ctypes.addressof(s), 0, ctypes.addressof(xb), 0, ctypes.addressof(yb), 0, 1)
+        best = float("inf")
+        for _ in range(int(f[6])):
+            t0 = time.perf_counter()
+            fn(*args)
+            best = min(best, time.perf_counter() - t0)
+        open(f[5], "w").write(repr(best))
     else:
         raise SystemExit(f"unknown mode {mode}")
 

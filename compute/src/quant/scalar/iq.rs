@@ -46,17 +46,62 @@ pub struct Decoded {
 
 /// The 8 sign bits of a 7-bit sign field: bit 7 makes the parity even.
 #[inline(always)]
-fn signs8(field: u32) -> u8 {
+pub(crate) fn signs8(field: u32) -> u8 {
     let f = (field & 127) as u8;
     f | (((f.count_ones() & 1) as u8) << 7)
 }
 
-/// Writes `grid` (8 magnitudes, or 4) with `signs` (bit j negates element j) at `out`.
-#[inline(always)]
-fn put_signed(out: &mut [i8], grid: &[i8], signs: u8) {
-    for (j, (o, &g)) in out.iter_mut().zip(grid).enumerate() {
-        *o = if signs & (1 << j) != 0 { -g } else { g };
+/// For each sign byte, the u64 whose byte `j` is 0xFF where bit `j` is set.
+pub(crate) const SIGN_MASKS: [u64; 256] = {
+    let mut t = [0u64; 256];
+    let mut i = 0;
+    while i < 256 {
+        let mut j = 0;
+        while j < 8 {
+            if (i >> j) & 1 == 1 {
+                t[i] |= 0xFF << (8 * j);
+            }
+            j += 1;
+        }
+        i += 1;
     }
+    t
+};
+
+/// For each 7-bit sign field, the mask of its 8 sign bits (`SIGN_MASKS[signs8(field)]`).
+pub(crate) const SIGN7_MASKS: [u64; 128] = {
+    let mut t = [0u64; 128];
+    let mut i = 0;
+    while i < 128 {
+        let parity = (i as u32).count_ones() & 1;
+        t[i] = SIGN_MASKS[i | (parity as usize) << 7];
+        i += 1;
+    }
+    t
+};
+
+/// Eight magnitudes (each 1..=127, packed little-endian in `g`) negated where `signs` has a bit:
+/// `(g ^ m) + (m & 1)` per byte is the two's complement where the mask byte is 0xFF, and no byte
+/// carries into the next because no magnitude is 0.
+#[inline(always)]
+fn signed8(g: u64, signs: u8) -> [i8; 8] {
+    let m = SIGN_MASKS[signs as usize];
+    let v = (g ^ m).wrapping_add(m & 0x0101_0101_0101_0101);
+    bytemuck::cast(v.to_le_bytes())
+}
+
+/// Writes the 8-magnitude grid entry `grid` with `signs` (bit j negates element j) at `out`.
+#[inline(always)]
+fn put_signed(out: &mut [i8], grid: &[i8; 8], signs: u8) {
+    let g = u64::from_le_bytes(bytemuck::cast(*grid));
+    out[..8].copy_from_slice(&signed8(g, signs));
+}
+
+/// Writes two 4-magnitude grid entries side by side with `signs` at `out`.
+#[inline(always)]
+fn put_signed_4x2(out: &mut [i8], g1: &[u8; 4], g2: &[u8; 4], signs: u8) {
+    let g = u32::from_le_bytes(*g1) as u64 | (u32::from_le_bytes(*g2) as u64) << 32;
+    out[..8].copy_from_slice(&signed8(g, signs));
 }
 
 #[inline(always)]
@@ -67,12 +112,6 @@ fn u32le(b: &[u8]) -> u32 {
 #[inline(always)]
 fn u16le(b: &[u8]) -> u16 {
     u16::from_le_bytes([b[0], b[1]])
-}
-
-/// Magnitudes of a 4-element IQ3 grid entry as i8 (values below 64).
-#[inline(always)]
-fn g4(e: &[u8; 4]) -> [i8; 4] {
-    e.map(|v| v as i8)
 }
 
 /// Decodes an IQ2_XXS block.
@@ -135,10 +174,9 @@ pub fn decode_iq3_xxs(b: &BlockIq3Xxs) -> Decoded {
         for l in 0..4 {
             let signs = signs8(aux >> (7 * l));
             let o = 32 * ib + 8 * l;
-            let g1 = g4(&IQ3XXS_GRID[idx[8 * ib + 2 * l] as usize]);
-            let g2 = g4(&IQ3XXS_GRID[idx[8 * ib + 2 * l + 1] as usize]);
-            put_signed(&mut d.v[o..o + 4], &g1, signs);
-            put_signed(&mut d.v[o + 4..o + 8], &g2, signs >> 4);
+            let g1 = &IQ3XXS_GRID[idx[8 * ib + 2 * l] as usize];
+            let g2 = &IQ3XXS_GRID[idx[8 * ib + 2 * l + 1] as usize];
+            put_signed_4x2(&mut d.v[o..o + 8], g1, g2, signs);
         }
     }
     d
@@ -157,8 +195,7 @@ pub fn decode_iq3_s(b: &BlockIq3S) -> Decoded {
             let i2 = b.qs[8 * ib + 2 * l + 1] as usize | ((qh << (7 - 2 * l)) & 256);
             let signs = b.signs[4 * ib + l];
             let o = 32 * ib + 8 * l;
-            put_signed(&mut d.v[o..o + 4], &g4(&IQ3S_GRID[i1]), signs);
-            put_signed(&mut d.v[o + 4..o + 8], &g4(&IQ3S_GRID[i2]), signs >> 4);
+            put_signed_4x2(&mut d.v[o..o + 8], &IQ3S_GRID[i1], &IQ3S_GRID[i2], signs);
         }
     }
     d
@@ -245,6 +282,20 @@ pub fn decode_tq1_0(b: &BlockTq1_0) -> Decoded {
     d
 }
 
+/// Decodes a TQ2_0 block (scale 1 everywhere): element order (g, l, m), value `q − 1`.
+pub fn decode_tq2_0(b: &BlockTq2_0) -> Decoded {
+    let mut d = Decoded { v: [0; QK_K], scale: [1; 16] };
+    for g in 0..2 {
+        for l in 0..4 {
+            let out = &mut d.v[128 * g + 32 * l..128 * g + 32 * l + 32];
+            for (o, &q) in out.iter_mut().zip(&b.qs[32 * g..32 * g + 32]) {
+                *o = ((q >> (2 * l)) & 3) as i8 - 1;
+            }
+        }
+    }
+    d
+}
+
 /// Writes one decoded block: `(d · scale) · C` per 16 elements, times `v` (IQ1: times `v / 8`).
 #[inline(always)]
 fn emit(dec: &Decoded, d: f32, c: f32, eighths: bool, y: &mut [f32]) {
@@ -258,7 +309,7 @@ fn emit(dec: &Decoded, d: f32, c: f32, eighths: bool, y: &mut [f32]) {
 
 /// The integer `Σ_g scale_g · Σ v·q8` of one decoded block against one Q8_K block.
 #[inline(always)]
-fn block_isum(dec: &Decoded, q8: &[i8; QK_K]) -> i32 {
+pub fn block_isum(dec: &Decoded, q8: &[i8; QK_K]) -> i32 {
     let mut sum = 0i32;
     for g in 0..16 {
         let s: i32 =
@@ -268,54 +319,115 @@ fn block_isum(dec: &Decoded, q8: &[i8; QK_K]) -> i32 {
     sum
 }
 
-macro_rules! iq_type {
-    ($to:ident, $dot:ident, $blk:ty, $decode:path, $d:expr, $c:expr, $eighths:expr) => {
-        #[doc = concat!("Dequantizes whole `", stringify!($blk), "` blocks to f32.")]
-        pub fn $to(src: &[u8], dst: &mut [f32]) {
-            dequant_blocks(src, dst, QK_K, |b: &$blk, y| {
-                let dec = $decode(b);
-                emit(&dec, $d(b), $c, $eighths, y);
-            });
-        }
-
-        #[doc = concat!("Dot product of `", stringify!($blk), "` blocks with Q8_K blocks.")]
-        pub fn $dot(n: usize, x: &[u8], y: &[u8]) -> f32 {
-            let sum = dot_blocks(n, x, y, QK_K, QK_K, |b: &$blk, a: &[BlockQ8K]| {
-                let isum = block_isum(&$decode(b), &a[0].qs);
-                let v = if $eighths { isum as f32 * 0.125 } else { isum as f32 };
-                $d(b) * f32::from_le_bytes(a[0].d) * v
-            });
-            $c * sum
-        }
-    };
+/// One grid type: how its blocks decode and scale.
+pub struct IqSpec<B> {
+    /// The decoder.
+    pub decode: fn(&B) -> Decoded,
+    /// The super-block scale.
+    pub d: fn(&B) -> f32,
+    /// The per-type constant `C`.
+    pub c: f32,
+    /// Values in eighths (IQ1).
+    pub eighths: bool,
 }
 
-fn d_f16<B: HasD>(b: &B) -> f32 {
+impl<B: bytemuck::Pod> IqSpec<B> {
+    /// Dequantizes whole blocks to f32.
+    #[inline(always)]
+    pub fn to_f32(&self, src: &[u8], dst: &mut [f32]) {
+        dequant_blocks(src, dst, QK_K, |b: &B, y| {
+            emit(&(self.decode)(b), (self.d)(b), self.c, self.eighths, y)
+        });
+    }
+
+    /// The dot product with Q8_K blocks, the integer part of each block by `isum` (every `isum`
+    /// returns the same integer, so every caller gets the same bits).
+    #[inline(always)]
+    pub fn dot(&self, n: usize, x: &[u8], y: &[u8], isum: impl Fn(&Decoded, &[i8; QK_K]) -> i32) -> f32 {
+        let sum = dot_blocks(n, x, y, QK_K, QK_K, |b: &B, a: &[BlockQ8K]| {
+            let i = isum(&(self.decode)(b), &a[0].qs);
+            let v = if self.eighths { i as f32 * 0.125 } else { i as f32 };
+            (self.d)(b) * f32::from_le_bytes(a[0].d) * v
+        });
+        self.c * sum
+    }
+}
+
+pub(crate) fn d_f16<B: HasD>(b: &B) -> f32 {
     f16le(b.d())
 }
 
 /// Blocks whose first or last field is an f16 super-block scale.
-trait HasD {
+pub trait HasD {
+    /// The scale's bytes.
     fn d(&self) -> [u8; 2];
 }
 
 macro_rules! has_d {
     ($($t:ty),*) => { $(impl HasD for $t { fn d(&self) -> [u8; 2] { self.d } })* };
 }
-has_d!(BlockIq2Xxs, BlockIq2Xs, BlockIq2S, BlockIq3Xxs, BlockIq3S, BlockIq1S, BlockTq1_0);
+has_d!(BlockIq2Xxs, BlockIq2Xs, BlockIq2S, BlockIq3Xxs, BlockIq3S, BlockIq1S, BlockTq1_0, BlockTq2_0);
 
-iq_type!(iq2_xxs_to_f32, vec_dot_iq2_xxs_q8_k, BlockIq2Xxs, decode_iq2_xxs, d_f16, 0.125, false);
-iq_type!(iq2_xs_to_f32, vec_dot_iq2_xs_q8_k, BlockIq2Xs, decode_iq2_xs, d_f16, 0.125, false);
-iq_type!(iq2_s_to_f32, vec_dot_iq2_s_q8_k, BlockIq2S, decode_iq2_s, d_f16, 0.125, false);
-iq_type!(iq3_xxs_to_f32, vec_dot_iq3_xxs_q8_k, BlockIq3Xxs, decode_iq3_xxs, d_f16, 0.25, false);
-iq_type!(iq3_s_to_f32, vec_dot_iq3_s_q8_k, BlockIq3S, decode_iq3_s, d_f16, 1.0, false);
-iq_type!(iq1_s_to_f32, vec_dot_iq1_s_q8_k, BlockIq1S, decode_iq1_s, d_f16, 1.0, true);
-iq_type!(iq1_m_to_f32, vec_dot_iq1_m_q8_k, BlockIq1M, decode_iq1_m, iq1_m_d, 1.0, true);
-iq_type!(tq1_0_to_f32, vec_dot_tq1_0_q8_k, BlockTq1_0, decode_tq1_0, d_f16, 1.0, false);
+macro_rules! iq_type {
+    ($spec:ident, $to:ident, $dot:ident, $blk:ty, $decode:path, $d:expr, $c:expr, $eighths:expr) => {
+        #[doc = concat!("`", stringify!($blk), "`'s decoding and scales.")]
+        pub const $spec: IqSpec<$blk> = IqSpec { decode: $decode, d: $d, c: $c, eighths: $eighths };
+
+        #[doc = concat!("Dequantizes whole `", stringify!($blk), "` blocks to f32.")]
+        pub fn $to(src: &[u8], dst: &mut [f32]) {
+            $spec.to_f32(src, dst)
+        }
+
+        #[doc = concat!("Dot product of `", stringify!($blk), "` blocks with Q8_K blocks.")]
+        pub fn $dot(n: usize, x: &[u8], y: &[u8]) -> f32 {
+            $spec.dot(n, x, y, block_isum)
+        }
+    };
+}
+
+iq_type!(
+    IQ2_XXS_SPEC,
+    iq2_xxs_to_f32,
+    vec_dot_iq2_xxs_q8_k,
+    BlockIq2Xxs,
+    decode_iq2_xxs,
+    d_f16,
+    0.125,
+    false
+);
+iq_type!(IQ2_XS_SPEC, iq2_xs_to_f32, vec_dot_iq2_xs_q8_k, BlockIq2Xs, decode_iq2_xs, d_f16, 0.125, false);
+iq_type!(IQ2_S_SPEC, iq2_s_to_f32, vec_dot_iq2_s_q8_k, BlockIq2S, decode_iq2_s, d_f16, 0.125, false);
+iq_type!(IQ3_XXS_SPEC, iq3_xxs_to_f32, vec_dot_iq3_xxs_q8_k, BlockIq3Xxs, decode_iq3_xxs, d_f16, 0.25, false);
+iq_type!(IQ3_S_SPEC, iq3_s_to_f32, vec_dot_iq3_s_q8_k, BlockIq3S, decode_iq3_s, d_f16, 1.0, false);
+iq_type!(IQ1_S_SPEC, iq1_s_to_f32, vec_dot_iq1_s_q8_k, BlockIq1S, decode_iq1_s, d_f16, 1.0, true);
+iq_type!(IQ1_M_SPEC, iq1_m_to_f32, vec_dot_iq1_m_q8_k, BlockIq1M, decode_iq1_m, iq1_m_d, 1.0, true);
+/// TQ2_0's decoding and scale (its to_f32 and scalar dot live in `extra`; the SIMD sets use this).
+pub const TQ2_0_SPEC: IqSpec<BlockTq2_0> = IqSpec { decode: decode_tq2_0, d: d_f16, c: 1.0, eighths: false };
+
+iq_type!(TQ1_0_SPEC, tq1_0_to_f32, vec_dot_tq1_0_q8_k, BlockTq1_0, decode_tq1_0, d_f16, 1.0, false);
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn signed8_negates_exactly_the_marked_bytes() {
+        let g = [1i8, 2, 43, 62, 127, 8, 25, 9];
+        for signs in 0..=255u8 {
+            let got = signed8(u64::from_le_bytes(bytemuck::cast(g)), signs);
+            for j in 0..8 {
+                let want = if signs & (1 << j) != 0 { -g[j] } else { g[j] };
+                assert_eq!(got[j], want, "signs {signs:#x} byte {j}");
+            }
+        }
+    }
+
+    #[test]
+    fn seven_bit_sign_masks_include_the_parity_bit() {
+        for f in 0..128u32 {
+            assert_eq!(SIGN7_MASKS[f as usize], SIGN_MASKS[signs8(f) as usize]);
+        }
+    }
 
     #[test]
     fn sign_fields_have_even_parity() {

@@ -8,7 +8,7 @@
 pub mod extra;
 pub mod float;
 pub mod iq;
-mod iq_grids;
+pub(crate) mod iq_grids;
 pub mod kquantize;
 pub mod kquants;
 pub mod legacy;

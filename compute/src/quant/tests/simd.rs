@@ -353,3 +353,58 @@ fn gemm_bitwise_equals_vec_dot() {
         assert!(tested > 0, "no tiled kernel was tested");
     }
 }
+
+/// The grid IQ types, TQ1_0 and TQ2_0: every kernel set's `vec_dot` equals the scalar one bit for bit
+/// (the SIMD part is the exact integer sum), on random blocks, on blocks with every scale and sign
+/// bit set, and against activations of ±127 (the largest products the integer paths meet).
+#[test]
+fn grid_type_dots_equal_the_scalar_kernel_bitwise() {
+    use crate::quant::testing::random_grid_blocks;
+    let s = scalar_table();
+    let mut r = rng(24);
+    let types = {
+        use GgmlType::*;
+        [IQ2_XXS, IQ2_XS, IQ2_S, IQ3_XXS, IQ3_S, IQ1_S, IQ1_M, TQ1_0, TQ2_0]
+    };
+    for isa in Isa::all_available() {
+        let k = Kernels::build(isa);
+        for t in types {
+            for nb in [1usize, 3, 8] {
+                let n = nb * 256;
+                let mut rows = vec![match random_grid_blocks(t, nb, 1.0, r.random()) {
+                    Some(b) => b,
+                    None => quantize(&s, t, &gaussian(&mut r, n)),
+                }];
+                // Every bit of the row set except the f16 scales' (kept finite by the copy).
+                let mut all = rows[0].clone();
+                let size = t.type_size();
+                for (b, orig) in all.chunks_exact_mut(size).zip(rows[0].chunks_exact(size)) {
+                    b.fill(0xFF);
+                    match t {
+                        GgmlType::TQ1_0 => b[52..54].copy_from_slice(&orig[52..54]),
+                        GgmlType::TQ2_0 => b[64..66].copy_from_slice(&orig[64..66]),
+                        GgmlType::IQ1_M => b[48..56].copy_from_slice(&orig[48..56]),
+                        _ => b[..2].copy_from_slice(&orig[..2]),
+                    }
+                }
+                rows.push(all);
+                let mut acts: Vec<Vec<u8>> =
+                    activations(&mut r, n).iter().take(2).map(|y| quantize(&s, GgmlType::Q8_K, y)).collect();
+                let extreme: Vec<f32> = (0..n).map(|i| if i % 3 == 0 { -1.0 } else { 1.0 }).collect();
+                acts.push(quantize(&s, GgmlType::Q8_K, &extreme));
+                for x in &rows {
+                    for y in &acts {
+                        let want = (s.get(t).vec_dot.unwrap())(n, x, y);
+                        let got = (k.get(t).vec_dot.unwrap())(n, x, y);
+                        assert_eq!(
+                            got.to_bits(),
+                            want.to_bits(),
+                            "{} {t} n={n}: {got} vs {want}",
+                            isa.name()
+                        );
+                    }
+                }
+            }
+        }
+    }
+}
