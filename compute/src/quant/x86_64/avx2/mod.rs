@@ -43,10 +43,10 @@ pub fn install(k: &mut Kernels) {
     k.set_vec_dot(Q6_K, kquants::vec_dot_q6_k_q8_k);
     k.set_vec_dot(IQ4_XS, kquants::vec_dot_iq4_xs_q8_k);
     k.set_vec_dot(IQ2_XXS, iq::vec_dot_iq2_xxs_fused);
-    k.set_vec_dot(IQ2_XS, iq::vec_dot_iq2_xs_q8_k);
-    k.set_vec_dot(IQ2_S, iq::vec_dot_iq2_s_q8_k);
+    k.set_vec_dot(IQ2_XS, iq::vec_dot_iq2_xs_fused);
+    k.set_vec_dot(IQ2_S, iq::vec_dot_iq2_s_fused);
     k.set_vec_dot(IQ3_XXS, iq::vec_dot_iq3_xxs_fused);
-    k.set_vec_dot(IQ3_S, iq::vec_dot_iq3_s_q8_k);
+    k.set_vec_dot(IQ3_S, iq::vec_dot_iq3_s_fused);
     k.set_vec_dot(IQ1_S, iq::vec_dot_iq1_s_q8_k);
     k.set_vec_dot(IQ1_M, iq::vec_dot_iq1_m_q8_k);
     k.set_vec_dot(TQ1_0, iq::vec_dot_tq1_0_q8_k);
