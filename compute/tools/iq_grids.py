@@ -18,39 +18,21 @@ import os
 import struct
 import sys
 
-sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "tests", "interop"))
-import _ggml  # noqa: E402
-
-
-class Traits(ctypes.Structure):
-    _fields_ = [
-        ("name", ctypes.c_char_p),
-        ("blck", ctypes.c_int64),
-        ("blck_interleave", ctypes.c_int64),
-        ("size", ctypes.c_size_t),
-        ("quantized", ctypes.c_bool),
-        ("to_float", ctypes.c_void_p),
-        ("from_float_ref", ctypes.c_void_p),
-    ]
-
-
-BASE = _ggml.load("libggml-base")
-BASE.ggml_get_type_traits.restype = ctypes.c_void_p
-BASE.ggml_get_type_traits.argtypes = [ctypes.c_int]
-TO_FLOAT = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.POINTER(ctypes.c_float), ctypes.c_int64)
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "tests", "data"))
+import quant_ref  # noqa: E402  (ggml's type traits through ctypes)
 
 IQ2_XXS, IQ2_XS, IQ3_XXS, IQ1_S, IQ3_S, IQ2_S = 16, 17, 18, 19, 21, 22
 F16_ONE = struct.pack("<H", 0x3C00)
 
 
 def dequant(ty: int, blocks: list) -> list:
-    tr = Traits.from_address(BASE.ggml_get_type_traits(ty))
+    tr = quant_ref.traits(ty)
     raw = b"".join(blocks)
     assert len(raw) == tr.size * len(blocks), (tr.name, len(raw))
     n = 256 * len(blocks)
     out = (ctypes.c_float * n)()
     buf = ctypes.create_string_buffer(raw, len(raw))
-    TO_FLOAT(tr.to_float)(ctypes.cast(buf, ctypes.c_void_p), out, n)
+    quant_ref.TO_FLOAT(tr.to_float)(ctypes.addressof(buf), ctypes.addressof(out), n)
     return list(out)
 
 

@@ -20,6 +20,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use compute::gguf::{Array, GgufWriter, Value};
+use compute::quant::testing::Xorshift;
 use compute::GgmlType;
 use e2e::server::{llamad_bin, peer_python, workspace_root, Server};
 
@@ -27,14 +28,11 @@ const PROMPT: [u32; 9] = [1, 17, 42, 99, 5, 56, 11, 72, 5];
 const VOCAB: usize = 100;
 
 /// A deterministic generator of small values.
-struct Gen(u64);
+struct Gen(Xorshift);
 
 impl Gen {
     fn f(&mut self) -> f32 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        ((self.0 >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0
+        self.0.unit() * 2.0 - 1.0
     }
 
     fn v(&mut self, n: usize, scale: f32) -> Vec<f32> {
@@ -65,7 +63,7 @@ fn add_vocab(w: &mut GgufWriter) {
 /// A two-layer Mamba (v1): E = 64, d_inner = 128, d_state = 16, d_conv = 4, dt_rank = 4.
 fn mamba(path: &Path) {
     let (e, di, ds, dc, dr, nl) = (64u64, 128u64, 16u64, 4u64, 4u64, 2);
-    let mut g = Gen(0x5eed_0001);
+    let mut g = Gen(Xorshift(0x5eed_0001));
     let mut w = GgufWriter::new();
     w.add("general.architecture", "mamba");
     for (k, v) in [
@@ -111,7 +109,7 @@ fn mamba(path: &Path) {
 /// E = 64, d_inner = 128 in 8 heads of 16, d_state = 16, 2 groups, d_conv = 4.
 fn mamba2(path: &Path) {
     let (e, di, ds, dc, nh, ng, nl) = (64u64, 128u64, 16u64, 4u64, 8u64, 2u64, 2);
-    let mut g = Gen(0x5eed_0002);
+    let mut g = Gen(Xorshift(0x5eed_0002));
     let mut w = GgufWriter::new();
     w.add("general.architecture", "mamba2");
     for (k, v) in [
@@ -241,7 +239,7 @@ fn peer() -> Option<PathBuf> {
 /// (ARGSORT/TOP_K, GET_ROWS of the weights, SOFT_MAX) and Q/K norms.
 fn qwen3moe(path: &Path, experts: GgmlType) {
     let (e, h, hkv, d, fe, ne, nl) = (256u64, 4u64, 2u64, 64u64, 256u64, 4u64, 2);
-    let mut g = Gen(0x5eed_0003 ^ experts as u64);
+    let mut g = Gen(Xorshift(0x5eed_0003 ^ experts as u64));
     let mut w = GgufWriter::new();
     w.add("general.architecture", "qwen3moe");
     for (k, v) in [

@@ -8,11 +8,13 @@
 
 use crate::dtype::GgmlType;
 
-/// A small xorshift generator (no dependency; quality is irrelevant here).
-struct Xorshift(u64);
+/// A small xorshift generator for test data (no dependency; quality is irrelevant here). The seed
+/// must not be 0.
+pub struct Xorshift(pub u64);
 
 impl Xorshift {
-    fn next(&mut self) -> u64 {
+    /// The next 64 bits.
+    pub fn next_u64(&mut self) -> u64 {
         self.0 ^= self.0 << 13;
         self.0 ^= self.0 >> 7;
         self.0 ^= self.0 << 17;
@@ -20,8 +22,8 @@ impl Xorshift {
     }
 
     /// Uniform in `[0, 1)`.
-    fn unit(&mut self) -> f32 {
-        (self.next() >> 40) as f32 / (1u64 << 24) as f32
+    pub fn unit(&mut self) -> f32 {
+        (self.next_u64() >> 40) as f32 / (1u64 << 24) as f32
     }
 }
 
@@ -42,7 +44,7 @@ pub fn random_grid_blocks(t: GgmlType, nblocks: usize, mag: f32, seed: u64) -> O
     let mut out = vec![0u8; nblocks * size];
     for b in out.chunks_exact_mut(size) {
         for x in b.iter_mut() {
-            *x = rng.next() as u8;
+            *x = rng.next_u64() as u8;
         }
         // Typical elements sit well below the largest: aim the largest at a few times `mag`.
         let d = (4.0 * mag / per_d) * (0.5 + rng.unit());

@@ -42,6 +42,19 @@ pub(crate) fn nearest_int(x: f32) -> i32 {
     (bits & 0x007F_FFFF) - 0x0040_0000
 }
 
+/// The value of largest magnitude (the first of equals) and that magnitude.
+#[inline(always)]
+fn signed_absmax(x: &[f32]) -> (f32, f32) {
+    let (mut max, mut amax) = (0.0f32, 0.0f32);
+    for &v in x {
+        if v.abs() > amax {
+            amax = v.abs();
+            max = v;
+        }
+    }
+    (max, amax)
+}
+
 /// Result of the asymmetric fit of one sub-block: `x ≈ scale·L − min`.
 struct ScaleMin {
     scale: f32,
@@ -126,13 +139,7 @@ fn fit_scale_min(
 /// Q3_K's signed fit of one group (quants `-nmax..nmax` stored as `q + nmax` in `l`): the absmax
 /// fit, then up to five sweeps moving single quants while the weighted correlation improves.
 fn fit_symmetric_rmse(x: &[f32], nmax: i32, l: &mut [i8]) -> f32 {
-    let (mut max, mut amax) = (0.0f32, 0.0f32);
-    for &v in x {
-        if v.abs() > amax {
-            amax = v.abs();
-            max = v;
-        }
-    }
+    let (max, amax) = signed_absmax(x);
     if amax < GROUP_MAX_EPS {
         l.fill(0);
         return 0.0;
@@ -180,13 +187,7 @@ fn fit_symmetric_rmse(x: &[f32], nmax: i32, l: &mut [i8]) -> f32 {
 /// Q6_K's signed fit of one group (weights `x²`, quants stored as `q + nmax`): the absmax fit
 /// refined by least squares, then inverse scales `−(nmax + 0.1·k)/max` for k = −9..=9.
 fn fit_symmetric_search(x: &[f32], nmax: i32, l: &mut [i8]) -> f32 {
-    let (mut max, mut amax) = (0.0f32, 0.0f32);
-    for &v in x {
-        if v.abs() > amax {
-            amax = v.abs();
-            max = v;
-        }
-    }
+    let (max, amax) = signed_absmax(x);
     if amax < GROUP_MAX_EPS {
         l.fill(0);
         return 0.0;
@@ -259,13 +260,7 @@ fn best_index(book: &[i8; 16], x: f32) -> u8 {
 fn fit_iq4(x: &[f32], l: &mut [u8], search: bool) -> f32 {
     let ntry: i32 = if search { 7 } else { 0 };
     let k = &KVALUES_IQ4NL;
-    let (mut max, mut amax) = (0.0f32, 0.0f32);
-    for &v in x {
-        if v.abs() > amax {
-            amax = v.abs();
-            max = v;
-        }
-    }
+    let (max, amax) = signed_absmax(x);
     if amax < GROUP_MAX_EPS {
         return 0.0;
     }
@@ -368,14 +363,10 @@ pub fn q3_k_from_f32(src: &[f32], dst: &mut [u8]) {
     quant_blocks(src, dst, QK_K, |x, b: &mut BlockQ3K| {
         let mut l = [0i8; QK_K];
         let mut scales = [0.0f32; 16];
-        let (mut max_scale, mut amax) = (0.0f32, 0.0f32);
         for j in 0..16 {
             scales[j] = fit_symmetric_rmse(&x[16 * j..16 * j + 16], 4, &mut l[16 * j..16 * j + 16]);
-            if scales[j].abs() > amax {
-                amax = scales[j].abs();
-                max_scale = scales[j];
-            }
         }
+        let (max_scale, _) = signed_absmax(&scales);
         let mut sc = [0i8; 16];
         if max_scale == 0.0 {
             // ggml leaves the scale bytes zero (not the packed form of scale 0) and d = 0.
@@ -464,14 +455,10 @@ pub fn q6_k_from_f32(src: &[f32], dst: &mut [u8]) {
     quant_blocks(src, dst, QK_K, |x, b: &mut BlockQ6K| {
         let mut l = [0i8; QK_K];
         let mut scales = [0.0f32; 16];
-        let (mut max_scale, mut amax) = (0.0f32, 0.0f32);
         for j in 0..16 {
             scales[j] = fit_symmetric_search(&x[16 * j..16 * j + 16], 32, &mut l[16 * j..16 * j + 16]);
-            if scales[j].abs() > amax {
-                amax = scales[j].abs();
-                max_scale = scales[j];
-            }
         }
+        let (max_scale, amax) = signed_absmax(&scales);
         if amax < GROUP_MAX_EPS {
             *b = bytemuck::Zeroable::zeroed();
             return;
@@ -513,14 +500,10 @@ pub fn iq4_xs_from_f32(src: &[f32], dst: &mut [u8]) {
     quant_blocks(src, dst, QK_K, |x, b: &mut BlockIq4Xs| {
         let mut l = [0u8; QK_K];
         let mut scales = [0.0f32; 8];
-        let (mut max_scale, mut amax) = (0.0f32, 0.0f32);
         for ib in 0..8 {
             scales[ib] = fit_iq4(&x[32 * ib..32 * ib + 32], &mut l[32 * ib..32 * ib + 32], true);
-            if scales[ib].abs() > amax {
-                amax = scales[ib].abs();
-                max_scale = scales[ib];
-            }
         }
+        let (max_scale, _) = signed_absmax(&scales);
         let d = -max_scale / 32.0;
         b.d = to_f16le(d);
         let id = if d != 0.0 { 1.0 / d } else { 0.0 };
