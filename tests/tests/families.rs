@@ -60,36 +60,61 @@ fn add_vocab(w: &mut GgufWriter) {
     w.add("tokenizer.ggml.token_type", Value::Array(Array::I32(types)));
 }
 
+/// A writer for `arch`: its u32 then f32 hyper-parameters (keys without the `arch.` prefix, in
+/// order) and the vocabulary.
+fn model_writer(arch: &str, u32s: &[(&str, u64)], f32s: &[(&str, f32)]) -> GgufWriter {
+    let mut w = GgufWriter::new();
+    w.add("general.architecture", arch);
+    for &(k, v) in u32s {
+        w.add(&format!("{arch}.{k}"), Value::U32(v as u32));
+    }
+    for &(k, v) in f32s {
+        w.add(&format!("{arch}.{k}"), Value::F32(v));
+    }
+    add_vocab(&mut w);
+    w
+}
+
+/// An F32 tensor.
+fn t(w: &mut GgufWriter, name: &str, ne: &[u64], vals: Vec<f32>) {
+    w.add_f32_tensor(name, ne, &vals).unwrap();
+}
+
+/// Norm weights around 1.
+fn norm(g: &mut Gen, n: u64) -> Vec<f32> {
+    g.v(n as usize, 0.2).iter().map(|x| 1.0 + x).collect()
+}
+
+/// The token embeddings, the output norm and the output matrix (values of deviation `out_scale`).
+fn add_head(w: &mut GgufWriter, g: &mut Gen, e: u64, out_scale: f32) {
+    t(w, "token_embd.weight", &[e, VOCAB as u64], g.v((e as usize) * VOCAB, 1.0));
+    t(w, "output_norm.weight", &[e], norm(g, e));
+    t(w, "output.weight", &[e, VOCAB as u64], g.v((e as usize) * VOCAB, out_scale));
+}
+
 /// A two-layer Mamba (v1): E = 64, d_inner = 128, d_state = 16, d_conv = 4, dt_rank = 4.
 fn mamba(path: &Path) {
     let (e, di, ds, dc, dr, nl) = (64u64, 128u64, 16u64, 4u64, 4u64, 2);
     let mut g = Gen(Xorshift(0x5eed_0001));
-    let mut w = GgufWriter::new();
-    w.add("general.architecture", "mamba");
-    for (k, v) in [
-        ("context_length", 512u32),
-        ("embedding_length", e as u32),
-        ("block_count", nl as u32),
-        ("feed_forward_length", 0),
-        ("attention.head_count", 0),
-        ("ssm.conv_kernel", dc as u32),
-        ("ssm.inner_size", di as u32),
-        ("ssm.state_size", ds as u32),
-        ("ssm.time_step_rank", dr as u32),
-    ] {
-        w.add(&format!("mamba.{k}"), Value::U32(v));
-    }
-    w.add("mamba.attention.layer_norm_rms_epsilon", Value::F32(1e-5));
-    add_vocab(&mut w);
-    let t = |w: &mut GgufWriter, name: &str, ne: &[u64], vals: Vec<f32>| {
-        w.add_f32_tensor(name, ne, &vals).unwrap();
-    };
-    t(&mut w, "token_embd.weight", &[e, VOCAB as u64], g.v((e as usize) * VOCAB, 1.0));
-    t(&mut w, "output_norm.weight", &[e], g.v(e as usize, 0.2).iter().map(|x| 1.0 + x).collect());
-    t(&mut w, "output.weight", &[e, VOCAB as u64], g.v((e as usize) * VOCAB, 0.3));
+    let mut w = model_writer(
+        "mamba",
+        &[
+            ("context_length", 512),
+            ("embedding_length", e),
+            ("block_count", nl),
+            ("feed_forward_length", 0),
+            ("attention.head_count", 0),
+            ("ssm.conv_kernel", dc),
+            ("ssm.inner_size", di),
+            ("ssm.state_size", ds),
+            ("ssm.time_step_rank", dr),
+        ],
+        &[("attention.layer_norm_rms_epsilon", 1e-5)],
+    );
+    add_head(&mut w, &mut g, e, 0.3);
     for il in 0..nl {
         let b = |s: &str| format!("blk.{il}.{s}");
-        t(&mut w, &b("attn_norm.weight"), &[e], g.v(e as usize, 0.2).iter().map(|x| 1.0 + x).collect());
+        t(&mut w, &b("attn_norm.weight"), &[e], norm(&mut g, e));
         t(&mut w, &b("ssm_in.weight"), &[e, 2 * di], g.v((e * 2 * di) as usize, 0.15));
         t(&mut w, &b("ssm_conv1d.weight"), &[dc, di], g.v((dc * di) as usize, 0.5));
         t(&mut w, &b("ssm_conv1d.bias"), &[di], g.v(di as usize, 0.1));
@@ -110,34 +135,27 @@ fn mamba(path: &Path) {
 fn mamba2(path: &Path) {
     let (e, di, ds, dc, nh, ng, nl) = (64u64, 128u64, 16u64, 4u64, 8u64, 2u64, 2);
     let mut g = Gen(Xorshift(0x5eed_0002));
-    let mut w = GgufWriter::new();
-    w.add("general.architecture", "mamba2");
-    for (k, v) in [
-        ("context_length", 512u32),
-        ("embedding_length", e as u32),
-        ("block_count", nl as u32),
-        ("feed_forward_length", 0),
-        ("attention.head_count", 0),
-        ("ssm.conv_kernel", dc as u32),
-        ("ssm.inner_size", di as u32),
-        ("ssm.state_size", ds as u32),
-        ("ssm.time_step_rank", nh as u32),
-        ("ssm.group_count", ng as u32),
-    ] {
-        w.add(&format!("mamba2.{k}"), Value::U32(v));
-    }
-    w.add("mamba2.attention.layer_norm_rms_epsilon", Value::F32(1e-5));
-    add_vocab(&mut w);
-    let t = |w: &mut GgufWriter, name: &str, ne: &[u64], vals: Vec<f32>| {
-        w.add_f32_tensor(name, ne, &vals).unwrap();
-    };
+    let mut w = model_writer(
+        "mamba2",
+        &[
+            ("context_length", 512),
+            ("embedding_length", e),
+            ("block_count", nl),
+            ("feed_forward_length", 0),
+            ("attention.head_count", 0),
+            ("ssm.conv_kernel", dc),
+            ("ssm.inner_size", di),
+            ("ssm.state_size", ds),
+            ("ssm.time_step_rank", nh),
+            ("ssm.group_count", ng),
+        ],
+        &[("attention.layer_norm_rms_epsilon", 1e-5)],
+    );
     let conv_ch = di + 2 * ng * ds;
-    t(&mut w, "token_embd.weight", &[e, VOCAB as u64], g.v((e as usize) * VOCAB, 1.0));
-    t(&mut w, "output_norm.weight", &[e], g.v(e as usize, 0.2).iter().map(|x| 1.0 + x).collect());
-    t(&mut w, "output.weight", &[e, VOCAB as u64], g.v((e as usize) * VOCAB, 0.3));
+    add_head(&mut w, &mut g, e, 0.3);
     for il in 0..nl {
         let b = |s: &str| format!("blk.{il}.{s}");
-        t(&mut w, &b("attn_norm.weight"), &[e], g.v(e as usize, 0.2).iter().map(|x| 1.0 + x).collect());
+        t(&mut w, &b("attn_norm.weight"), &[e], norm(&mut g, e));
         let d_in_proj = 2 * di + 2 * ng * ds + nh;
         t(&mut w, &b("ssm_in.weight"), &[e, d_in_proj], g.v((e * d_in_proj) as usize, 0.15));
         t(&mut w, &b("ssm_conv1d.weight"), &[dc, conv_ch], g.v((dc * conv_ch) as usize, 0.5));
@@ -146,12 +164,7 @@ fn mamba2(path: &Path) {
         let a: Vec<f32> = g.v(nh as usize, 1.0).iter().map(|x| -(0.5 + x.abs())).collect();
         t(&mut w, &b("ssm_a"), &[1, nh], a);
         t(&mut w, &b("ssm_d"), &[1, nh], g.v(nh as usize, 1.0));
-        t(
-            &mut w,
-            &b("ssm_norm.weight"),
-            &[di / ng, ng],
-            g.v(di as usize, 0.2).iter().map(|x| 1.0 + x).collect(),
-        );
+        t(&mut w, &b("ssm_norm.weight"), &[di / ng, ng], norm(&mut g, di));
         t(&mut w, &b("ssm_out.weight"), &[di, e], g.v((di * e) as usize, 0.1));
     }
     w.write_file(path).unwrap();
@@ -240,27 +253,21 @@ fn peer() -> Option<PathBuf> {
 fn qwen3moe(path: &Path, experts: GgmlType) {
     let (e, h, hkv, d, fe, ne, nl) = (256u64, 4u64, 2u64, 64u64, 256u64, 4u64, 2);
     let mut g = Gen(Xorshift(0x5eed_0003 ^ experts as u64));
-    let mut w = GgufWriter::new();
-    w.add("general.architecture", "qwen3moe");
-    for (k, v) in [
-        ("context_length", 512u32),
-        ("embedding_length", e as u32),
-        ("block_count", nl as u32),
-        ("feed_forward_length", 512),
-        ("attention.head_count", h as u32),
-        ("attention.head_count_kv", hkv as u32),
-        ("expert_count", ne as u32),
-        ("expert_used_count", 2),
-        ("expert_feed_forward_length", fe as u32),
-    ] {
-        w.add(&format!("qwen3moe.{k}"), Value::U32(v));
-    }
-    w.add("qwen3moe.rope.freq_base", Value::F32(1e6));
-    w.add("qwen3moe.attention.layer_norm_rms_epsilon", Value::F32(1e-6));
-    add_vocab(&mut w);
-    let t = |w: &mut GgufWriter, name: &str, ne: &[u64], vals: Vec<f32>| {
-        w.add_f32_tensor(name, ne, &vals).unwrap();
-    };
+    let mut w = model_writer(
+        "qwen3moe",
+        &[
+            ("context_length", 512),
+            ("embedding_length", e),
+            ("block_count", nl),
+            ("feed_forward_length", 512),
+            ("attention.head_count", h),
+            ("attention.head_count_kv", hkv),
+            ("expert_count", ne),
+            ("expert_used_count", 2),
+            ("expert_feed_forward_length", fe),
+        ],
+        &[("rope.freq_base", 1e6), ("attention.layer_norm_rms_epsilon", 1e-6)],
+    );
     let typed = |w: &mut GgufWriter, g: &mut Gen, name: &str, ne: &[u64]| {
         let n: u64 = ne.iter().product();
         let vals = g.v(n as usize, 0.06);
@@ -280,12 +287,9 @@ fn qwen3moe(path: &Path, experts: GgmlType) {
         };
         w.add_tensor(name, experts, ne, bytes).unwrap();
     };
-    t(&mut w, "token_embd.weight", &[e, VOCAB as u64], g.v((e as usize) * VOCAB, 1.0));
-    t(&mut w, "output_norm.weight", &[e], g.v(e as usize, 0.2).iter().map(|x| 1.0 + x).collect());
-    t(&mut w, "output.weight", &[e, VOCAB as u64], g.v((e as usize) * VOCAB, 0.1));
+    add_head(&mut w, &mut g, e, 0.1);
     for il in 0..nl {
         let b = |s: &str| format!("blk.{il}.{s}");
-        let norm = |g: &mut Gen, n: u64| g.v(n as usize, 0.2).iter().map(|x| 1.0 + x).collect::<Vec<f32>>();
         t(&mut w, &b("attn_norm.weight"), &[e], norm(&mut g, e));
         t(&mut w, &b("attn_q.weight"), &[e, h * d], g.v((e * h * d) as usize, 0.06));
         t(&mut w, &b("attn_k.weight"), &[e, hkv * d], g.v((e * hkv * d) as usize, 0.06));

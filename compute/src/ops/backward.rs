@@ -130,7 +130,8 @@ pub(crate) unsafe fn prepare(n: &Node) -> Result<Plan> {
             }
             let mut plan =
                 super::simple(Kind::Backward(Box::new(Backward { dst, s, which: Which::SgdStep })), 0);
-            plan.local_f32 = 2 * dst.ne[0];
+            // `run_rows` takes three rows of scratch whichever op it runs.
+            plan.local_f32 = 3 * dst.ne[0];
             return Ok(plan);
         }
         _ => return Err(Error::UnsupportedOp { op, detail: "not a gradient op".into() }),

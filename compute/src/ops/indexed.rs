@@ -383,12 +383,7 @@ pub(crate) unsafe fn prepare(n: &Node) -> Result<Plan> {
         GgmlOp::Conv2dDw => {
             let (k, x) = (need(&a, 0)?, need(&b, 1)?);
             floats(op, &[&k, &x, &dst])?;
-            let s = [i64::from(i(n, 0)), i64::from(i(n, 1))];
-            let p = [i64::from(i(n, 2)), i64::from(i(n, 3))];
-            let d = [i64::from(i(n, 4)), i64::from(i(n, 5))];
-            if s.iter().chain(&d).any(|&v| v <= 0) || p.iter().any(|&v| v < 0) {
-                return Err(shape_err(op, format!("stride {s:?} padding {p:?} dilation {d:?}")));
-            }
+            let (s, p, d) = conv_params(n)?;
             let out = |q: usize| (x.ne[q] as i64 + 2 * p[q] - d[q] * (k.ne[q] as i64 - 1) - 1) / s[q] + 1;
             if k.ne[2] != 1
                 || k.ne[3] != x.ne[2]
@@ -404,12 +399,7 @@ pub(crate) unsafe fn prepare(n: &Node) -> Result<Plan> {
         GgmlOp::Conv2d => {
             let (k, x) = (need(&a, 0)?, need(&b, 1)?);
             floats(op, &[&k, &x, &dst])?;
-            let s = [i64::from(i(n, 0)), i64::from(i(n, 1))];
-            let p = [i64::from(i(n, 2)), i64::from(i(n, 3))];
-            let d = [i64::from(i(n, 4)), i64::from(i(n, 5))];
-            if s.iter().chain(&d).any(|&v| v <= 0) || p.iter().any(|&v| v < 0) {
-                return Err(shape_err(op, format!("stride {s:?} padding {p:?} dilation {d:?}")));
-            }
+            let (s, p, d) = conv_params(n)?;
             let out =
                 |q: usize| (x.ne[q] as i64 + 2 * p[q] - d[q] * (k.ne[q] as i64 - 1) - 1).div_euclid(s[q]) + 1;
             if k.ne[2] != x.ne[2]
@@ -514,6 +504,18 @@ pub(crate) unsafe fn prepare(n: &Node) -> Result<Plan> {
         check_overlap(op, &dst, t, Alias::Never)?;
     }
     Ok(super::simple(Kind::Indexed(Box::new(Indexed { dst, a, b, f })), 0))
+}
+
+/// Stride, padding and dilation of a 2-D convolution (op_params 0..6): positive, non-negative,
+/// positive.
+fn conv_params(n: &Node) -> Result<([i64; 2], [i64; 2], [i64; 2])> {
+    let s = [i64::from(i(n, 0)), i64::from(i(n, 1))];
+    let p = [i64::from(i(n, 2)), i64::from(i(n, 3))];
+    let d = [i64::from(i(n, 4)), i64::from(i(n, 5))];
+    if s.iter().chain(&d).any(|&v| v <= 0) || p.iter().any(|&v| v < 0) {
+        return Err(shape_err(n.op, format!("stride {s:?} padding {p:?} dilation {d:?}")));
+    }
+    Ok((s, p, d))
 }
 
 fn same_shape(op: GgmlOp, a: &Tv, d: &Tv) -> Result<()> {
