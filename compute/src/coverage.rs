@@ -52,18 +52,15 @@ pub fn support(op: GgmlOp) -> Support {
         Concat | Pad | Repeat => c("layout", ""),
         Arange | TimestepEmbedding | Roll | PadReflect1d | Diag | Tri | Acc | Set | Upscale | Im2col
         | Pool1d | Pool2d | Conv2dDw | Conv2d | ConvTranspose1d | ConvTranspose2d | OutProd | WinPart
-        | WinUnpart | GetRelPos => c("indexed", ""),
+        | WinUnpart | GetRelPos | Im2col3d | Conv3d | Im2colBack | Col2im1d | Pool2dBack | AddRelPos => {
+            c("indexed", "")
+        }
         SiluBack | RmsNormBack | SoftMaxBack | RepeatBack | GetRowsBack | CrossEntropyLoss
-        | CrossEntropyLossBack | OptStepSgd => c("backward", ""),
-        SsmConv | SsmScan | RwkvWkv6 | GatedLinearAttn | RwkvWkv7 => c("recurrent", ""),
-        Im2colBack | Pool2dBack | FlashAttnBack | OptStepAdamw => {
-            Support::Pending("training-only gradient/optimizer ops not yet written")
+        | CrossEntropyLossBack | OptStepSgd | OptStepAdamw => c("backward", ""),
+        SsmConv | SsmScan | RwkvWkv6 | GatedLinearAttn | RwkvWkv7 | SolveTri | GatedDeltaNet => {
+            c("recurrent", "")
         }
-        Im2col3d | Conv3d | Col2im1d | AddRelPos => {
-            Support::Pending("3-D / audio-decoder encoder ops not yet written")
-        }
-        SolveTri | GatedDeltaNet | LightningIndexer | Dsv4HcComb | Dsv4HcPre | Dsv4HcPost => {
-            Support::Pending("newest ops; no written semantics to implement them from yet")
-        }
+        Dsv4HcComb | Dsv4HcPre | Dsv4HcPost | LightningIndexer => c("hyper", ""),
+        FlashAttnBack => Support::Pending("training-only attention gradient not yet written"),
     }
 }

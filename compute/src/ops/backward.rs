@@ -14,6 +14,10 @@
 //! - CROSS_ENTROPY_LOSS_BACK(dl, logits, labels): `(softmax(logits) − labels) · dl / rows`.
 //! - OPT_STEP_SGD(x, g, [α, wd]): `x · (1 − α·wd) − α·g`, written over `x` (the destination is a
 //!   view of `x`).
+//! - OPT_STEP_ADAMW(x, g, m, v, [α, β1, β2, eps, wd, β1h, β2h]): `m ← m·β1 + g·(1 − β1)`,
+//!   `v ← v·β2 + g²·(1 − β2)`, `x ← x·(1 − α·wd) − α·(m·β1h)/(√(v·β2h) + eps)`; `m` and `v` are
+//!   updated in their own buffers (sources the op writes, as ggml's does), `x` through the
+//!   destination (a view of `x`).
 
 use crate::dtype::GgmlType;
 use crate::error::{Error, Result};
@@ -33,12 +37,13 @@ enum Which {
     CrossEntropy,
     CrossEntropyBack,
     SgdStep,
+    AdamwStep,
 }
 
 /// A planned gradient op.
 pub(crate) struct Backward {
     dst: Tv,
-    s: [Option<Tv>; 3],
+    s: [Option<Tv>; 5],
     which: Which,
 }
 
@@ -50,7 +55,7 @@ pub(crate) unsafe fn prepare(n: &Node) -> Result<Plan> {
     let op = n.op;
     // SAFETY: forwarded contract.
     let dst = unsafe { tv(&n.dst)? };
-    let mut s: [Option<Tv>; 3] = [None, None, None];
+    let mut s: [Option<Tv>; 5] = [None; 5];
     for (k, slot) in s.iter_mut().enumerate() {
         if let Some(t) = n.src[k].as_ref() {
             // SAFETY: forwarded contract.
@@ -130,8 +135,39 @@ pub(crate) unsafe fn prepare(n: &Node) -> Result<Plan> {
             }
             let mut plan =
                 super::simple(Kind::Backward(Box::new(Backward { dst, s, which: Which::SgdStep })), 0);
-            // `run_rows` takes three rows of scratch whichever op it runs.
-            plan.local_f32 = 3 * dst.ne[0];
+            // `run_rows` takes four rows of scratch whichever op it runs.
+            plan.local_f32 = 4 * dst.ne[0];
+            return Ok(plan);
+        }
+        GgmlOp::OptStepAdamw => {
+            let (x, g, m, v, p) = (need(0)?, need(1)?, need(2)?, need(3)?, need(4)?);
+            let same = [&g, &m, &v, &dst].iter().all(|t| t.ne == x.ne);
+            if !all_f32(&[&x, &g, &m, &v, &p, &dst]) || !same || p.nelements() != 7 {
+                return Err(shape_err(
+                    op,
+                    format!("x {:?}, grad {:?}, m {:?}, v {:?}, params {:?}", x.ne, g.ne, m.ne, v.ne, p.ne),
+                ));
+            }
+            // The destination is the parameters themselves (a view of src0); the moments are
+            // written in place, each row by the unit that reads it.
+            check_overlap(op, &dst, &x, Alias::RowLocal)?;
+            for t in [&g, &m, &v, &p] {
+                check_overlap(op, &dst, t, Alias::Never)?;
+            }
+            for (i, t) in [&g, &x, &v, &p].into_iter().enumerate() {
+                check_overlap(op, &m, t, Alias::Never)
+                    .map_err(|_| shape_err(op, format!("m overlaps source {i}")))?;
+            }
+            for t in [&g, &x, &p] {
+                check_overlap(op, &v, t, Alias::Never)
+                    .map_err(|_| shape_err(op, "v overlaps another source"))?;
+            }
+            if !m.self_disjoint() || !v.self_disjoint() {
+                return Err(shape_err(op, "m and v must not overlap themselves"));
+            }
+            let mut plan =
+                super::simple(Kind::Backward(Box::new(Backward { dst, s, which: Which::AdamwStep })), 0);
+            plan.local_f32 = 4 * dst.ne[0];
             return Ok(plan);
         }
         _ => return Err(Error::UnsupportedOp { op, detail: "not a gradient op".into() }),
@@ -140,7 +176,7 @@ pub(crate) unsafe fn prepare(n: &Node) -> Result<Plan> {
         check_overlap(op, &dst, t, Alias::Never)?;
     }
     let width = s.iter().flatten().map(|t| t.ne[0]).max().unwrap_or(0).max(dst.ne[0]);
-    let mut plan = super::simple(Kind::Backward(Box::new(Backward { dst, s, which })), 3 * width);
+    let mut plan = super::simple(Kind::Backward(Box::new(Backward { dst, s, which })), 4 * width);
     if units > 0 {
         plan.units = [units, 0];
     }
@@ -241,7 +277,8 @@ impl Backward {
             let (i1, i2, i3) = d.unravel_row(r);
             let (a, rest) = ctx.local.split_at_mut(n0);
             let (b, rest) = rest.split_at_mut(n0);
-            let c = &mut rest[..n0];
+            let (c, rest) = rest.split_at_mut(n0);
+            let e = &mut rest[..n0];
             match self.which {
                 Which::SiluBack => {
                     self.src(0).load_row(i1, i2, i3, a);
@@ -299,6 +336,31 @@ impl Backward {
                         // As ggml's x86 build contracts it.
                         *x = x.mul_add(keep, -(alpha * g));
                     }
+                }
+                Which::AdamwStep => {
+                    let p = self.src(4);
+                    let h: [f32; 7] = std::array::from_fn(|k| {
+                        let (k0, k1) = (k % p.ne[0], k / p.ne[0]);
+                        p.get_f32(k0, k1 % p.ne[1], (k1 / p.ne[1]) % p.ne[2], k1 / (p.ne[1] * p.ne[2]))
+                    });
+                    let [alpha, beta1, beta2, eps, wd, beta1h, beta2h] = h;
+                    let keep = 1.0 - alpha * wd;
+                    let (m, v) = (self.src(2), self.src(3));
+                    self.src(0).load_row(i1, i2, i3, a);
+                    self.src(1).load_row(i1, i2, i3, b);
+                    m.load_row(i1, i2, i3, c);
+                    v.load_row(i1, i2, i3, e);
+                    for (((x, &g), mi), vi) in a.iter_mut().zip(b.iter()).zip(c.iter_mut()).zip(e.iter_mut())
+                    {
+                        // Products fused into the sums as ggml's x86 build contracts them.
+                        *mi = mi.mul_add(beta1, g * (1.0 - beta1));
+                        *vi = vi.mul_add(beta2, g * g * (1.0 - beta2));
+                        let mh = *mi * beta1h;
+                        let vh = (*vi * beta2h).sqrt() + eps;
+                        *x = x.mul_add(keep, -(alpha * mh / vh));
+                    }
+                    m.store_row(i1, i2, i3, c);
+                    v.store_row(i1, i2, i3, e);
                 }
                 _ => unreachable!("not a row-wise gradient op"),
             }

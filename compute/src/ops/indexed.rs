@@ -138,6 +138,59 @@ enum Formula {
     },
     /// GET_REL_POS: row `(ne1 − i1 − 1) + i2` of the table.
     RelPos,
+    /// UPSCALE bicubic (α = −0.75, clamped taps) in dims 0–1, nearest in dims 2–3.
+    UpBicubic {
+        sf: [f32; 4],
+        offset: f32,
+    },
+    /// UPSCALE bilinear with antialiasing: a triangle filter as wide as the down-scaling.
+    UpAntialias {
+        sf: [f32; 4],
+        offset: f32,
+    },
+    /// IM2COL_3D: kernel `a` `{KW, KH, KD, OC·IC}`, image `b` `{W, H, D, N·IC}` -> `{IC·KD·KH·KW, OW,
+    /// OH, N·OD}`.
+    Im2col3d {
+        s: [i64; 3],
+        p: [i64; 3],
+        d: [i64; 3],
+        k: [usize; 3],
+        ic: usize,
+        od: usize,
+    },
+    /// CONV_3D: kernel `a` `{KW, KH, KD, IC·OC}`, input `b` `{W, H, D, IC·N}` -> `{OW, OH, OD, OC·N}`.
+    Conv3d {
+        s: [i64; 3],
+        p: [i64; 3],
+        d: [i64; 3],
+        ic: usize,
+        oc: usize,
+        f16: bool,
+    },
+    /// IM2COL_BACK: the gradient of an image from the gradient `a` of its IM2COL columns.
+    Im2colBack {
+        s: [i64; 2],
+        p: [i64; 2],
+        d: [i64; 2],
+        k: [usize; 2],
+        out: [usize; 2],
+        two_d: bool,
+    },
+    /// COL2IM_1D: columns `a` `{K·OC, T_in}` summed back into a signal `{T_out, OC}`.
+    Col2im1d {
+        s: usize,
+        k: usize,
+        p: usize,
+    },
+    /// POOL_2D_BACK: the gradient `a` of a pooling's output spread over its input `b`'s positions.
+    Pool2dBack {
+        max: bool,
+        k: [usize; 2],
+        s: [usize; 2],
+        p: [i64; 2],
+    },
+    /// ADD_REL_POS: `a` plus `ph` (src2) by row and `pw` (src1) by column of each `W × W` block.
+    AddRelPos,
 }
 
 /// A planned index-formula op.
@@ -145,6 +198,8 @@ pub(crate) struct Indexed {
     dst: Tv,
     a: Option<Tv>,
     b: Option<Tv>,
+    /// src2 (ADD_REL_POS's `ph`).
+    c: Option<Tv>,
     f: Formula,
 }
 
@@ -166,6 +221,11 @@ pub(crate) unsafe fn prepare(n: &Node) -> Result<Plan> {
         None => None,
     };
     let b = match n.src[1].as_ref() {
+        // SAFETY: forwarded contract.
+        Some(t) => Some(unsafe { tv(t)? }),
+        None => None,
+    };
+    let c = match n.src[2].as_ref() {
         // SAFETY: forwarded contract.
         Some(t) => Some(unsafe { tv(t)? }),
         None => None,
@@ -302,22 +362,23 @@ pub(crate) unsafe fn prepare(n: &Node) -> Result<Plan> {
                 return Err(shape_err(op, format!("upscale {:?} -> {:?}", a.ne, dst.ne)));
             }
             let mode = i(n, 0);
-            let align = mode & 0x100 != 0;
             let mut sf: [f32; 4] = std::array::from_fn(|k| dst.ne[k] as f32 / a.ne[k].max(1) as f32);
+            // Aligned corners (whatever the mode, as ggml): sample centres at whole pixels and the
+            // scale of dims 0–1 from the outer pixels' distance.
+            let mut offset = 0.5;
+            if mode & 0x100 != 0 {
+                offset = 0.0;
+                for k in 0..2 {
+                    if dst.ne[k] > 1 && a.ne[k] > 1 {
+                        sf[k] = (dst.ne[k] - 1) as f32 / (a.ne[k] - 1) as f32;
+                    }
+                }
+            }
             match mode & 0xFF {
                 0 => Formula::UpNearest { sf },
-                1 => {
-                    let mut offset = 0.5;
-                    if align {
-                        offset = 0.0;
-                        for k in 0..2 {
-                            if dst.ne[k] > 1 && a.ne[k] > 1 {
-                                sf[k] = (dst.ne[k] - 1) as f32 / (a.ne[k] - 1) as f32;
-                            }
-                        }
-                    }
-                    Formula::UpBilinear { sf, offset }
-                }
+                1 if mode & 0x200 != 0 => Formula::UpAntialias { sf, offset },
+                1 => Formula::UpBilinear { sf, offset },
+                2 => Formula::UpBicubic { sf, offset },
                 m => return Err(Error::UnsupportedOp { op, detail: format!("upscale mode {m}") }),
             }
         }
@@ -498,12 +559,196 @@ pub(crate) unsafe fn prepare(n: &Node) -> Result<Plan> {
             }
             Formula::RelPos
         }
+        GgmlOp::Im2col3d => {
+            let (k, x) = (need(&a, 0)?, need(&b, 1)?);
+            let s = [0, 1, 2].map(|q| i64::from(i(n, q)));
+            let p = [3, 4, 5].map(|q| i64::from(i(n, q)));
+            let d = [6, 7, 8].map(|q| i64::from(i(n, q)));
+            let ic = i(n, 9);
+            if s.iter().chain(&d).any(|&v| v <= 0) || p.iter().any(|&v| v < 0) || ic <= 0 {
+                return Err(shape_err(
+                    op,
+                    format!("stride {s:?} padding {p:?} dilation {d:?} channels {ic}"),
+                ));
+            }
+            let ic = ic as usize;
+            let kk = [k.ne[0], k.ne[1], k.ne[2]];
+            let out: [i64; 3] = std::array::from_fn(|q| {
+                (x.ne[q] as i64 + 2 * p[q] - d[q] * (kk[q] as i64 - 1) - 1).div_euclid(s[q]) + 1
+            });
+            let n_b = x.ne[3] / ic;
+            let od = out[2].max(0) as usize;
+            let ok = x.ne[3] % ic == 0
+                && k.ne[3] % ic == 0
+                && out.iter().all(|&o| o >= 0)
+                && dst.ne == [ic * kk[0] * kk[1] * kk[2], out[0] as usize, out[1] as usize, n_b * od];
+            if !ok || x.dtype() != GgmlType::F32 || !matches!(dst.dtype(), GgmlType::F32 | GgmlType::F16) {
+                return Err(shape_err(
+                    op,
+                    format!(
+                        "im2col_3d of {} {:?}, kernel {:?}, {ic} channels -> {} {:?}",
+                        x.dtype(),
+                        x.ne,
+                        k.ne,
+                        dst.dtype(),
+                        dst.ne
+                    ),
+                ));
+            }
+            Formula::Im2col3d { s, p, d, k: kk, ic, od }
+        }
+        GgmlOp::Conv3d => {
+            let (k, x) = (need(&a, 0)?, need(&b, 1)?);
+            let s = [0, 1, 2].map(|q| i64::from(i(n, q)));
+            let p = [3, 4, 5].map(|q| i64::from(i(n, q)));
+            let d = [6, 7, 8].map(|q| i64::from(i(n, q)));
+            let (ic, nb, oc) = (i(n, 9), i(n, 10), i(n, 11));
+            if s.iter().chain(&d).any(|&v| v <= 0)
+                || p.iter().any(|&v| v < 0)
+                || ic <= 0
+                || nb <= 0
+                || oc <= 0
+            {
+                return Err(shape_err(
+                    op,
+                    format!("stride {s:?} padding {p:?} dilation {d:?} channels {ic}/{oc} batch {nb}"),
+                ));
+            }
+            let (ic, nb, oc) = (ic as usize, nb as usize, oc as usize);
+            let out: [i64; 3] = std::array::from_fn(|q| {
+                (x.ne[q] as i64 + 2 * p[q] - d[q] * (k.ne[q] as i64 - 1) - 1).div_euclid(s[q]) + 1
+            });
+            let ok = k.ne[3] == ic * oc
+                && x.ne[3] == ic * nb
+                && out.iter().all(|&o| o >= 0)
+                && dst.ne == [out[0] as usize, out[1] as usize, out[2] as usize, oc * nb];
+            let types = matches!(k.dtype(), GgmlType::F32 | GgmlType::F16)
+                && x.dtype() == GgmlType::F32
+                && dst.dtype() == GgmlType::F32;
+            if !ok || !types {
+                return Err(shape_err(
+                    op,
+                    format!(
+                        "{} kernel {:?} on {} {:?} ({ic} -> {oc} channels, batch {nb}) -> {:?}",
+                        k.dtype(),
+                        k.ne,
+                        x.dtype(),
+                        x.ne,
+                        dst.ne
+                    ),
+                ));
+            }
+            Formula::Conv3d { s, p, d, ic, oc, f16: k.dtype() == GgmlType::F16 }
+        }
+        GgmlOp::Im2colBack => {
+            let (g, k) = (need(&a, 0)?, need(&b, 1)?);
+            let two_d = i(n, 6) != 0;
+            let s = [i64::from(i(n, 0)), i64::from(i(n, 1))];
+            let p = [i64::from(i(n, 2)), i64::from(i(n, 3))];
+            let d = [i64::from(i(n, 4)), i64::from(i(n, 5))];
+            if s[0] <= 0 || (two_d && s[1] <= 0) || p.iter().any(|&v| v < 0) {
+                return Err(shape_err(op, format!("stride {s:?} padding {p:?} dilation {d:?}")));
+            }
+            let (kw, kh) = (k.ne[0], if two_d { k.ne[1] } else { 1 });
+            let (ic, batch) = if two_d { (dst.ne[2], dst.ne[3]) } else { (dst.ne[1], dst.ne[2]) };
+            let out = [g.ne[1], if two_d { g.ne[2] } else { 1 }];
+            let g_batch = if two_d { g.ne[3] } else { g.ne[2] };
+            let ok = g.ne[0] == ic * kh * kw
+                && g_batch == batch
+                && (two_d || (g.ne[3] == 1 && dst.ne[3] == 1))
+                && g.dtype() == GgmlType::F32
+                && dst.dtype() == GgmlType::F32;
+            if !ok {
+                return Err(shape_err(
+                    op,
+                    format!("gradient {:?} of columns for kernel {:?} -> image {:?}", g.ne, k.ne, dst.ne),
+                ));
+            }
+            Formula::Im2colBack { s, p, d, k: [kw, kh], out, two_d }
+        }
+        GgmlOp::Col2im1d => {
+            let a = need(&a, 0)?;
+            let (s0, oc, p0) = (i(n, 0), i(n, 1), i(n, 2));
+            if s0 <= 0 || oc <= 0 || p0 < 0 {
+                return Err(shape_err(op, format!("stride {s0}, {oc} channels, padding {p0}")));
+            }
+            let (s0, oc, p0) = (s0 as usize, oc as usize, p0 as usize);
+            let k = a.ne[0] / oc;
+            let full = if a.ne[1] == 0 { 0 } else { (a.ne[1] - 1) * s0 + k };
+            let ok = a.ne[0] % oc == 0
+                && full >= 2 * p0
+                && dst.ne == [full - 2 * p0, oc, 1, 1]
+                && a.ne[2] == 1
+                && a.ne[3] == 1
+                && a.dtype() == dst.dtype()
+                && is_float(a.dtype());
+            if !ok {
+                return Err(shape_err(
+                    op,
+                    format!(
+                        "{} columns {:?} (stride {s0}, {oc} channels, padding {p0}) -> {} {:?}",
+                        a.dtype(),
+                        a.ne,
+                        dst.dtype(),
+                        dst.ne
+                    ),
+                ));
+            }
+            Formula::Col2im1d { s: s0, k, p: p0 }
+        }
+        GgmlOp::Pool2dBack => {
+            let (g, f) = (need(&a, 0)?, need(&b, 1)?);
+            let max = match i(n, 0) {
+                0 => true,
+                1 => false,
+                o => return Err(shape_err(op, format!("pool op {o}"))),
+            };
+            let (k, s, p) = ([i(n, 1), i(n, 2)], [i(n, 3), i(n, 4)], [i(n, 5), i(n, 6)]);
+            if k.iter().chain(&s).any(|&v| v <= 0) || p.iter().any(|&v| v < 0) {
+                return Err(shape_err(op, format!("pool kernel {k:?} stride {s:?} padding {p:?}")));
+            }
+            // ggml's F16 destination adds the bits of f16 values as integers (not a gradient):
+            // only F32 is computed.
+            if [g.dtype(), f.dtype(), dst.dtype()].iter().any(|&t| t != GgmlType::F32) {
+                return Err(types_err(op, "POOL_2D_BACK is computed for F32 tensors only"));
+            }
+            if f.ne != dst.ne || g.ne[2] != dst.ne[2] || g.ne[3] != dst.ne[3] {
+                return Err(shape_err(op, format!("gradient {:?}, input {:?} -> {:?}", g.ne, f.ne, dst.ne)));
+            }
+            Formula::Pool2dBack {
+                max,
+                k: k.map(|v| v as usize),
+                s: s.map(|v| v as usize),
+                p: p.map(i64::from),
+            }
+        }
+        GgmlOp::AddRelPos => {
+            let (x, pw, ph) = (need(&a, 0)?, need(&b, 1)?, need(&c, 2)?);
+            let w = pw.ne[0];
+            let ok =
+                [&x, &pw, &ph, &dst].iter().all(|t| t.dtype() == GgmlType::F32 && t.nb == contiguous_nb(t))
+                    && pw.ne == ph.ne
+                    && x.ne == dst.ne
+                    && w.checked_mul(pw.nelements()) == Some(x.nelements());
+            if !ok {
+                return Err(shape_err(
+                    op,
+                    format!("attention {:?} with positions {:?} / {:?} (contiguous F32)", x.ne, pw.ne, ph.ne),
+                ));
+            }
+            Formula::AddRelPos
+        }
         _ => return Err(Error::UnsupportedOp { op, detail: "not an indexed op".into() }),
     };
-    for t in [&a, &b].into_iter().flatten() {
-        check_overlap(op, &dst, t, Alias::Never)?;
+    // ADD_REL_POS may run in place (its destination is then src0 itself).
+    let in_place = matches!(f, Formula::AddRelPos);
+    for (k, t) in [&a, &b, &c].into_iter().enumerate() {
+        if let Some(t) = t {
+            let alias = if k == 0 && in_place { Alias::RowLocal } else { Alias::Never };
+            check_overlap(op, &dst, t, alias)?;
+        }
     }
-    Ok(super::simple(Kind::Indexed(Box::new(Indexed { dst, a, b, f })), 0))
+    Ok(super::simple(Kind::Indexed(Box::new(Indexed { dst, a, b, c, f })), 0))
 }
 
 /// Stride, padding and dilation of a 2-D convolution (op_params 0..6): positive, non-negative,
@@ -628,6 +873,190 @@ impl Indexed {
                 let s: [usize; 4] =
                     std::array::from_fn(|k| ((x[k] as f32 / sf[k]) as usize).min(a.ne[k] - 1));
                 a.get_f32(s[0], s[1], s[2], s[3])
+            }
+            Formula::UpBicubic { sf, offset } => {
+                let a = a();
+                let j2 = ((i2 as f32 / sf[2]) as usize).min(a.ne[2] - 1);
+                let j3 = ((i3 as f32 / sf[3]) as usize).min(a.ne[3] - 1);
+                let y = (i1 as f32 + offset) / sf[1] - offset;
+                let x = (i0 as f32 + offset) / sf[0] - offset;
+                let (y0, x0) = (y.floor(), x.floor());
+                let (dy, dx) = (y - y0, x - x0);
+                let p = |xo: i64, yo: i64| {
+                    let u = (x0 as i64 + xo).clamp(0, a.ne[0] as i64 - 1) as usize;
+                    let v = (y0 as i64 + yo).clamp(0, a.ne[1] as i64 - 1) as usize;
+                    a.get_f32(u, v, j2, j3)
+                };
+                let row = |yo: i64| bicubic([p(-1, yo), p(0, yo), p(1, yo), p(2, yo)], dx);
+                bicubic([row(-1), row(0), row(1), row(2)], dy)
+            }
+            Formula::UpAntialias { sf, offset } => {
+                let a = a();
+                let j2 = ((i2 as f32 / sf[2]) as usize).min(a.ne[2] - 1);
+                let j3 = ((i3 as f32 / sf[3]) as usize).min(a.ne[3] - 1);
+                let support = [0, 1].map(|q| (1.0 / sf[q]).max(1.0));
+                let y = (i1 as f32 + offset) / sf[1];
+                let x = (i0 as f32 + offset) / sf[0];
+                let span = |c: f32, q: usize| {
+                    let lo = ((c - support[q] + offset) as i64).max(0);
+                    let hi = ((c + support[q] + offset) as i64).min(a.ne[q] as i64);
+                    lo..hi
+                };
+                let tri = |v: f32| (1.0 - v.abs()).max(0.0);
+                let (mut val, mut total) = (0.0f32, 0.0f32);
+                for sy in span(y, 1) {
+                    let wy = tri((sy as f32 - y + offset) * (1.0 / support[1]));
+                    for sx in span(x, 0) {
+                        let wx = tri((sx as f32 - x + offset) * (1.0 / support[0]));
+                        let w = wx * wy;
+                        if w <= 0.0 {
+                            continue;
+                        }
+                        val += a.get_f32(sx as usize, sy as usize, j2, j3) * w;
+                        total += w;
+                    }
+                }
+                if total > 0.0 {
+                    val / total
+                } else {
+                    val
+                }
+            }
+            Formula::Im2col3d { s, p, d, k, ic, od } => {
+                let src = self.b.as_ref().expect("src1 validated");
+                let per_c = k[0] * k[1] * k[2];
+                let (c, r) = (i0 / per_c, i0 % per_c);
+                let (kd, kh, kw) = (r / (k[0] * k[1]), (r / k[0]) % k[1], r % k[0]);
+                let (nb, oz) = (i3 / od.max(1), i3 % od.max(1));
+                let at = [(i1, kw), (i2, kh), (oz, kd)];
+                let mut pos = [0usize; 3];
+                for q in 0..3 {
+                    let v = at[q].0 as i64 * s[q] + at[q].1 as i64 * d[q] - p[q];
+                    if v < 0 || v >= src.ne[q] as i64 {
+                        return 0.0;
+                    }
+                    pos[q] = v as usize;
+                }
+                src.get_f32(pos[0], pos[1], pos[2], nb * ic + c)
+            }
+            Formula::Conv3d { s, p, d, ic, oc, f16 } => {
+                let (k, src) = (a(), self.b.as_ref().expect("src1 validated"));
+                let (nb, o) = (i3 / oc, i3 % oc);
+                let out = [i0, i1, i2];
+                let mut sum = 0.0f32;
+                for c in 0..ic {
+                    for kz in 0..k.ne[2] {
+                        for ky in 0..k.ne[1] {
+                            for kx in 0..k.ne[0] {
+                                let kk = [kx, ky, kz];
+                                let at: [i64; 3] = std::array::from_fn(|q| {
+                                    out[q] as i64 * s[q] + kk[q] as i64 * d[q] - p[q]
+                                });
+                                if (0..3).any(|q| at[q] < 0 || at[q] >= src.ne[q] as i64) {
+                                    continue;
+                                }
+                                let v =
+                                    src.get_f32(at[0] as usize, at[1] as usize, at[2] as usize, nb * ic + c);
+                                sum += k.get_f32(kx, ky, kz, o * ic + c) * round_to(f16, v);
+                            }
+                        }
+                    }
+                }
+                sum
+            }
+            Formula::Im2colBack { s, p, d, k, out, two_d } => {
+                let g = a();
+                let (iw, ih, c, nb) = if two_d { (i0, i1, i2, i3) } else { (i0, 0, i1, i2) };
+                let mut grad = 0.0f32;
+                for kh in 0..k[1] {
+                    for kw in 0..k[0] {
+                        // Positions a stride skipped over in the forward pass take no gradient.
+                        let tw = iw as i64 + p[0] - kw as i64 * d[0];
+                        if tw % s[0] != 0 {
+                            continue;
+                        }
+                        let ow = tw / s[0];
+                        let oh = if two_d {
+                            let th = ih as i64 + p[1] - kh as i64 * d[1];
+                            if th % s[1] != 0 {
+                                continue;
+                            }
+                            th / s[1]
+                        } else {
+                            0
+                        };
+                        if ow < 0 || ow >= out[0] as i64 || oh < 0 || oh >= out[1] as i64 {
+                            continue;
+                        }
+                        let col = (c * k[1] + kh) * k[0] + kw;
+                        grad += if two_d {
+                            g.get_f32(col, ow as usize, oh as usize, nb)
+                        } else {
+                            g.get_f32(col, ow as usize, nb, 0)
+                        };
+                    }
+                }
+                grad
+            }
+            Formula::Col2im1d { s, k, p } => {
+                let cols = a();
+                let t = i0 + p;
+                let mut sum = 0.0f32;
+                for t_in in 0..cols.ne[1] {
+                    if let Some(kk) = t.checked_sub(t_in * s).filter(|&kk| kk < k) {
+                        sum += cols.get_f32(i1 * k + kk, t_in, 0, 0);
+                    }
+                }
+                sum
+            }
+            Formula::Pool2dBack { max, k, s, p } => {
+                let (g, f) = (a(), self.b.as_ref().expect("src1 validated"));
+                let (x, y) = (i0 as i64, i1 as i64);
+                // Output positions whose window holds (x, y), in ggml's scatter order (rows, then
+                // columns), so the gradient sums in the same order.
+                let range = |c: i64, q: usize, n: usize| {
+                    let lo = (c + p[q] - k[q] as i64 + 1).max(0);
+                    let lo = (lo + s[q] as i64 - 1) / s[q] as i64;
+                    let hi = ((c + p[q]) / s[q] as i64).min(n as i64 - 1);
+                    lo..=hi
+                };
+                let mut sum = 0.0f32;
+                for oy in range(y, 1, g.ne[1]) {
+                    for ox in range(x, 0, g.ne[0]) {
+                        let grad = g.get_f32(ox as usize, oy as usize, i2, i3);
+                        let (ix, iy) = (ox * s[0] as i64 - p[0], oy * s[1] as i64 - p[1]);
+                        if max {
+                            if pool_argmax(f, [ix, iy], k, i2, i3) == Some((x, y)) {
+                                sum += grad;
+                            }
+                        } else {
+                            sum += grad / (k[0] * k[1]) as f32;
+                        }
+                    }
+                }
+                sum
+            }
+            Formula::AddRelPos => {
+                let (x, pw, ph) = (a(), self.b.as_ref().expect("src1"), self.c.as_ref().expect("src2"));
+                let w = pw.ne[0];
+                let flat = i0 + x.ne[0] * (i1 + x.ne[1] * (i2 + x.ne[2] * i3));
+                let (block, r, col) = (flat / (w * w), (flat / w) % w, flat % w);
+                let at = |t: &Tv, j: usize| {
+                    let f = block * w + j;
+                    t.get_f32(
+                        f % w,
+                        (f / w) % t.ne[1],
+                        (f / (w * t.ne[1])) % t.ne[2],
+                        f / (w * t.ne[1] * t.ne[2]),
+                    )
+                };
+                let v = x.get_f32(i0, i1, i2, i3);
+                // ggml adds row `r`'s term when its loop reaches min(r, col) first.
+                if r <= col {
+                    (v + at(ph, r)) + at(pw, col)
+                } else {
+                    (v + at(pw, col)) + at(ph, r)
+                }
             }
             Formula::UpBilinear { sf, offset } => {
                 let a = a();
@@ -806,6 +1235,39 @@ impl Indexed {
         j[0] = rel / 4;
         (0..4).all(|k| j[k] < b.ne[k]).then_some(j)
     }
+}
+
+/// The cubic convolution of four taps at fraction `t` (α = −0.75, as ggml and PyTorch).
+fn bicubic(p: [f32; 4], t: f32) -> f32 {
+    const A: f32 = -0.75;
+    let near = |x: f32| ((A + 2.0) * x - (A + 3.0)) * x * x + 1.0;
+    let far = |x: f32| ((A * x - 5.0 * A) * x + 8.0 * A) * x - 4.0 * A;
+    p[0] * far(t + 1.0) + p[1] * near(t) + p[2] * near(1.0 - t) + p[3] * far(2.0 - t)
+}
+
+/// The first largest forward value of the pooling window at `origin` (rows, then columns; only
+/// positions inside `f`), as ggml's POOL_2D_BACK picks it; None when no value exceeds −f32::MAX.
+fn pool_argmax(f: &Tv, origin: [i64; 2], k: [usize; 2], i2: usize, i3: usize) -> Option<(i64, i64)> {
+    let mut best = -f32::MAX;
+    let mut at = None;
+    for ky in 0..k[1] as i64 {
+        let y = origin[1] + ky;
+        if y < 0 || y >= f.ne[1] as i64 {
+            continue;
+        }
+        for kx in 0..k[0] as i64 {
+            let x = origin[0] + kx;
+            if x < 0 || x >= f.ne[0] as i64 {
+                continue;
+            }
+            let v = f.get_f32(x as usize, y as usize, i2, i3);
+            if v > best {
+                best = v;
+                at = Some((x, y));
+            }
+        }
+    }
+    at
 }
 
 /// `v` rounded to f16 when `f16` (ggml converts convolution inputs to an F16 kernel's type).

@@ -13,6 +13,7 @@ mod backward;
 mod binary;
 mod copy;
 mod f16acc;
+mod hyper;
 mod indexed;
 mod layout;
 mod matmul;
@@ -74,6 +75,9 @@ pub(crate) enum Kind {
     SsmConv(recurrent::SsmConv),
     SsmScan(Box<recurrent::SsmScan>),
     Wkv(Box<recurrent::Wkv>),
+    SolveTri(recurrent::SolveTri),
+    DeltaNet(Box<recurrent::DeltaNet>),
+    Hyper(Box<hyper::Hyper>),
 }
 
 /// Collects the first error raised while a graph runs.
@@ -339,7 +343,13 @@ unsafe fn prepare_op(n: &Node, interleaved: Option<Interleaved>, mask: Option<&T
             | GgmlOp::OutProd
             | GgmlOp::WinPart
             | GgmlOp::WinUnpart
-            | GgmlOp::GetRelPos => indexed::prepare(n),
+            | GgmlOp::GetRelPos
+            | GgmlOp::Im2col3d
+            | GgmlOp::Conv3d
+            | GgmlOp::Im2colBack
+            | GgmlOp::Col2im1d
+            | GgmlOp::Pool2dBack
+            | GgmlOp::AddRelPos => indexed::prepare(n),
             GgmlOp::SiluBack
             | GgmlOp::RmsNormBack
             | GgmlOp::SoftMaxBack
@@ -347,10 +357,16 @@ unsafe fn prepare_op(n: &Node, interleaved: Option<Interleaved>, mask: Option<&T
             | GgmlOp::GetRowsBack
             | GgmlOp::CrossEntropyLoss
             | GgmlOp::CrossEntropyLossBack
-            | GgmlOp::OptStepSgd => backward::prepare(n),
+            | GgmlOp::OptStepSgd
+            | GgmlOp::OptStepAdamw => backward::prepare(n),
             GgmlOp::SsmConv => recurrent::prepare_ssm_conv(n),
             GgmlOp::SsmScan => recurrent::prepare_ssm_scan(n),
             GgmlOp::RwkvWkv6 | GgmlOp::GatedLinearAttn | GgmlOp::RwkvWkv7 => recurrent::prepare_wkv(n),
+            GgmlOp::SolveTri => recurrent::prepare_solve_tri(n),
+            GgmlOp::GatedDeltaNet => recurrent::prepare_delta_net(n),
+            GgmlOp::Dsv4HcComb | GgmlOp::Dsv4HcPre | GgmlOp::Dsv4HcPost | GgmlOp::LightningIndexer => {
+                hyper::prepare(n)
+            }
             op => Err(Error::UnsupportedOp { op, detail: "not implemented by this backend".into() }),
         }
     }
@@ -382,6 +398,9 @@ pub(crate) fn run(n: &Node, plan: &Plan, phase: u8, ctx: &mut Ctx<'_>) {
         Kind::SsmConv(p) => p.run(ctx),
         Kind::SsmScan(p) => p.run(n.op, ctx),
         Kind::Wkv(p) => p.run(ctx),
+        Kind::SolveTri(p) => p.run(ctx),
+        Kind::DeltaNet(p) => p.run(ctx),
+        Kind::Hyper(p) => p.run(ctx),
     }
 }
 

@@ -580,3 +580,209 @@ fn wkv7_token(st: &mut [f32], y: &mut [f32], [r, w, k, v, a, b]: [&[f32]; 6]) {
         y[i] = yi;
     }
 }
+
+/// A planned SOLVE_TRI: `X` with `A·X = B`, `A` lower triangular (src0 {n, n, B1, B2}, src1 and dst
+/// {k, n, B1, B2}), by forward substitution down each column, in ggml's order:
+/// `X[c, r] = (B[c, r] − Σ_{t<r} A[t, r]·X[c, t]) / A[r, r]` (products rounded, summed from t = 0).
+/// ggml's loop reads the same; its compiled sum rounds differently past a few rows (an ulp or two,
+/// order not yet reproduced), so the differential test holds SOLVE_TRI to the summation-order
+/// bound.
+pub(crate) struct SolveTri {
+    a: Tv,
+    b: Tv,
+    dst: Tv,
+}
+
+/// Validates SOLVE_TRI.
+///
+/// # Safety
+/// As `ops::prepare`.
+pub(crate) unsafe fn prepare_solve_tri(n: &Node) -> Result<Plan> {
+    let op = n.op;
+    // SAFETY: forwarded contract.
+    let (a, b, dst) = unsafe { (tv(src(n, 0)?)?, tv(src(n, 1)?)?, tv(&n.dst)?) };
+    all_f32(op, &[("A", &a), ("B", &b), ("dst", &dst)])?;
+    let ok = a.ne[0] == a.ne[1]
+        && b.ne[1] == a.ne[1]
+        && b.ne[2] == a.ne[2]
+        && b.ne[3] == a.ne[3]
+        && dst.ne == b.ne;
+    if !ok {
+        return Err(shape_err(
+            op,
+            format!("A {:?}, B {:?} -> {:?} (A square, one per batch)", a.ne, b.ne, dst.ne),
+        ));
+    }
+    no_overlap(op, &dst, &[&a, &b])?;
+    let units = b.ne[0].saturating_mul(b.ne[2]).saturating_mul(b.ne[3]);
+    Ok(plan(Kind::SolveTri(SolveTri { a, b, dst }), units, 0))
+}
+
+impl SolveTri {
+    /// Each unit takes some `(column, batch)` pairs and substitutes down them.
+    pub(crate) fn run(&self, ctx: &mut Ctx<'_>) {
+        let (k, n) = (self.b.ne[0], self.b.ne[1]);
+        let b2 = self.b.ne[2];
+        for p in ctx.range(k * b2 * self.b.ne[3]) {
+            let (c, i2, i3) = (p % k, (p / k) % b2, p / (k * b2));
+            for r in 0..n {
+                let mut sum = 0.0f32;
+                for t in 0..r {
+                    sum += self.a.get_f32(t, r, i2, i3) * self.dst.get_f32(c, t, i2, i3);
+                }
+                let x = (self.b.get_f32(c, r, i2, i3) - sum) / self.a.get_f32(r, r, i2, i3);
+                self.dst.set_f32(c, r, i2, i3, x);
+            }
+        }
+    }
+}
+
+/// A planned GATED_DELTA_NET (Qwen3-Next, Kimi's KDA): src0 `q`, src1 `k` {S, H_k, T, n_q}, src2
+/// `v` {S, H, T, n_seqs}, src3 `g` {1 or S, H, T, n_seqs} (a decay per head, or per state row:
+/// KDA), src4 `beta` {1, H, T, n_seqs}, src5 state {S, S, H, n_seqs}; op_params i32\[0\] = K ≥ 1
+/// snapshot slots. dst {S·H, T·n_seqs + K·S·n_seqs}: the outputs (token `t` of sequence `q`, head
+/// `h`, channel `j` at row `q·T + t`, column `h·S + j`), then K state snapshots (slot `s` = the state
+/// `s` tokens before the last, slot 0 the final one; with K > 1 only slots below T are written).
+///
+/// Per head `h` (q/k head `h mod H_k`, q/k sequence `q / (n_seqs / n_q)`) and token, with `M` the
+/// state stored as ggml stores it (`M[j][i]` = `S[i][j]`, row `j` of the state tensor):
+/// `M[j][i] ·= exp(g)` (`exp(g[i])` for KDA); `δ[j] = (v[j] − M[j]·k)·β`; `M[j][i] += k[i]·δ[j]`;
+/// `out[j] = (M[j]·q) / √S`. The dot products run through the active F32 dot kernel (ggml's
+/// `vec_dot_f32` order on AVX2), the update fused (`mul_add`) as ggml's `vec_mad`.
+pub(crate) struct DeltaNet {
+    q: Tv,
+    k: Tv,
+    v: Tv,
+    g: Tv,
+    beta: Tv,
+    state: Tv,
+    dst: Tv,
+    slots: usize,
+}
+
+/// Validates GATED_DELTA_NET.
+///
+/// # Safety
+/// As `ops::prepare`.
+pub(crate) unsafe fn prepare_delta_net(n: &Node) -> Result<Plan> {
+    let op = n.op;
+    let mut t = Vec::with_capacity(6);
+    for i in 0..6 {
+        // SAFETY: forwarded contract.
+        t.push(unsafe { tv(src(n, i)?)? });
+    }
+    // SAFETY: forwarded contract.
+    let dst = unsafe { tv(&n.dst)? };
+    let (q, k, v, g, beta, state) = (t[0], t[1], t[2], t[3], t[4], t[5]);
+    all_f32(
+        op,
+        &[("q", &q), ("k", &k), ("v", &v), ("g", &g), ("beta", &beta), ("state", &state), ("dst", &dst)],
+    )?;
+    let (s, h, n_t, n_seqs) = (v.ne[0], v.ne[1], v.ne[2], v.ne[3]);
+    let slots = n.op_params[0];
+    let qk_ok = q.ne == k.ne
+        && q.ne[0] == s
+        && q.ne[2] == n_t
+        && q.ne[1] > 0
+        && h % q.ne[1] == 0
+        && q.ne[3] > 0
+        && n_seqs % q.ne[3] == 0;
+    let rows = (slots > 0)
+        .then(|| (slots as usize).checked_mul(s)?.checked_mul(n_seqs)?.checked_add(n_t.checked_mul(n_seqs)?))
+        .flatten();
+    let ok = qk_ok
+        && (g.ne[0] == 1 || g.ne[0] == s)
+        && g.ne[1..] == [h, n_t, n_seqs]
+        && beta.ne == [1, h, n_t, n_seqs]
+        && state.ne == [s, s, h, n_seqs]
+        && rows.is_some_and(|r| dst.ne == [s * h, r, 1, 1]);
+    if !ok {
+        return Err(shape_err(
+            op,
+            format!(
+                "q {:?}, k {:?}, v {:?}, g {:?}, beta {:?}, state {:?}, K {slots} -> {:?}",
+                q.ne, k.ne, v.ne, g.ne, beta.ne, state.ne, dst.ne
+            ),
+        ));
+    }
+    no_overlap(op, &dst, &[&q, &k, &v, &g, &beta, &state])?;
+    let local = scratch(op, &[&[s, s], &[5, s]])?;
+    let units = h.saturating_mul(n_seqs);
+    Ok(plan(
+        Kind::DeltaNet(Box::new(DeltaNet { q, k, v, g, beta, state, dst, slots: slots as usize })),
+        units,
+        local,
+    ))
+}
+
+impl DeltaNet {
+    /// Each unit takes some `(head, sequence)` pairs and runs their tokens in order, the state in
+    /// scratch.
+    pub(crate) fn run(&self, ctx: &mut Ctx<'_>) {
+        let (s, h, n_t, n_seqs) = (self.v.ne[0], self.v.ne[1], self.v.ne[2], self.v.ne[3]);
+        let kda = self.g.ne[0] == s;
+        let scale = 1.0 / (s as f32).sqrt();
+        let dot = crate::quant::kernels(GgmlType::F32).vec_dot.expect("F32 has a dot kernel");
+        let dotf = |x: &[f32], y: &[f32]| dot(s, bytemuck::cast_slice(x), bytemuck::cast_slice(y));
+        let seqs_per_q = n_seqs / self.q.ne[3];
+        let snap_rows = s * n_seqs;
+        for p in ctx.range(h * n_seqs) {
+            let (hv, sq) = (p % h, p / h);
+            let (hq, sqk) = (hv % self.q.ne[1], sq / seqs_per_q);
+            let (m, rest) = ctx.local[..s * s + 5 * s].split_at_mut(s * s);
+            let (delta, rest) = rest.split_at_mut(s);
+            let (qr, rest) = rest.split_at_mut(s);
+            let (kr, rest) = rest.split_at_mut(s);
+            let (vr, gr) = rest.split_at_mut(s);
+            for j in 0..s {
+                self.state.load_row(j, hv, sq, &mut m[j * s..(j + 1) * s]);
+            }
+            // Snapshot `slot` of this head's state: S rows of S, each inside one dst row.
+            let store_state = |m: &[f32], slot: usize| {
+                for j in 0..s {
+                    let at = hv * s * s + j * s;
+                    let row = n_t * n_seqs + slot * snap_rows + sq * s + at / (s * h);
+                    self.dst.store_f32s(at % (s * h), row, 0, 0, &m[j * s..(j + 1) * s]);
+                }
+            };
+            for t in 0..n_t {
+                self.q.load_row(hq, t, sqk, qr);
+                self.k.load_row(hq, t, sqk, kr);
+                self.v.load_row(hv, t, sq, vr);
+                let beta = self.beta.get_f32(0, hv, t, sq);
+                if kda {
+                    self.g.load_row(hv, t, sq, gr);
+                    for e in gr.iter_mut() {
+                        *e = e.exp();
+                    }
+                    for row in m.chunks_exact_mut(s) {
+                        for (x, &e) in row.iter_mut().zip(gr.iter()) {
+                            *x *= e;
+                        }
+                    }
+                } else {
+                    let e = self.g.get_f32(0, hv, t, sq).exp();
+                    m.iter_mut().for_each(|x| *x *= e);
+                }
+                for j in 0..s {
+                    delta[j] = (vr[j] - dotf(&m[j * s..(j + 1) * s], kr)) * beta;
+                }
+                for j in 0..s {
+                    for (x, &ki) in m[j * s..(j + 1) * s].iter_mut().zip(kr.iter()) {
+                        *x = ki.mul_add(delta[j], *x);
+                    }
+                }
+                for j in 0..s {
+                    delta[j] = dotf(&m[j * s..(j + 1) * s], qr) * scale;
+                }
+                self.dst.store_f32s(hv * s, sq * n_t + t, 0, 0, delta);
+                if self.slots > 1 && n_t - 1 - t < self.slots {
+                    store_state(m, n_t - 1 - t);
+                }
+            }
+            if self.slots == 1 {
+                store_state(m, 0);
+            }
+        }
+    }
+}

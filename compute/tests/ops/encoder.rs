@@ -127,3 +127,73 @@ fn inconsistent_shapes_types_and_parameters_are_refused() {
     refused(node(GgmlOp::CountEqual, T::new(F32, [1, 1, 1, 1]).t(), &[i.t(), i.t()]));
     refused(node_p(GgmlOp::GroupNorm, &[0, f(1e-6)], d.t(), &[a.t()]));
 }
+
+#[test]
+fn newest_ops_hand_computed_values() {
+    // SOLVE_TRI: [[2, 0], [1, 4]]·x = [4, 10] → x = [2, 2] (A stored row by row).
+    let a = T::from_f32(F32, [2, 2, 1, 1], &[2.0, 0.0, 1.0, 4.0]);
+    let b = T::from_f32(F32, [1, 2, 1, 1], &[4.0, 10.0]);
+    let d = T::new(F32, [1, 2, 1, 1]);
+    run(vec![node(GgmlOp::SolveTri, d.t(), &[a.t(), b.t()])], 1).unwrap();
+    assert_eq!(d.values(), [2.0, 2.0]);
+    // DSV4_HC_PRE, scale 1: Σ_h x[i, h]·w[h] with x = [[1, 2], [3, 4]], w = [10, 100].
+    let x = T::from_f32(F32, [2, 2, 1, 1], &[1.0, 2.0, 3.0, 4.0]);
+    let w = T::from_f32(F32, [2, 1, 1, 1], &[10.0, 100.0]);
+    let d = T::new(F32, [2, 1, 1, 1]);
+    run(vec![node_p(GgmlOp::Dsv4HcPre, &[f(1.0), 0], d.t(), &[x.t(), w.t()])], 1).unwrap();
+    assert_eq!(d.values(), [310.0, 420.0]);
+    // COL2IM_1D, K = 2, one channel, stride 1: columns [1, 2], [3, 4], [5, 6] overlap-add to
+    // [1, 2 + 3, 4 + 5, 6].
+    let cols = T::from_f32(F32, [2, 3, 1, 1], &[1.0, 2.0, 3.0, 4.0, 5.0, 6.0]);
+    let d = T::new(F32, [4, 1, 1, 1]);
+    run(vec![node_p(GgmlOp::Col2im1d, &[1, 1, 0], d.t(), &[cols.t()])], 1).unwrap();
+    assert_eq!(d.values(), [1.0, 5.0, 9.0, 6.0]);
+    // POOL_2D_BACK, max over 2×2 windows of a 2×2 input: the gradient goes to the largest value.
+    let g = T::from_f32(F32, [1, 1, 1, 1], &[7.0]);
+    let fwd = T::from_f32(F32, [2, 2, 1, 1], &[1.0, 5.0, 3.0, 2.0]);
+    let d = T::new(F32, [2, 2, 1, 1]);
+    run(vec![node_p(GgmlOp::Pool2dBack, &[0, 2, 2, 2, 2, 0, 0], d.t(), &[g.t(), fwd.t()])], 1).unwrap();
+    assert_eq!(d.values(), [0.0, 7.0, 0.0, 0.0]);
+}
+
+#[test]
+fn newest_ops_refuse_inconsistent_shapes() {
+    // SOLVE_TRI with a non-square A; GATED_DELTA_NET whose output rows miss the state snapshots.
+    let a = T::new(F32, [3, 2, 1, 1]);
+    let b = T::new(F32, [1, 2, 1, 1]);
+    refused(node(GgmlOp::SolveTri, T::new(F32, [1, 2, 1, 1]).t(), &[a.t(), b.t()]));
+    let q = T::new(F32, [4, 1, 2, 1]);
+    let v = T::new(F32, [4, 2, 2, 1]);
+    let g = T::new(F32, [1, 2, 2, 1]);
+    let st = T::new(F32, [4, 4, 2, 1]);
+    let srcs = [q.t(), q.t(), v.t(), g.t(), g.t(), st.t()];
+    refused(node_p(GgmlOp::GatedDeltaNet, &[1], T::new(F32, [8, 2, 1, 1]).t(), &srcs));
+    refused(node_p(GgmlOp::GatedDeltaNet, &[0], T::new(F32, [8, 2, 1, 1]).t(), &srcs));
+    // DSV4_HC_COMB with zero Sinkhorn iterations; LIGHTNING_INDEXER with an F32 mask.
+    let m = T::new(F32, [24, 3, 1, 1]);
+    let sc = T::new(F32, [3, 1, 1, 1]);
+    let base = T::new(F32, [24, 1, 1, 1]);
+    refused(node_p(
+        GgmlOp::Dsv4HcComb,
+        &[f(1e-6), 0],
+        T::new(F32, [4, 4, 3, 1]).t(),
+        &[m.t(), sc.t(), base.t()],
+    ));
+    let q = T::new(F32, [8, 2, 3, 1]);
+    let k = T::new(F32, [8, 1, 5, 1]);
+    let w = T::new(F32, [2, 3, 1, 1]);
+    let mask = T::new(F32, [5, 3, 1, 1]);
+    refused(node(GgmlOp::LightningIndexer, T::new(F32, [5, 3, 1, 1]).t(), &[q.t(), k.t(), w.t(), mask.t()]));
+    // POOL_2D_BACK into F16 (ggml adds f16 bit patterns as integers there); COL2IM_1D whose
+    // columns do not split into the channels.
+    let g = T::new(F32, [1, 1, 1, 1]);
+    let fwd = T::new(GgmlType::F16, [2, 2, 1, 1]);
+    refused(node_p(
+        GgmlOp::Pool2dBack,
+        &[0, 2, 2, 2, 2, 0, 0],
+        T::new(GgmlType::F16, [2, 2, 1, 1]).t(),
+        &[g.t(), fwd.t()],
+    ));
+    let cols = T::new(F32, [5, 3, 1, 1]);
+    refused(node_p(GgmlOp::Col2im1d, &[1, 2, 0], T::new(F32, [4, 2, 1, 1]).t(), &[cols.t()]));
+}

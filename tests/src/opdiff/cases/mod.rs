@@ -10,6 +10,7 @@
 
 mod attention;
 mod binary;
+mod hyper;
 mod matmul;
 mod misc;
 mod moves;
@@ -60,6 +61,7 @@ pub fn all() -> Vec<Case> {
     misc::cases(&mut v);
     moves::cases(&mut v);
     recurrent::cases(&mut v);
+    hyper::cases(&mut v);
     v
 }
 

@@ -19,6 +19,7 @@ pub fn cases(v: &mut Vec<Case>) {
     moves(v);
     reductions(v);
     encoder(v);
+    encoder_3d_and_grads(v);
 }
 
 /// The training ops (ggml-opt): gradients of the forward ops, the loss and the SGD step.
@@ -365,6 +366,149 @@ fn encoder(v: &mut Vec<Case>) {
         let a = input(&mut g, rng, F16, [8, 13, 1, 1], 1.0, Form::Contig)?;
         let o = g.op(GgmlOp::GetRelPos, F16, [8, 7, 7, 1], &[a], &[])?;
         g.output(o);
+        Ok(g)
+    });
+}
+
+/// UPSCALE's bicubic and antialiased modes, the 3-D encoder ops (IM2COL_3D, CONV_3D), the audio
+/// decoder's COL2IM_1D, SAM's ADD_REL_POS, and the encoder gradients IM2COL_BACK, POOL_2D_BACK with
+/// the AdamW optimizer step.
+fn encoder_3d_and_grads(v: &mut Vec<Case>) {
+    for (mode, mname, dne) in [
+        (2, "bicubic", [16u64, 12, 3, 2]),
+        (0x102, "bicubic-align-corners", [13, 9, 3, 2]),
+        (0x201, "bilinear-antialias-down", [5, 4, 3, 2]),
+        (0x201, "bilinear-antialias-up", [16, 12, 3, 2]),
+    ] {
+        push(v, "UPSCALE", format!("upscale/{mname}/f32/8x6x3x2-{}x{}", dne[0], dne[1]), ULP, move |rng| {
+            let mut g = Graph::new();
+            let a = input(&mut g, rng, F32, [8, 6, 3, 2], 1.0, Form::Contig)?;
+            let d = g.op(GgmlOp::Upscale, F32, dne, &[a], &[mode])?;
+            g.output(d);
+            Ok(g)
+        });
+    }
+    // IM2COL_3D and CONV_3D: a 3×3×2 kernel over a 7×6×5 volume of 3 channels, 2 batches; stride 1
+    // pad 1, and stride (2, 1, 2) pad (0, 1, 1) dilation (1, 2, 1).
+    const IC: u64 = 3;
+    const OC: u64 = 4;
+    for (s, p, d, tag) in
+        [([1, 1, 1], [1, 1, 1], [1, 1, 1], "s1p1"), ([2, 1, 2], [0, 1, 1], [1, 2, 1], "s212p011d121")]
+    {
+        let k = [3i32, 3, 2];
+        let x = [7i32, 6, 5];
+        let o: [i32; 3] = std::array::from_fn(|q| (x[q] + 2 * p[q] - d[q] * (k[q] - 1) - 1) / s[q] + 1);
+        let params = [s[0], s[1], s[2], p[0], p[1], p[2], d[0], d[1], d[2]];
+        for dt in [F32, F16] {
+            let name = format!("im2col_3d/{}/7x6x5x{IC}x2-k3x3x2-{tag}", tn(dt));
+            push(v, "IM2COL_3D", name, EXACT, move |rng| {
+                let mut g = Graph::new();
+                let kt = input(&mut g, rng, F16, [3, 3, 2, OC * IC], 1.0, Form::Contig)?;
+                let xt = input(&mut g, rng, F32, [7, 6, 5, 2 * IC], 1.0, Form::Contig)?;
+                let mut pr = params.to_vec();
+                pr.push(IC as i32);
+                let dne = [IC * 18, o[0] as u64, o[1] as u64, 2 * o[2] as u64];
+                let out = g.op(GgmlOp::Im2col3d, dt, dne, &[kt, xt], &pr)?;
+                g.output(out);
+                Ok(g)
+            });
+        }
+        for kt_ty in [F32, F16] {
+            let name = format!("conv_3d/{}/7x6x5x{IC}x2-k3x3x2x{OC}-{tag}", tn(kt_ty));
+            push(v, "CONV_3D", name, ORDER, move |rng| {
+                let mut g = Graph::new();
+                let kt = input(&mut g, rng, kt_ty, [3, 3, 2, IC * OC], 1.0, Form::Contig)?;
+                let xt = input(&mut g, rng, F32, [7, 6, 5, IC * 2], 1.0, Form::Contig)?;
+                let mut pr = params.to_vec();
+                pr.extend([IC as i32, 2, OC as i32]);
+                let dne = [o[0] as u64, o[1] as u64, o[2] as u64, OC * 2];
+                let out = g.op(GgmlOp::Conv3d, F32, dne, &[kt, xt], &pr)?;
+                g.output(out);
+                Ok(g)
+            });
+        }
+    }
+    // IM2COL_BACK: the image gradient of a 3×3 2-D and a 5-tap 1-D im2col (stride 2 skips inputs).
+    for (s, p, d, tag) in [([1, 1], [1, 1], [1, 1], "s1p1"), ([2, 2], [0, 1], [2, 1], "s2p01d21")] {
+        push(v, "IM2COL_BACK", format!("im2col_back/2d/f32/10x9x3x2-k3x3-{tag}"), EXACT, move |rng| {
+            let mut g = Graph::new();
+            let ow = (10 + 2 * p[0] - d[0] * 2 - 1) / s[0] + 1;
+            let oh = (9 + 2 * p[1] - d[1] * 2 - 1) / s[1] + 1;
+            let k = input(&mut g, rng, F16, [3, 3, 3, 4], 1.0, Form::Contig)?;
+            let gr = input(&mut g, rng, F32, [27, ow as u64, oh as u64, 2], 1.0, Form::Contig)?;
+            let params = [s[0], s[1], p[0], p[1], d[0], d[1], 1];
+            let o = g.op(GgmlOp::Im2colBack, F32, [10, 9, 3, 2], &[gr, k], &params)?;
+            g.output(o);
+            Ok(g)
+        });
+    }
+    push(v, "IM2COL_BACK", "im2col_back/1d/f32/20x4x2-k5-s2p2".into(), EXACT, |rng| {
+        let mut g = Graph::new();
+        let k = input(&mut g, rng, F16, [5, 4, 6, 1], 1.0, Form::Contig)?;
+        let gr = input(&mut g, rng, F32, [20, 10, 2, 1], 1.0, Form::Contig)?;
+        let o = g.op(GgmlOp::Im2colBack, F32, [20, 4, 2, 1], &[gr, k], &[2, 0, 2, 0, 1, 0, 0])?;
+        g.output(o);
+        Ok(g)
+    });
+    // COL2IM_1D: columns of a 4-tap transposed convolution, stride 2 (overlapping) and 4, cropped.
+    for t in [F32, F16, BF16] {
+        for (s0, p0) in [(2i32, 1i32), (4, 0)] {
+            push(v, "COL2IM_1D", format!("col2im_1d/{}/k4xoc3x9-s{s0}p{p0}", tn(t)), EXACT, move |rng| {
+                let mut g = Graph::new();
+                let cols = input(&mut g, rng, t, [12, 9, 1, 1], 1.0, Form::Contig)?;
+                let len = (9 - 1) * s0 as u64 + 4 - 2 * p0 as u64;
+                let o = g.op(GgmlOp::Col2im1d, t, [len, 3, 1, 1], &[cols], &[s0, 3, p0])?;
+                g.output(o);
+                Ok(g)
+            });
+        }
+    }
+    for (op, oname) in [(0, "max"), (1, "avg")] {
+        for (k, s, p, tag) in [([2, 2], [2, 2], [0, 0], "k2s2"), ([3, 3], [2, 1], [1, 1], "k3s21p1")] {
+            push(v, "POOL_2D_BACK", format!("pool_2d_back/{oname}/f32/12x10x3x2-{tag}"), EXACT, move |rng| {
+                let mut g = Graph::new();
+                let ow = (12 + 2 * p[0] - k[0]) / s[0] + 1;
+                let oh = (10 + 2 * p[1] - k[1]) / s[1] + 1;
+                let gr = input(&mut g, rng, F32, [ow as u64, oh as u64, 3, 2], 1.0, Form::Contig)?;
+                let f = input(&mut g, rng, F32, [12, 10, 3, 2], 1.0, Form::Contig)?;
+                let params = [op, k[0], k[1], s[0], s[1], p[0], p[1]];
+                let d = g.op(GgmlOp::Pool2dBack, F32, [12, 10, 3, 2], &[gr, f], &params)?;
+                g.output(d);
+                Ok(g)
+            });
+        }
+    }
+    // ADD_REL_POS: SAM's decomposed relative positions, 6×6 keys for 5×4 queries, 2 heads.
+    for inplace in [0, 1] {
+        push(v, "ADD_REL_POS", format!("add_rel_pos/f32/36x20x2/inplace{inplace}"), EXACT, move |rng| {
+            let mut g = Graph::new();
+            let a = input(&mut g, rng, F32, [36, 20, 2, 1], 1.0, Form::Contig)?;
+            let pw = input(&mut g, rng, F32, [6, 5, 4, 2], 1.0, Form::Contig)?;
+            let ph = input(&mut g, rng, F32, [6, 5, 4, 2], 1.0, Form::Contig)?;
+            let d = if inplace == 1 {
+                g.op_into(GgmlOp::AddRelPos, a, &[a, pw, ph], &[1])
+            } else {
+                g.op(GgmlOp::AddRelPos, F32, [36, 20, 2, 1], &[a, pw, ph], &[0])?
+            };
+            g.output(d);
+            Ok(g)
+        });
+    }
+    push(v, "OPT_STEP_ADAMW", "opt_step_adamw/f32/64x6".into(), EXACT, |rng| {
+        let mut g = Graph::new();
+        let x = input(&mut g, rng, F32, [64, 6, 1, 1], 1.0, Form::Contig)?;
+        let grad = input(&mut g, rng, F32, [64, 6, 1, 1], 1.0, Form::Contig)?;
+        let m = input(&mut g, rng, F32, [64, 6, 1, 1], 0.1, Form::Contig)?;
+        let vals: Vec<f32> = (0..384).map(|_| rng.random_range(0.0f32..0.05)).collect();
+        let vv = super::f32_input(&mut g, [64, 6, 1, 1], &vals)?;
+        // alpha, beta1, beta2, eps, wd, 1/(1 − beta1^t), 1/(1 − beta2^t) at step 3.
+        let (b1, b2) = (0.9f32, 0.999f32);
+        let hp = [1e-3, b1, b2, 1e-8, 0.01, 1.0 / (1.0 - b1.powi(3)), 1.0 / (1.0 - b2.powi(3))];
+        let p = super::f32_input(&mut g, [7, 1, 1, 1], &hp)?;
+        g.op_into(GgmlOp::OptStepAdamw, x, &[x, grad, m, vv, p], &[]);
+        g.output(x);
+        g.output(m);
+        g.output(vv);
         Ok(g)
     });
 }

@@ -11,7 +11,7 @@ use rand::rngs::StdRng;
 use rand::Rng;
 use GgmlType::*;
 
-use super::{f32_input, i32_input, input, nel, push, Case, Form, EXACT};
+use super::{f32_input, i32_input, input, nel, push, Case, Form, EXACT, ORDER};
 use crate::opdiff::data;
 use crate::opdiff::graph::{f32p, Graph, Id};
 use crate::opdiff::Result;
@@ -20,6 +20,7 @@ pub fn cases(v: &mut Vec<Case>) {
     ssm_conv(v);
     ssm_scan(v);
     wkv(v);
+    delta(v);
 }
 
 /// An F32 input of shape `ne` whose values are `f` of normal values of deviation `scale`.
@@ -223,5 +224,68 @@ fn wkv(v: &mut Vec<Case>) {
                 });
             }
         }
+    }
+}
+
+/// SOLVE_TRI (the chunked delta net's triangular solve) and GATED_DELTA_NET (Qwen3-Next's fused
+/// recurrence; per-head decay and Kimi's per-row KDA decay; snapshot slots K).
+pub fn delta(v: &mut Vec<Case>) {
+    for (n, k, batch) in [(8u64, 3u64, [1u64, 1]), (64, 16, [2, 3])] {
+        // ggml's compiled sum is not reproduced bit for bit past a few rows (compute/src/ops/recurrent.rs).
+        let name = format!("solve_tri/f32/{n}x{n}-rhs{k}-b{}x{}", batch[0], batch[1]);
+        push(v, "SOLVE_TRI", name, ORDER, move |rng| {
+            let mut g = Graph::new();
+            // Lower triangular, unit-ish diagonal, small off-diagonal: a well-conditioned solve.
+            let mut a = data::normal(rng, nel([n, n, batch[0], batch[1]]), 0.1);
+            for (i, x) in a.iter_mut().enumerate() {
+                let (c, r) = ((i as u64) % n, (i as u64 / n) % n);
+                if c > r {
+                    *x = 0.0;
+                } else if c == r {
+                    *x = 1.0 + x.abs();
+                }
+            }
+            let a = f32_input(&mut g, [n, n, batch[0], batch[1]], &a)?;
+            let b = input(&mut g, rng, F32, [k, n, batch[0], batch[1]], 1.0, Form::Contig)?;
+            let d = g.op(GgmlOp::SolveTri, F32, [k, n, batch[0], batch[1]], &[a, b], &[])?;
+            g.output(d);
+            Ok(g)
+        });
+    }
+    // S = 64 and 128 (the models' head size); H = 4 value heads over 2 q/k heads; 1 and 5 tokens;
+    // two sequences sharing one q/k sequence.
+    for (s, n_t, slots, kda) in [
+        (64u64, 1u64, 1u64, false),
+        (64, 5, 1, false),
+        (64, 5, 3, false),
+        (64, 5, 1, true),
+        (128, 4, 2, true),
+        (16, 3, 1, false),
+    ] {
+        let name =
+            format!("gated_delta_net/f32/S{s}xH4xT{n_t}/s2/k{slots}/{}", if kda { "kda" } else { "scalar" });
+        push(v, "GATED_DELTA_NET", name, EXACT, move |rng| {
+            const H: u64 = 4;
+            const N_SEQS: u64 = 2;
+            let mut g = Graph::new();
+            let q = input(&mut g, rng, F32, [s, 2, n_t, 1], 0.2, Form::Contig)?;
+            let k = input(&mut g, rng, F32, [s, 2, n_t, 1], 0.2, Form::Contig)?;
+            let vv = input(&mut g, rng, F32, [s, H, n_t, N_SEQS], 0.5, Form::Contig)?;
+            // Log decays below 0, gates β in (0, 1).
+            let g_ne = [if kda { s } else { 1 }, H, n_t, N_SEQS];
+            let gate = mapped(&mut g, rng, g_ne, 0.5, |x| -(x.abs() + 0.05))?;
+            let beta = mapped(&mut g, rng, [1, H, n_t, N_SEQS], 1.0, |x| 1.0 / (1.0 + (-x).exp()))?;
+            let st = input(&mut g, rng, F32, [s, s, H, N_SEQS], 0.3, Form::Contig)?;
+            let rows = n_t * N_SEQS + slots * s * N_SEQS;
+            let d = g.op(
+                GgmlOp::GatedDeltaNet,
+                F32,
+                [s * H, rows, 1, 1],
+                &[q, k, vv, gate, beta, st],
+                &[slots as i32],
+            )?;
+            g.output(d);
+            Ok(g)
+        });
     }
 }
