@@ -56,11 +56,10 @@ pub fn support(op: GgmlOp) -> Support {
             c("indexed", "")
         }
         SiluBack | RmsNormBack | SoftMaxBack | RepeatBack | GetRowsBack | CrossEntropyLoss
-        | CrossEntropyLossBack | OptStepSgd | OptStepAdamw => c("backward", ""),
+        | CrossEntropyLossBack | OptStepSgd | OptStepAdamw | FlashAttnBack => c("backward", ""),
         SsmConv | SsmScan | RwkvWkv6 | GatedLinearAttn | RwkvWkv7 | SolveTri | GatedDeltaNet => {
             c("recurrent", "")
         }
         Dsv4HcComb | Dsv4HcPre | Dsv4HcPost | LightningIndexer => c("hyper", ""),
-        FlashAttnBack => Support::Pending("training-only attention gradient not yet written"),
     }
 }

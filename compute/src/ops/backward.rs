@@ -14,6 +14,7 @@
 //! - CROSS_ENTROPY_LOSS_BACK(dl, logits, labels): `(softmax(logits) − labels) · dl / rows`.
 //! - OPT_STEP_SGD(x, g, [α, wd]): `x · (1 − α·wd) − α·g`, written over `x` (the destination is a
 //!   view of `x`).
+//! - FLASH_ATTN_BACK: see [`FlashBack`].
 //! - OPT_STEP_ADAMW(x, g, m, v, [α, β1, β2, eps, wd, β1h, β2h]): `m ← m·β1 + g·(1 − β1)`,
 //!   `v ← v·β2 + g²·(1 − β2)`, `x ← x·(1 − α·wd) − α·(m·β1h)/(√(v·β2h) + eps)`; `m` and `v` are
 //!   updated in their own buffers (sources the op writes, as ggml's does), `x` through the
@@ -365,6 +366,166 @@ impl Backward {
                 _ => unreachable!("not a row-wise gradient op"),
             }
             d.store_row(i1, i2, i3, a);
+        }
+    }
+}
+
+/// GGML_SOFT_MAX_UNROLL: FLASH_ATTN_BACK's softmax runs over the key count rounded up to it.
+const SOFT_MAX_UNROLL: usize = 4;
+/// ggml's tensor data alignment: the three gradients in FLASH_ATTN_BACK's result start at multiples.
+const MEM_ALIGN: usize = 16;
+
+/// A planned FLASH_ATTN_BACK: the gradients of `softmax(q·kᵀ/√D) · v` (causal when masked) for
+/// q {D, N, H, B}, k {D, M, H_k, B}, v transposed {M, D, H_k, B} and the output gradient d {D, N, H,
+/// B}, written into one flat F32 result: grad q (shaped as q), then grad k (rows of D for each key,
+/// head and batch, heads strided as q's), then grad v (as v), each starting at a 16-byte multiple.
+/// Per query row (keys `0..mb`, `mb = M − N + i + 1` when masked):
+/// `s = k·q/√D`, `p = softmax(s)`, `g = v·d`, `g = (g − p·g)·p/√D`; then
+/// `grad q += Σ_j g[j]·k_j`, `grad k_j += g[j]·q`, `grad v[:, c] += d[c]·p`, every sum in ggml's
+/// order (keys, then query rows, then heads of a group) with its fused multiply-adds. grad v is
+/// ggml's bit for bit; grad q and grad k differ from it by an ulp in a few elements of a few rows
+/// (not yet traced), so the differential test holds them to the summation-order bound.
+pub(crate) struct FlashBack {
+    q: Tv,
+    k: Tv,
+    v: Tv,
+    d: Tv,
+    dst: Tv,
+    masked: bool,
+    /// Float offsets of grad k and grad v in the result.
+    offs: [usize; 2],
+}
+
+/// Validates FLASH_ATTN_BACK.
+///
+/// # Safety
+/// As `ops::prepare`.
+pub(crate) unsafe fn prepare_flash_back(n: &Node) -> Result<Plan> {
+    let op = n.op;
+    let mut t = Vec::with_capacity(4);
+    for i in 0..4 {
+        let s = n.src[i].as_ref().ok_or_else(|| shape_err(op, format!("missing src[{i}]")))?;
+        // SAFETY: forwarded contract.
+        t.push(unsafe { tv(s)? });
+    }
+    // SAFETY: forwarded contract.
+    let dst = unsafe { tv(&n.dst)? };
+    let (q, k, v, d) = (t[0], t[1], t[2], t[3]);
+    if [&q, &k, &v, &d, &dst].iter().any(|x| x.dtype() != GgmlType::F32) {
+        return Err(types_err(op, "FLASH_ATTN_BACK takes F32 tensors"));
+    }
+    let (dd, nq, m) = (q.ne[0], q.ne[1], k.ne[1]);
+    let shapes = k.ne[0] == dd
+        && m >= nq
+        && v.ne == [m, dd, k.ne[2], k.ne[3]]
+        && d.ne == q.ne
+        && k.ne[2] > 0
+        && q.ne[2] % k.ne[2] == 0
+        && k.ne[3] == q.ne[3];
+    let pad = |x: usize| x.next_multiple_of(MEM_ALIGN);
+    let offs_k = pad(4 * q.nelements());
+    let offs_v = offs_k + pad(4 * k.nelements());
+    let end = offs_v + 4 * v.nelements();
+    if !shapes || dst.nrows() != 1 || 4 * dst.ne[0] < end {
+        return Err(shape_err(
+            op,
+            format!("q {:?}, k {:?}, v {:?}, d {:?} -> {:?}", q.ne, k.ne, v.ne, d.ne, dst.ne),
+        ));
+    }
+    for s in [&q, &k, &v, &d] {
+        check_overlap(op, &dst, s, Alias::Never)?;
+    }
+    let mup = m.next_multiple_of(SOFT_MAX_UNROLL);
+    let local = 2 * mup + 3 * dd + m;
+    let masked = n.op_params[0] != 0;
+    let fb = FlashBack { q, k, v, d, dst, masked, offs: [offs_k / 4, offs_v / 4] };
+    // Phase 0 zeroes the result, phase 1 accumulates into it.
+    let mut plan = super::simple(Kind::FlashBack(Box::new(fb)), local);
+    plan.phases = 2;
+    plan.units = [(end / 4096).clamp(1, super::MAX_UNITS), (k.ne[2] * k.ne[3]).clamp(1, super::MAX_UNITS)];
+    Ok(plan)
+}
+
+impl FlashBack {
+    /// Each unit takes some key heads: every query row of the heads sharing them, in order.
+    pub(crate) fn run(&self, ctx: &mut Ctx<'_>) {
+        let (q, k, v, d, out) = (&self.q, &self.k, &self.v, &self.d, &self.dst);
+        let (dd, nq, m) = (q.ne[0], q.ne[1], k.ne[1]);
+        let (hq, hk) = (q.ne[2], k.ne[2]);
+        let mup = m.next_multiple_of(SOFT_MAX_UNROLL);
+        let scale = 1.0 / (dd as f32).sqrt();
+        let dot = crate::quant::kernels(GgmlType::F32).vec_dot.expect("F32 has a dot kernel");
+        let dotf = |n: usize, x: &[f32], y: &[f32]| {
+            dot(n, bytemuck::cast_slice(&x[..n]), bytemuck::cast_slice(&y[..n]))
+        };
+        // Flat indices of the three gradients (grad k's heads strided by q's head count, as ggml).
+        let gq = |j: usize, i: usize, h: usize, b: usize| j + dd * (i + nq * (h + hq * b));
+        let gk = |j: usize, i: usize, h: usize, b: usize| self.offs[0] + j + dd * (i + m * (h + hq * b));
+        let gv = |i: usize, c: usize, h: usize, b: usize| self.offs[1] + i + m * (c + dd * (h + hq * b));
+        let mad =
+            |at: usize, x: f32, s: f32| out.set_f32(at, 0, 0, 0, x.mul_add(s, out.get_f32(at, 0, 0, 0)));
+        for r in ctx.range(hk * k.ne[3]) {
+            let (h2, b) = (r % hk, r / hk);
+            let (s, rest) = ctx.local[..2 * mup + 3 * dd + m].split_at_mut(mup);
+            let (sm, rest) = rest.split_at_mut(mup);
+            let (qr, rest) = rest.split_at_mut(dd);
+            let (kr, rest) = rest.split_at_mut(dd);
+            let (gqr, vr) = rest.split_at_mut(dd);
+            for rep in 0..hq / hk {
+                let h = h2 + rep * hk;
+                for i in 0..nq {
+                    let mb = if self.masked { m - nq + i + 1 } else { m };
+                    q.load_row(i, h, b, qr);
+                    for (j, sj) in s[..mb].iter_mut().enumerate() {
+                        k.load_row(j, h2, b, kr);
+                        *sj = dotf(dd, kr, qr) * scale;
+                    }
+                    s[mb..].fill(f32::NEG_INFINITY);
+                    let max = s[..mb].iter().copied().fold(f32::NEG_INFINITY, f32::max);
+                    let sum = super::vexp::soft_max_exp(s, max, sm);
+                    let inv = (1.0 / sum) as f32;
+                    sm[..mb].iter_mut().for_each(|p| *p *= inv);
+                    // g = v·d over the live keys.
+                    s[..mb].fill(0.0);
+                    for c in 0..dd {
+                        v.load_row(c, h2, b, vr);
+                        let dc = d.get_f32(c, i, h, b);
+                        for (sj, &vj) in s[..mb].iter_mut().zip(vr.iter()) {
+                            *sj = vj.mul_add(dc, *sj);
+                        }
+                    }
+                    let pg = dotf(mb, sm, s);
+                    for (sj, &p) in s[..mb].iter_mut().zip(sm.iter()) {
+                        *sj = (*sj + -pg) * p * scale;
+                    }
+                    gqr.fill(0.0);
+                    for (j, &sj) in s[..mb].iter().enumerate() {
+                        k.load_row(j, h2, b, kr);
+                        for (g, &kv) in gqr.iter_mut().zip(kr.iter()) {
+                            *g = kv.mul_add(sj, *g);
+                        }
+                        for (c, &qv) in qr.iter().enumerate() {
+                            mad(gk(c, j, h2, b), qv, sj);
+                        }
+                    }
+                    for (c, &g) in gqr.iter().enumerate() {
+                        out.set_f32(gq(c, i, h, b), 0, 0, 0, g);
+                    }
+                    for c in 0..dd {
+                        let dc = d.get_f32(c, i, h, b);
+                        for (j, &p) in sm[..mb].iter().enumerate() {
+                            mad(gv(j, c, h2, b), p, dc);
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    /// Zeroes the result (ggml's gradients start at 0, the padding between them included).
+    pub(crate) fn clear(&self, ctx: &mut Ctx<'_>) {
+        for j in ctx.range(self.dst.ne[0]) {
+            self.dst.set_f32(j, 0, 0, 0, 0.0);
         }
     }
 }

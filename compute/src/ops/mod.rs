@@ -78,6 +78,7 @@ pub(crate) enum Kind {
     SolveTri(recurrent::SolveTri),
     DeltaNet(Box<recurrent::DeltaNet>),
     Hyper(Box<hyper::Hyper>),
+    FlashBack(Box<backward::FlashBack>),
 }
 
 /// Collects the first error raised while a graph runs.
@@ -363,6 +364,7 @@ unsafe fn prepare_op(n: &Node, interleaved: Option<Interleaved>, mask: Option<&T
             GgmlOp::SsmScan => recurrent::prepare_ssm_scan(n),
             GgmlOp::RwkvWkv6 | GgmlOp::GatedLinearAttn | GgmlOp::RwkvWkv7 => recurrent::prepare_wkv(n),
             GgmlOp::SolveTri => recurrent::prepare_solve_tri(n),
+            GgmlOp::FlashAttnBack => backward::prepare_flash_back(n),
             GgmlOp::GatedDeltaNet => recurrent::prepare_delta_net(n),
             GgmlOp::Dsv4HcComb | GgmlOp::Dsv4HcPre | GgmlOp::Dsv4HcPost | GgmlOp::LightningIndexer => {
                 hyper::prepare(n)
@@ -401,6 +403,13 @@ pub(crate) fn run(n: &Node, plan: &Plan, phase: u8, ctx: &mut Ctx<'_>) {
         Kind::SolveTri(p) => p.run(ctx),
         Kind::DeltaNet(p) => p.run(ctx),
         Kind::Hyper(p) => p.run(ctx),
+        Kind::FlashBack(p) => {
+            if phase == 0 {
+                p.clear(ctx)
+            } else {
+                p.run(ctx)
+            }
+        }
     }
 }
 

@@ -42,6 +42,37 @@ fn mask_input(g: &mut Graph, t: GgmlType, ne: [u64; 4], vals: &[f32]) -> Result<
 pub fn cases(v: &mut Vec<Case>) {
     softmax(v);
     flash_attn(v);
+    flash_attn_back(v);
+}
+
+/// FLASH_ATTN_BACK (ggml-opt's legacy attention gradient): head size 40 (a vector part and
+/// leftovers), 5 queries over 37 keys, 4 query heads sharing 2 key heads; masked and not. The three
+/// gradients come back in one flat result, each at a 16-byte multiple.
+fn flash_attn_back(v: &mut Vec<Case>) {
+    const DB: u64 = 40;
+    const NQ: u64 = 5;
+    const M: u64 = 37;
+    for masked in [0, 1] {
+        // An ulp apart from ggml in a few gradient elements (compute/src/ops/backward.rs).
+        push(
+            v,
+            "FLASH_ATTN_BACK",
+            format!("flash_attn_back/f32/{DB}x{NQ}x4-kv{M}x2/masked{masked}"),
+            super::ORDER,
+            move |rng| {
+                let mut g = Graph::new();
+                let q = input(&mut g, rng, F32, [DB, NQ, 4, 1], 0.5, Form::Contig)?;
+                let k = input(&mut g, rng, F32, [DB, M, 2, 1], 0.5, Form::Contig)?;
+                let vt = input(&mut g, rng, F32, [M, DB, 2, 1], 0.5, Form::Contig)?;
+                let d = input(&mut g, rng, F32, [DB, NQ, 4, 1], 0.5, Form::Contig)?;
+                let pad = |x: u64| x.next_multiple_of(16);
+                let end = pad(4 * DB * NQ * 4) + pad(4 * DB * M * 2) + pad(4 * M * DB * 2);
+                let out = g.op(GgmlOp::FlashAttnBack, F32, [end / 4, 1, 1, 1], &[q, k, vt, d], &[masked])?;
+                g.output(out);
+                Ok(g)
+            },
+        );
+    }
 }
 
 fn softmax(v: &mut Vec<Case>) {
