@@ -68,18 +68,6 @@ pub(crate) const SIGN_MASKS: [u64; 256] = {
     t
 };
 
-/// For each 7-bit sign field, the mask of its 8 sign bits (`SIGN_MASKS[signs8(field)]`).
-pub(crate) const SIGN7_MASKS: [u64; 128] = {
-    let mut t = [0u64; 128];
-    let mut i = 0;
-    while i < 128 {
-        let parity = (i as u32).count_ones() & 1;
-        t[i] = SIGN_MASKS[i | (parity as usize) << 7];
-        i += 1;
-    }
-    t
-};
-
 /// Eight magnitudes (each 1..=127, packed little-endian in `g`) negated where `signs` has a bit:
 /// `(g ^ m) + (m & 1)` per byte is the two's complement where the mask byte is 0xFF, and no byte
 /// carries into the next because no magnitude is 0.
@@ -229,9 +217,15 @@ pub fn decode_iq1_s(b: &BlockIq1S) -> Decoded {
 
 /// The f16 super-block scale of an IQ1_M block (top nibbles of its four u16 scale words).
 pub fn iq1_m_d(b: &BlockIq1M) -> f32 {
+    f16le(iq1_m_d_bits(b))
+}
+
+/// The bytes of [`iq1_m_d`]'s f16.
+#[inline(always)]
+pub fn iq1_m_d_bits(b: &BlockIq1M) -> [u8; 2] {
     let sc: [u16; 4] = std::array::from_fn(|i| u16le(&b.scales[2 * i..]));
     let bits = (sc[0] >> 12) | ((sc[1] >> 8) & 0x00F0) | ((sc[2] >> 4) & 0x0F00) | (sc[3] & 0xF000);
-    f16le(bits.to_le_bytes())
+    bits.to_le_bytes()
 }
 
 /// Decodes an IQ1_M block (values in eighths).
@@ -419,13 +413,6 @@ mod tests {
                 let want = if signs & (1 << j) != 0 { -g[j] } else { g[j] };
                 assert_eq!(got[j], want, "signs {signs:#x} byte {j}");
             }
-        }
-    }
-
-    #[test]
-    fn seven_bit_sign_masks_include_the_parity_bit() {
-        for f in 0..128u32 {
-            assert_eq!(SIGN7_MASKS[f as usize], SIGN_MASKS[signs8(f) as usize]);
         }
     }
 

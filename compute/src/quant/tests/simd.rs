@@ -375,19 +375,33 @@ fn grid_type_dots_equal_the_scalar_kernel_bitwise() {
                     Some(b) => b,
                     None => quantize(&s, t, &gaussian(&mut r, n)),
                 }];
-                // Every bit of the row set except the f16 scales' (kept finite by the copy).
-                let mut all = rows[0].clone();
+                // Every bit of the row set except the f16 scales' (kept finite by the copy; IQ1_M's is
+                // the top nibbles of its scale words), and a row of random bytes (every bit pattern, TQ bytes past 3^5 included), with the
+                // scales of the first row.
                 let size = t.type_size();
-                for (b, orig) in all.chunks_exact_mut(size).zip(rows[0].chunks_exact(size)) {
-                    b.fill(0xFF);
-                    match t {
-                        GgmlType::TQ1_0 => b[52..54].copy_from_slice(&orig[52..54]),
-                        GgmlType::TQ2_0 => b[64..66].copy_from_slice(&orig[64..66]),
-                        GgmlType::IQ1_M => b[48..56].copy_from_slice(&orig[48..56]),
-                        _ => b[..2].copy_from_slice(&orig[..2]),
+                let keep_scale = |b: &mut [u8], orig: &[u8]| match t {
+                    GgmlType::TQ1_0 => b[52..54].copy_from_slice(&orig[52..54]),
+                    GgmlType::TQ2_0 => b[64..66].copy_from_slice(&orig[64..66]),
+                    GgmlType::IQ1_M => {
+                        for (k, o) in b[48..56].iter_mut().zip(&orig[48..56]).skip(1).step_by(2) {
+                            *k = (*k & 0x0F) | (o & 0xF0);
+                        }
                     }
+                    _ => b[..2].copy_from_slice(&orig[..2]),
+                };
+                let mut all = rows[0].clone();
+                let mut noise: Vec<u8> = (0..rows[0].len()).map(|_| r.random()).collect();
+                for ((b, z), orig) in all
+                    .chunks_exact_mut(size)
+                    .zip(noise.chunks_exact_mut(size))
+                    .zip(rows[0].chunks_exact(size))
+                {
+                    b.fill(0xFF);
+                    keep_scale(b, orig);
+                    keep_scale(z, orig);
                 }
                 rows.push(all);
+                rows.push(noise);
                 let mut acts: Vec<Vec<u8>> =
                     activations(&mut r, n).iter().take(2).map(|y| quantize(&s, GgmlType::Q8_K, y)).collect();
                 let extreme: Vec<f32> = (0..n).map(|i| if i % 3 == 0 { -1.0 } else { 1.0 }).collect();

@@ -47,9 +47,9 @@ pub fn install(k: &mut Kernels) {
     k.set_vec_dot(IQ2_S, iq::vec_dot_iq2_s_fused);
     k.set_vec_dot(IQ3_XXS, iq::vec_dot_iq3_xxs_fused);
     k.set_vec_dot(IQ3_S, iq::vec_dot_iq3_s_fused);
-    k.set_vec_dot(IQ1_S, iq::vec_dot_iq1_s_q8_k);
-    k.set_vec_dot(IQ1_M, iq::vec_dot_iq1_m_q8_k);
-    k.set_vec_dot(TQ1_0, iq::vec_dot_tq1_0_q8_k);
+    k.set_vec_dot(IQ1_S, iq::vec_dot_iq1_s_fused);
+    k.set_vec_dot(IQ1_M, iq::vec_dot_iq1_m_fused);
+    k.set_vec_dot(TQ1_0, iq::vec_dot_tq1_0_fused);
     k.set_vec_dot(TQ2_0, iq::vec_dot_tq2_0_fused);
     k.set_vec_dot_x4(Q4_0, x4::vec_dot_q4_0_q8_0_x4);
     k.set_vec_dot_x4(Q4_1, x4::vec_dot_q4_1_q8_1_x4);
