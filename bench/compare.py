@@ -34,8 +34,13 @@ sys.path.insert(0, os.path.join(ROOT, "tests", "interop"))
 
 import peer  # noqa: E402
 
-# llama_ftype values (llama.h) for the requantized copies.
-FTYPES = {"Q4_0": 2, "Q4_1": 3, "Q8_0": 7, "Q4_K": 14, "Q6_K": 18}
+# llama_ftype values (llama.h) for the requantized copies. llama.cpp's quantizer refuses IQ2_XXS, IQ2_XS,
+# IQ2_S and the IQ1 types without an importance matrix, and SmolLM2's 576-wide rows keep most tensors of
+# a 256-block "mostly IQ3_XXS" file in fallback types: for those, --synth makes models whose every
+# matrix is of the type.
+FTYPES = {"Q4_0": 2, "Q4_1": 3, "Q8_0": 7, "Q4_K": 14, "Q6_K": 18, "IQ3_XXS": 23, "IQ4_XS": 30, "TQ2_0": 37}
+SYNTH_TYPES = ["Q4_0", "Q4_1", "Q8_0", "Q4_K", "Q5_K", "Q6_K", "IQ1_S", "IQ1_M", "IQ2_XXS", "IQ2_XS", "IQ2_S",
+               "IQ3_XXS", "IQ3_S", "IQ4_NL", "IQ4_XS", "TQ1_0", "TQ2_0", "MXFP4"]
 ALL_CASES = ["a", "b", "c", "d", "e", "bw"]
 
 
@@ -68,6 +73,23 @@ def quantized(base: str, wtype: str, out_dir: str) -> str:
     subprocess.run([sys.executable, "-c", code, base, tmp, str(FTYPES[wtype])], check=True,
                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     os.replace(tmp, out)
+    return out
+
+
+def synthesized(llamactl: str, vocab_from: str, shape: str, wtype: str, out_dir: str) -> str:
+    """A `llamactl synth` model of `shape` (`1b`, `8b:4` = 8B layers cut to 4) with every matrix in
+    `wtype`, made once."""
+    name, _, layers = shape.partition(":")
+    out = os.path.join(out_dir, f"synth-{name}-L{layers or 'all'}.{wtype.lower()}.gguf")
+    if os.path.exists(out) and os.path.getsize(out) > 0:
+        return out
+    os.makedirs(out_dir, exist_ok=True)
+    argv = [llamactl, "synth", "--shape", name, "-t", wtype.lower(), "--vocab-from", vocab_from, "-o", out + ".part"]
+    if layers:
+        argv += ["--layers", layers]
+    log(f"synthesizing {os.path.basename(out)}")
+    subprocess.run(argv, check=True, stdout=subprocess.DEVNULL)
+    os.replace(out + ".part", out)
     return out
 
 
@@ -441,6 +463,9 @@ def main() -> int:
     ap.add_argument("-r", "--reps", type=int, default=3)
     ap.add_argument("-t", "--threads", type=int, default=os.cpu_count() or 2)
     ap.add_argument("--quick", action="store_true", help="2 reps, pp128/tg32, types Q4_1,Q4_0")
+    ap.add_argument("--synth", metavar="SHAPE[:LAYERS]",
+                    help="compare `llamactl synth` models of this shape (1b, 8b, 70b, 405b) in each type instead "
+                         "of llama.cpp's requantizations of --model (whose tokenizer they copy)")
     ap.add_argument("--out-dir", default=os.path.join(ROOT, "target", "bench"))
     cfg = ap.parse_args()
     if cfg.quick:
@@ -454,11 +479,15 @@ def main() -> int:
     if bad:
         ap.error(f"unknown cases {bad}; choose from {ALL_CASES}")
     types = [x.strip().upper() for x in cfg.types.split(",") if x.strip()]
-    bad = [x for x in types if x not in FTYPES]
+    known = SYNTH_TYPES if cfg.synth else list(FTYPES)
+    bad = [x for x in types if x not in known]
     if bad:
-        ap.error(f"unknown types {bad}; choose from {list(FTYPES)}")
+        ap.error(f"unknown types {bad}; choose from {known}")
     os.environ["LLAMAD_BIN"] = cfg.llamad
-    models = {w: quantized(cfg.model, w, cfg.models_dir) for w in types}
+    if cfg.synth:
+        models = {w: synthesized(cfg.llamactl, cfg.model, cfg.synth, w, cfg.models_dir) for w in types}
+    else:
+        models = {w: quantized(cfg.model, w, cfg.models_dir) for w in types}
     base = models.get("Q4_1", cfg.model)
     res = {"started": time.strftime("%Y-%m-%dT%H:%M:%S"), "loadavg_start": os.getloadavg(),
            "threads": cfg.threads, "reps": cfg.reps, "n_prompt": cfg.p, "n_gen": cfg.n, "types": types,

@@ -26,6 +26,9 @@ pub enum Command {
     Run(RunArgs),
     /// Measure prompt processing and generation speed (llama-bench style), locally or on `--workers`.
     Bench(BenchArgs),
+    /// Write a synthetic llama-family model: any layer shape, any weight type, random weights, a
+    /// real tokenizer copied from another GGUF (for benchmarks at sizes nobody downloads).
+    Synth(SynthArgs),
     /// Admin nouns: status, workers, cache, jobs (through a llamad's admin API).
     #[command(flatten)]
     Admin(crate::cli_admin::AdminCommand),
@@ -168,6 +171,45 @@ pub enum BenchOutput {
     Md,
     /// A JSON array, one object per test (llama-bench's field names).
     Json,
+}
+
+/// `llamactl synth`.
+#[derive(Args, Debug, Clone)]
+pub struct SynthArgs {
+    /// Layer shape: 1b, 8b, 70b or 405b (the llama shapes), or custom with --embd, --ff, --heads,
+    /// --kv-heads.
+    #[arg(long, default_value = "1b")]
+    pub shape: String,
+    /// Layers (default: the shape's own count).
+    #[arg(long)]
+    pub layers: Option<u64>,
+    /// Embedding width (overrides the shape's).
+    #[arg(long)]
+    pub embd: Option<u64>,
+    /// Feed-forward width (overrides the shape's).
+    #[arg(long)]
+    pub ff: Option<u64>,
+    /// Query heads (overrides the shape's).
+    #[arg(long)]
+    pub heads: Option<u64>,
+    /// Key/value heads (overrides the shape's).
+    #[arg(long)]
+    pub kv_heads: Option<u64>,
+    /// Weight type of every matrix (ggml's name: q4_0, q4_k, iq2_xs, tq2_0, …).
+    #[arg(short = 't', long = "type", default_value = "q4_0")]
+    pub wtype: String,
+    /// The GGUF whose tokenizer is copied.
+    #[arg(long, value_name = "MODEL.gguf")]
+    pub vocab_from: PathBuf,
+    /// Seed of the random weights.
+    #[arg(long, default_value_t = 1)]
+    pub seed: u64,
+    /// Output file.
+    #[arg(short = 'o', long, value_name = "OUT.gguf")]
+    pub output: PathBuf,
+    /// Threads filling the tensors (default: all cores).
+    #[arg(long)]
+    pub threads: Option<usize>,
 }
 
 /// `llamactl bench` (option names as llama-bench's; lists are comma-separated).

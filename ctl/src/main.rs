@@ -19,6 +19,7 @@ fn main() -> ExitCode {
             None => llamactl::cmd::run::run(&args),
         },
         Command::Bench(args) => llamactl::cmd::bench::run(&args),
+        Command::Synth(args) => llamactl::cmd::synth::run(&args),
         Command::Admin(cmd) => return llamactl::cli_admin::main(&cmd),
         Command::Completions { shell } => {
             llamactl::cmd::docs::completions(shell, &mut llamactl::output::stdout())

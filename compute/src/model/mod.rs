@@ -28,6 +28,7 @@ pub mod hparams;
 pub mod local;
 pub mod session;
 pub mod shard;
+pub mod synth;
 pub mod weights;
 
 pub use arch::{build, BuildParams, Built, Inputs};

@@ -7,6 +7,7 @@ pub mod jobs;
 pub mod run;
 pub mod run_job;
 pub mod status;
+pub mod synth;
 pub mod workers;
 
 use std::path::Path;
