@@ -384,7 +384,10 @@ const MEM_ALIGN: usize = 16;
 /// `grad q += Σ_j g[j]·k_j`, `grad k_j += g[j]·q`, `grad v[:, c] += d[c]·p`, every sum in ggml's
 /// order (keys, then query rows, then heads of a group) with its fused multiply-adds. grad v is
 /// ggml's bit for bit; grad q and grad k differ from it by an ulp in a few elements of a few rows
-/// (not yet traced), so the differential test holds them to the summation-order bound.
+/// of one key head only: ggml's `vec_mad` leftovers (past the last 32 elements) run in a loop its
+/// compiler vectorises with alignment peeling, so which of them are fused depends on where each
+/// thread's scratch row sits. That is not reproducible, so the differential test holds FLASH_ATTN_BACK
+/// to the summation-order bound.
 pub(crate) struct FlashBack {
     q: Tv,
     k: Tv,

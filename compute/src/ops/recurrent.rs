@@ -583,10 +583,9 @@ fn wkv7_token(st: &mut [f32], y: &mut [f32], [r, w, k, v, a, b]: [&[f32]; 6]) {
 
 /// A planned SOLVE_TRI: `X` with `A·X = B`, `A` lower triangular (src0 {n, n, B1, B2}, src1 and dst
 /// {k, n, B1, B2}), by forward substitution down each column, in ggml's order:
-/// `X[c, r] = (B[c, r] − Σ_{t<r} A[t, r]·X[c, t]) / A[r, r]` (products rounded, summed from t = 0).
-/// ggml's loop reads the same; its compiled sum rounds differently past a few rows (an ulp or two,
-/// order not yet reproduced), so the differential test holds SOLVE_TRI to the summation-order
-/// bound.
+/// `X[c, r] = (B[c, r] − Σ_{t<r} A[t, r]·X[c, t]) / A[r, r]`, summed from t = 0 with the products
+/// of the first multiple of 4 terms rounded and the others fused, as ggml's x86 build computes it
+/// (bit for bit: the differential test).
 pub(crate) struct SolveTri {
     a: Tv,
     b: Tv,
@@ -626,9 +625,13 @@ impl SolveTri {
         for p in ctx.range(k * b2 * self.b.ne[3]) {
             let (c, i2, i3) = (p % k, (p / k) % b2, p / (k * b2));
             for r in 0..n {
+                // As SSM_CONV's sum: ggml's compiler rounds the products of the first multiple of
+                // 4 terms (computed 4 at a time, added in order) and fuses the rest into the sum.
+                let split = r / 4 * 4;
                 let mut sum = 0.0f32;
                 for t in 0..r {
-                    sum += self.a.get_f32(t, r, i2, i3) * self.dst.get_f32(c, t, i2, i3);
+                    let (a, x) = (self.a.get_f32(t, r, i2, i3), self.dst.get_f32(c, t, i2, i3));
+                    sum = if t < split { sum + a * x } else { a.mul_add(x, sum) };
                 }
                 let x = (self.b.get_f32(c, r, i2, i3) - sum) / self.a.get_f32(r, r, i2, i3);
                 self.dst.set_f32(c, r, i2, i3, x);
