@@ -8,6 +8,18 @@
 //! - **Mamba-2** (the state-space half of hybrid models): the multi-head scan with groups and the
 //!   grouped RMS norm.
 //! - **Qwen3-MoE with IQ/TQ experts**: MUL_MAT_ID over every grid IQ type, IQ4_XS, TQ1_0 and TQ2_0.
+//! - **RWKV-7**: RWKV_WKV7 with its state in the worker's buffers, L2_NORM of the keys, the token
+//!   shift (CONCAT of the shift state with views of the normed input), the fused lerp (REPEAT, MUL
+//!   and ADD with broadcast), the head-wise group norm (NORM), the decay, ICLR, value-residual and
+//!   gate LoRAs (TANH, SIGMOID, EXP, SCALE), SUM_ROWS of the bonus term and ReLU² channel mix.
+//! - **RWKV-6**: RWKV_WKV6, the data-dependent token shift (TANH, PERMUTE and CONT, a MUL_MAT
+//!   broadcast over the five lerps), the decay LoRA (EXP of NEG of EXP), the group norm and the
+//!   SiLU-gated output.
+//! - **Qwen3-Next** (the gated-delta-net hybrid): GATED_DELTA_NET over the whole prompt (the
+//!   fused chunked path), SSM_CONV after CONCAT with the conv state, SOFTPLUS of the decay, the
+//!   keys' L2 norm (RMS_NORM and SCALE in this llama.cpp), keys repeated to the value heads, the
+//!   SiLU-gated RMS norm; a full-attention layer with the sigmoid query gate, Q/K norms and NEOX
+//!   RoPE; MoE with a sigmoid-gated shared expert.
 //!
 //! llamad's kernels for these ops equal ggml's bit for bit (the differential op tests), so the
 //! logits through llamad must equal those through llama.cpp's RPC server (NMSE ≤ 1e-12), and
@@ -166,6 +178,202 @@ fn mamba2(path: &Path) {
         t(&mut w, &b("ssm_d"), &[1, nh], g.v(nh as usize, 1.0));
         t(&mut w, &b("ssm_norm.weight"), &[di / ng, ng], norm(&mut g, di));
         t(&mut w, &b("ssm_out.weight"), &[di, e], g.v((di * e) as usize, 0.1));
+    }
+    w.write_file(path).unwrap();
+}
+
+/// A layer norm's weight (around 1) and bias (small).
+fn layer_norm(w: &mut GgufWriter, g: &mut Gen, name: &str, n: u64) {
+    t(w, &format!("{name}.weight"), &[n], norm(g, n));
+    t(w, &format!("{name}.bias"), &[n], g.v(n as usize, 0.1));
+}
+
+/// The parts RWKV-6 and RWKV-7 share: the embedding with its layer norm (`LN0`), the output layer
+/// norm with bias and the output matrix.
+fn add_rwkv_head(w: &mut GgufWriter, g: &mut Gen, e: u64) {
+    t(w, "token_embd.weight", &[e, VOCAB as u64], g.v((e as usize) * VOCAB, 1.0));
+    layer_norm(w, g, "token_embd_norm", e);
+    layer_norm(w, g, "output_norm", e);
+    t(w, "output.weight", &[e, VOCAB as u64], g.v((e as usize) * VOCAB, 0.3));
+}
+
+/// A two-layer RWKV-7 ("Goose"): E = 128 in 2 heads of 64, FFN 256, every LoRA of rank 16, with
+/// the output gate.
+fn rwkv7(path: &Path) {
+    let (e, hs, ff, r, nl) = (128u64, 64u64, 256u64, 16u64, 2);
+    let mut g = Gen(Xorshift(0x5eed_0004));
+    let mut w = model_writer(
+        "rwkv7",
+        &[
+            ("context_length", 512),
+            ("embedding_length", e),
+            ("block_count", nl),
+            ("feed_forward_length", ff),
+            ("attention.head_count", 0),
+            ("wkv.head_size", hs),
+            ("attention.decay_lora_rank", r),
+            ("attention.iclr_lora_rank", r),
+            ("attention.value_residual_mix_lora_rank", r),
+            ("attention.gate_lora_rank", r),
+            ("token_shift_count", 2),
+        ],
+        &[("attention.layer_norm_epsilon", 1e-5)],
+    );
+    add_rwkv_head(&mut w, &mut g, e);
+    let n = |ne: &[u64]| ne.iter().product::<u64>() as usize;
+    for il in 0..nl {
+        let b = |s: &str| format!("blk.{il}.{s}");
+        layer_norm(&mut w, &mut g, &b("attn_norm"), e);
+        layer_norm(&mut w, &mut g, &b("attn_norm_2"), e);
+        // The decay, in-context learning rate, value-residual and gate LoRAs.
+        for (x, s0) in [("w", 0.5), ("a", 0.5), ("v", 0.5)] {
+            t(&mut w, &b(&format!("time_mix_{x}0.weight")), &[e], g.v(e as usize, s0));
+            t(&mut w, &b(&format!("time_mix_{x}1.weight")), &[e, r], g.v(n(&[e, r]), 0.2));
+            t(&mut w, &b(&format!("time_mix_{x}2.weight")), &[r, e], g.v(n(&[r, e]), 0.2));
+        }
+        t(&mut w, &b("time_mix_g1.weight"), &[e, r], g.v(n(&[e, r]), 0.2));
+        t(&mut w, &b("time_mix_g2.weight"), &[r, e], g.v(n(&[r, e]), 0.3));
+        // Token-shift interpolation factors in [0, 1] for r, w, k, v, a, g.
+        let lerp: Vec<f32> = g.v(n(&[e, 6]), 0.5).iter().map(|x| 0.5 + x).collect();
+        t(&mut w, &b("time_mix_lerp_fused.weight"), &[e, 1, 1, 6], lerp);
+        t(&mut w, &b("time_mix_k_k.weight"), &[e], norm(&mut g, e));
+        t(&mut w, &b("time_mix_k_a.weight"), &[e], norm(&mut g, e));
+        t(&mut w, &b("time_mix_r_k.weight"), &[e], g.v(e as usize, 0.3));
+        for m in ["key", "value", "receptance"] {
+            t(&mut w, &b(&format!("time_mix_{m}.weight")), &[e, e], g.v(n(&[e, e]), 0.1));
+        }
+        layer_norm(&mut w, &mut g, &b("time_mix_ln"), e);
+        t(&mut w, &b("time_mix_output.weight"), &[e, e], g.v(n(&[e, e]), 0.1));
+        let lerp: Vec<f32> = g.v(e as usize, 0.5).iter().map(|x| 0.5 + x).collect();
+        t(&mut w, &b("channel_mix_lerp_k.weight"), &[e, 1, 1], lerp);
+        t(&mut w, &b("channel_mix_key.weight"), &[e, ff], g.v(n(&[e, ff]), 0.1));
+        t(&mut w, &b("channel_mix_value.weight"), &[ff, e], g.v(n(&[ff, e]), 0.1));
+    }
+    w.write_file(path).unwrap();
+}
+
+/// A two-layer RWKV-6 ("Finch"): E = 128 in 2 heads of 64, FFN 256, the data-dependent
+/// token-shift LoRA of rank 8 (five of them, fused) and the decay LoRA of rank 16.
+fn rwkv6(path: &Path) {
+    let (e, hs, ff, xm, xd, nl) = (128u64, 64u64, 256u64, 8u64, 16u64, 2);
+    let mut g = Gen(Xorshift(0x5eed_0005));
+    let mut w = model_writer(
+        "rwkv6",
+        &[
+            ("context_length", 512),
+            ("embedding_length", e),
+            ("block_count", nl),
+            ("feed_forward_length", ff),
+            ("attention.head_count", 0),
+            ("wkv.head_size", hs),
+            ("time_mix_extra_dim", xm),
+            ("time_decay_extra_dim", xd),
+            ("rescale_every_n_layers", 0),
+            ("token_shift_count", 2),
+        ],
+        &[("attention.layer_norm_epsilon", 1e-5)],
+    );
+    add_rwkv_head(&mut w, &mut g, e);
+    let n = |ne: &[u64]| ne.iter().product::<u64>() as usize;
+    let lerp = |g: &mut Gen, k: usize| -> Vec<f32> { g.v(k, 0.5).iter().map(|x| 0.5 + x).collect() };
+    for il in 0..nl {
+        let b = |s: &str| format!("blk.{il}.{s}");
+        layer_norm(&mut w, &mut g, &b("attn_norm"), e);
+        layer_norm(&mut w, &mut g, &b("attn_norm_2"), e);
+        t(&mut w, &b("time_mix_w1.weight"), &[e, xm * 5], g.v(n(&[e, xm * 5]), 0.2));
+        t(&mut w, &b("time_mix_w2.weight"), &[xm, e, 5], g.v(n(&[xm, e, 5]), 0.2));
+        t(&mut w, &b("time_mix_lerp_x.weight"), &[e, 1, 1], lerp(&mut g, e as usize));
+        t(&mut w, &b("time_mix_lerp_fused.weight"), &[e, 1, 1, 5], lerp(&mut g, n(&[e, 5])));
+        t(&mut w, &b("time_mix_first.weight"), &[hs, e / hs], g.v(e as usize, 0.3));
+        // w = exp(−exp(decay + LoRA)): decay around −1 keeps w near 0.7.
+        let decay: Vec<f32> = g.v(e as usize, 0.5).iter().map(|x| x - 1.0).collect();
+        t(&mut w, &b("time_mix_decay.weight"), &[e], decay);
+        t(&mut w, &b("time_mix_decay_w1.weight"), &[e, xd], g.v(n(&[e, xd]), 0.2));
+        t(&mut w, &b("time_mix_decay_w2.weight"), &[xd, e], g.v(n(&[xd, e]), 0.2));
+        for m in ["key", "value", "receptance", "gate"] {
+            t(&mut w, &b(&format!("time_mix_{m}.weight")), &[e, e], g.v(n(&[e, e]), 0.1));
+        }
+        layer_norm(&mut w, &mut g, &b("time_mix_ln"), e);
+        t(&mut w, &b("time_mix_output.weight"), &[e, e], g.v(n(&[e, e]), 0.1));
+        t(&mut w, &b("channel_mix_lerp_k.weight"), &[e, 1, 1], lerp(&mut g, e as usize));
+        t(&mut w, &b("channel_mix_lerp_r.weight"), &[e, 1, 1], lerp(&mut g, e as usize));
+        t(&mut w, &b("channel_mix_key.weight"), &[e, ff], g.v(n(&[e, ff]), 0.1));
+        t(&mut w, &b("channel_mix_value.weight"), &[ff, e], g.v(n(&[ff, e]), 0.1));
+        t(&mut w, &b("channel_mix_receptance.weight"), &[e, e], g.v(n(&[e, e]), 0.1));
+    }
+    w.write_file(path).unwrap();
+}
+
+/// A two-layer Qwen3-Next, the gated-delta-net hybrid: layer 0 linear attention (one key head and
+/// two value heads of 64, so the keys are repeated; conv kernel 4), layer 1 full attention (two
+/// gated query heads of 64, one KV head, Q/K norms); both with a MoE FFN of 4 experts (2 used,
+/// width 64) plus a gated shared expert.
+fn qwen3next(path: &Path) {
+    let (e, h, hkv, d, nl) = (128u64, 2u64, 1u64, 64u64, 2);
+    let (ds, nk, nv, dc) = (64u64, 1u64, 2u64, 4u64);
+    let (ne, fe) = (4u64, 64u64);
+    let (key_dim, value_dim) = (ds * nk, ds * nv);
+    let conv_dim = 2 * key_dim + value_dim;
+    let mut g = Gen(Xorshift(0x5eed_0006));
+    let mut w = model_writer(
+        "qwen3next",
+        &[
+            ("context_length", 512),
+            ("embedding_length", e),
+            ("block_count", nl),
+            ("feed_forward_length", 256),
+            ("attention.head_count", h),
+            ("attention.head_count_kv", hkv),
+            ("attention.key_length", d),
+            ("attention.value_length", d),
+            ("expert_count", ne),
+            ("expert_used_count", 2),
+            ("expert_feed_forward_length", fe),
+            ("expert_shared_feed_forward_length", fe),
+            ("ssm.conv_kernel", dc),
+            ("ssm.inner_size", value_dim),
+            ("ssm.state_size", ds),
+            ("ssm.time_step_rank", nv),
+            ("ssm.group_count", nk),
+            ("full_attention_interval", 2),
+        ],
+        &[("rope.freq_base", 1e6), ("attention.layer_norm_rms_epsilon", 1e-6)],
+    );
+    add_head(&mut w, &mut g, e, 0.3);
+    let n = |ne: &[u64]| ne.iter().product::<u64>() as usize;
+    for il in 0..nl {
+        let b = |s: &str| format!("blk.{il}.{s}");
+        t(&mut w, &b("attn_norm.weight"), &[e], norm(&mut g, e));
+        t(&mut w, &b("post_attention_norm.weight"), &[e], norm(&mut g, e));
+        if il == 0 {
+            // Gated delta net.
+            t(&mut w, &b("attn_qkv.weight"), &[e, conv_dim], g.v(n(&[e, conv_dim]), 0.1));
+            t(&mut w, &b("attn_gate.weight"), &[e, value_dim], g.v(n(&[e, value_dim]), 0.1));
+            t(&mut w, &b("ssm_conv1d.weight"), &[dc, conv_dim], g.v(n(&[dc, conv_dim]), 0.5));
+            t(&mut w, &b("ssm_dt.bias"), &[nv], g.v(nv as usize, 0.5));
+            // A = −exp(A_log): negative, so the state decays.
+            let a: Vec<f32> = g.v(nv as usize, 0.5).iter().map(|x| -(1.0 + x)).collect();
+            t(&mut w, &b("ssm_a"), &[nv], a);
+            t(&mut w, &b("ssm_ba.weight"), &[e, 2 * nv], g.v(n(&[e, 2 * nv]), 0.2));
+            t(&mut w, &b("ssm_norm.weight"), &[ds], norm(&mut g, ds));
+            t(&mut w, &b("ssm_out.weight"), &[value_dim, e], g.v(n(&[value_dim, e]), 0.1));
+        } else {
+            // Full attention with the query's output gate.
+            t(&mut w, &b("attn_q.weight"), &[e, 2 * h * d], g.v(n(&[e, 2 * h * d]), 0.1));
+            t(&mut w, &b("attn_k.weight"), &[e, hkv * d], g.v(n(&[e, hkv * d]), 0.1));
+            t(&mut w, &b("attn_v.weight"), &[e, hkv * d], g.v(n(&[e, hkv * d]), 0.1));
+            t(&mut w, &b("attn_output.weight"), &[h * d, e], g.v(n(&[h * d, e]), 0.1));
+            t(&mut w, &b("attn_q_norm.weight"), &[d], norm(&mut g, d));
+            t(&mut w, &b("attn_k_norm.weight"), &[d], norm(&mut g, d));
+        }
+        t(&mut w, &b("ffn_gate_inp.weight"), &[e, ne], g.v(n(&[e, ne]), 0.3));
+        t(&mut w, &b("ffn_gate_exps.weight"), &[e, fe, ne], g.v(n(&[e, fe, ne]), 0.1));
+        t(&mut w, &b("ffn_up_exps.weight"), &[e, fe, ne], g.v(n(&[e, fe, ne]), 0.1));
+        t(&mut w, &b("ffn_down_exps.weight"), &[fe, e, ne], g.v(n(&[fe, e, ne]), 0.1));
+        t(&mut w, &b("ffn_gate_inp_shexp.weight"), &[e], g.v(e as usize, 0.1));
+        t(&mut w, &b("ffn_gate_shexp.weight"), &[e, fe], g.v(n(&[e, fe]), 0.1));
+        t(&mut w, &b("ffn_up_shexp.weight"), &[e, fe], g.v(n(&[e, fe]), 0.1));
+        t(&mut w, &b("ffn_down_shexp.weight"), &[fe, e], g.v(n(&[fe, e]), 0.1));
     }
     w.write_file(path).unwrap();
 }
@@ -361,4 +569,25 @@ fn moe_with_iq_experts_through_llamacpp_master_over_llamad() {
         }
     }
     assert!(bad.is_empty(), "{}", bad.join("\n"));
+}
+
+#[test]
+fn rwkv7_through_llamacpp_master_over_llamad() {
+    let Some((vs_ref, vs_local)) = through_llamad("rwkv7", rwkv7) else { return };
+    assert!(vs_ref <= 1e-12, "over llamad vs over llama.cpp's RPC server: NMSE {vs_ref}");
+    assert!(vs_local <= 5e-4, "over llamad vs llama.cpp's local CPU: NMSE {vs_local}");
+}
+
+#[test]
+fn rwkv6_through_llamacpp_master_over_llamad() {
+    let Some((vs_ref, vs_local)) = through_llamad("rwkv6", rwkv6) else { return };
+    assert!(vs_ref <= 1e-12, "over llamad vs over llama.cpp's RPC server: NMSE {vs_ref}");
+    assert!(vs_local <= 5e-4, "over llamad vs llama.cpp's local CPU: NMSE {vs_local}");
+}
+
+#[test]
+fn qwen3next_through_llamacpp_master_over_llamad() {
+    let Some((vs_ref, vs_local)) = through_llamad("qwen3next", qwen3next) else { return };
+    assert!(vs_ref <= 1e-12, "over llamad vs over llama.cpp's RPC server: NMSE {vs_ref}");
+    assert!(vs_local <= 5e-4, "over llamad vs llama.cpp's local CPU: NMSE {vs_local}");
 }
