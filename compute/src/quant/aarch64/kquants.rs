@@ -1,5 +1,6 @@
 //! The 256-element formats on NEON: Q2_K, Q3_K, Q4_K, Q5_K, Q6_K and IQ4_XS against Q8_K, as
-//! one-column, four-column and (i8mm) two-row × two-column kernels.
+//! one-column, four-column and (i8mm) two-row × two-column kernels; the grid IQ types and TQ1_0/TQ2_0
+//! use the same loops with their decoders in [`super::iq`].
 //! ref: ggml-compute-semantics.md §2.2, §2.3.
 //!
 //! Each format decodes a super-block into 16 groups of 16 signed weights with one integer scale
@@ -38,6 +39,9 @@ pub(super) trait KBlock {
     /// Whether scales (and mins) come per 32 elements (groups 2j and 2j+1 share them), so the
     /// kernels scale pairs of groups at once.
     const PER32: bool;
+    /// A factor of the whole row's sum, applied once after the blocks are summed (the grid types'
+    /// per-type constant `C`, as `quant::scalar::iq::IqSpec::dot` applies it); 1 for the K-quants.
+    const C: f32 = 1.0;
     /// Decodes one block.
     ///
     /// # Safety
@@ -100,7 +104,7 @@ unsafe fn dot1<B: KBlock, D: Dot>(xs: &[B::X], ys: &[BlockQ8K]) -> f32 {
             let isc = vaddvq_s32(scaled::<B, D>(&d, by));
             sum += B::value(isc, mins::<B>(&d, by), bx, by);
         }
-        sum
+        B::C * sum
     }
 }
 
@@ -123,7 +127,7 @@ unsafe fn dot4<B: KBlock, D: Dot>(xs: &[B::X], ys: [&[BlockQ8K]; 4]) -> [f32; 4]
                 sum[c] += B::value(s[c], mins::<B>(&d, by), bx, by);
             }
         }
-        sum
+        sum.map(|v| B::C * v)
     }
 }
 
@@ -153,7 +157,7 @@ unsafe fn dot2x2<B: KBlock>(xs: [&[B::X]; 2], ys: [&[BlockQ8K]; 2]) -> [f32; 4] 
             sum[2] += B::value(s[2], mins::<B>(&d1, y0), x1, y0);
             sum[3] += B::value(s[3], mins::<B>(&d1, y1), x1, y1);
         }
-        sum
+        sum.map(|v| B::C * v)
     }
 }
 

@@ -11,6 +11,7 @@
 //! |---|---|---|---|---|---|
 //! | Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, IQ4_NL, MXFP4 | NEON, sdot | NEON, sdot | smmla | NEON | Q8_0 |
 //! | Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_XS | NEON, sdot | NEON, sdot | smmla | NEON | — |
+//! | IQ2_XXS, IQ2_XS, IQ2_S, IQ3_XXS, IQ3_S, IQ1_S, IQ1_M, TQ1_0, TQ2_0 | NEON, sdot | NEON, sdot | smmla | — (scalar) | — |
 //! | Q8_1, Q8_K (activations) | — | — | — | — | NEON |
 //! | F32, F16, BF16 | NEON (fma) | — | — | F16, BF16 | F16, BF16 |
 //!
@@ -21,6 +22,7 @@
 mod dequant;
 mod dot;
 mod float;
+mod iq;
 mod kquants;
 mod legacy;
 mod quantize;
@@ -97,6 +99,29 @@ pub fn install_neon(k: &mut Kernels, level: Level) {
         Q5_K => kquants::Q5K,
         Q6_K => kquants::Q6K,
         IQ4_XS => kquants::Iq4Xs,
+    }
+
+    // The grid IQ types and TQ1_0/TQ2_0: dot products only (their to_f32 stays scalar).
+    macro_rules! grid {
+        ($($t:ident => $b:ty),* $(,)?) => {$(
+            let (dot, x4, two) = kquants::set::<$b>(dotprod, i8mm);
+            k.set_vec_dot($t, dot);
+            k.set_vec_dot_x4($t, x4);
+            if let Some(f) = two {
+                k.set_vec_dot_2x2($t, f);
+            }
+        )*};
+    }
+    grid! {
+        IQ2_XXS => iq::Iq2Xxs,
+        IQ2_XS => iq::Iq2Xs,
+        IQ2_S => iq::Iq2S,
+        IQ3_XXS => iq::Iq3Xxs,
+        IQ3_S => iq::Iq3S,
+        IQ1_S => iq::Iq1S,
+        IQ1_M => iq::Iq1M,
+        TQ1_0 => iq::Tq1_0,
+        TQ2_0 => iq::Tq2_0,
     }
 
     k.set_vec_dot(F32, float::vec_dot_f32_f32);

@@ -1,6 +1,7 @@
 //! aarch64 only: which NEON levels this CPU runs (checked against the runner's expectation, so a
 //! qemu CPU that silently lacks dotprod or i8mm fails instead of testing a fallback twice), the
-//! i8mm 2×2 kernels, and bitwise agreement with the scalar reference on non-finite inputs.
+//! i8mm 2×2 kernels, and bitwise agreement with the scalar reference on non-finite inputs, for the
+//! legacy, K- and IQ4 types and for the grid IQ and TQ types.
 
 use std::arch::is_aarch64_feature_detected as has;
 
@@ -146,6 +147,96 @@ fn every_shape_equals_scalar_bitwise() {
             let n = nb * t.blck_size();
             let xs = weight_rows(&mut r, t, nb);
             let ys: Vec<Vec<u8>> = activations(&mut r, n).iter().map(|y| quantize(&s, vt, y)).collect();
+            for isa in neon_sets() {
+                assert_all_shapes_bitwise(isa, t, n, &xs, &ys);
+            }
+        }
+    }
+}
+
+/// The grid IQ types, TQ1_0 and TQ2_0 (NEON dot products at every level; their dequantizers are the
+/// scalar ones).
+const GRID_TYPES: [GgmlType; 9] = {
+    use GgmlType::*;
+    [IQ2_XXS, IQ2_XS, IQ2_S, IQ3_XXS, IQ3_S, IQ1_S, IQ1_M, TQ1_0, TQ2_0]
+};
+
+/// Sets the f16 super-block scale of one grid-type block to `bits` (IQ1_M's is spread over the top
+/// nibbles of its four scale words, bytes 48..56).
+fn set_grid_scale(t: GgmlType, b: &mut [u8], bits: u16) {
+    match t {
+        GgmlType::IQ1_M => {
+            for i in 0..4 {
+                let hi = &mut b[48 + 2 * i + 1];
+                *hi = (*hi & 0x0F) | ((((bits >> (4 * i)) & 0xF) as u8) << 4);
+            }
+        }
+        GgmlType::TQ1_0 => b[52..54].copy_from_slice(&bits.to_le_bytes()),
+        GgmlType::TQ2_0 => b[64..66].copy_from_slice(&bits.to_le_bytes()),
+        _ => b[..2].copy_from_slice(&bits.to_le_bytes()),
+    }
+}
+
+/// Grid-type weight rows of `nb` blocks: grid-realistic random blocks (random bytes for the TQ
+/// types), the same with NaN, ±Inf, ±0, subnormal, negative and largest f16 scales, every quant byte
+/// 0x00 and 0xFF, and random bytes with a negative scale.
+fn grid_weight_rows(r: &mut StdRng, t: GgmlType, nb: usize) -> Vec<Vec<u8>> {
+    use crate::quant::testing::random_grid_blocks;
+    let size = t.type_size();
+    let scale = |r: &mut StdRng| half::f16::from_f32(r.random_range(-1.0f32..1.0)).to_bits();
+    let base = random_grid_blocks(t, nb, 1.0, r.random()).unwrap_or_else(|| {
+        let mut q: Vec<u8> = (0..nb * size).map(|_| r.random()).collect();
+        for b in q.chunks_exact_mut(size) {
+            set_grid_scale(t, b, scale(r));
+        }
+        q
+    });
+    let specials: [u16; 10] =
+        [0x7E00, 0x7C01, 0xFD55, 0x7C00, 0xFC00, 0x8000, 0x0001, 0x7BFF, 0xC000, 0x0000];
+    let mut special = base.clone();
+    for (i, b) in special.chunks_exact_mut(size).enumerate() {
+        set_grid_scale(t, b, specials[i % specials.len()]);
+    }
+    let mut rows = vec![base, special];
+    for fill in [0x00u8, 0xFF] {
+        let mut q = vec![fill; nb * size];
+        for b in q.chunks_exact_mut(size) {
+            set_grid_scale(t, b, scale(r));
+        }
+        rows.push(q);
+    }
+    let mut noise: Vec<u8> = (0..nb * size).map(|_| r.random()).collect();
+    for b in noise.chunks_exact_mut(size) {
+        set_grid_scale(t, b, half::f16::from_f32(-1.5).to_bits());
+    }
+    rows.push(noise);
+    rows
+}
+
+/// The grid types have NEON one- and four-column kernels at every level and the 2×2 ones at the
+/// i8mm level, and every shape equals the scalar `vec_dot` bit for bit on realistic, extreme-scale
+/// (NaN and Inf included), all-zero, all-ones and random blocks, against random, zero, large,
+/// NaN/Inf-bearing and ±127 activations.
+#[test]
+fn grid_types_every_shape_equals_scalar_bitwise() {
+    let s = scalar_table();
+    let mut r = rng(25);
+    for t in GRID_TYPES {
+        for isa in neon_sets() {
+            let (e, se) = (Kernels::build(isa), s.get(t));
+            let e = e.get(t);
+            assert_ne!(e.vec_dot.unwrap() as usize, se.vec_dot.unwrap() as usize, "{} {t}", isa.name());
+            assert!(e.vec_dot_x4.is_some(), "{} {t}: no x4", isa.name());
+            assert_eq!(e.vec_dot_2x2.is_some(), isa == Isa::NeonI8mm, "{} {t}: 2x2", isa.name());
+        }
+        for nb in [1usize, 2, 5] {
+            let n = nb * 256;
+            let xs = grid_weight_rows(&mut r, t, nb);
+            let mut acts = activations(&mut r, n);
+            acts.push((0..n).map(|i| if i % 3 == 0 { -1.0 } else { 1.0 }).collect());
+            acts[0][5] = f32::INFINITY;
+            acts[3][n - 1] = f32::NAN;
+            let ys: Vec<Vec<u8>> = acts.iter().map(|a| quantize(&s, GgmlType::Q8_K, a)).collect();
             for isa in neon_sets() {
                 assert_all_shapes_bitwise(isa, t, n, &xs, &ys);
             }

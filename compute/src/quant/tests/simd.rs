@@ -354,9 +354,11 @@ fn gemm_bitwise_equals_vec_dot() {
     }
 }
 
-/// The grid IQ types, TQ1_0 and TQ2_0: every kernel set's `vec_dot` equals the scalar one bit for bit
-/// (the SIMD part is the exact integer sum), on random blocks, on blocks with every scale and sign
-/// bit set, and against activations of ±127 (the largest products the integer paths meet).
+/// The grid IQ types, TQ1_0 and TQ2_0: every kernel set's `vec_dot` (and its four-column and 2×2
+/// kernels where it has them: the NEON sets) equals the scalar one bit for bit (the SIMD part is the
+/// exact integer sum), on random blocks, on blocks with every scale and sign bit set, and against
+/// activations of ±127 (the largest products the integer paths meet). On aarch64 this covers the
+/// neon, neon-dotprod and neon-i8mm sets the CPU runs; `tests::neon` adds non-finite scales.
 #[test]
 fn grid_type_dots_equal_the_scalar_kernel_bitwise() {
     use crate::quant::testing::random_grid_blocks;
@@ -406,17 +408,49 @@ fn grid_type_dots_equal_the_scalar_kernel_bitwise() {
                     activations(&mut r, n).iter().take(2).map(|y| quantize(&s, GgmlType::Q8_K, y)).collect();
                 let extreme: Vec<f32> = (0..n).map(|i| if i % 3 == 0 { -1.0 } else { 1.0 }).collect();
                 acts.push(quantize(&s, GgmlType::Q8_K, &extreme));
+                let want = |x: &[u8], y: &[u8]| (s.get(t).vec_dot.unwrap())(n, x, y);
+                let e = k.get(t);
                 for x in &rows {
                     for y in &acts {
-                        let want = (s.get(t).vec_dot.unwrap())(n, x, y);
-                        let got = (k.get(t).vec_dot.unwrap())(n, x, y);
-                        assert_eq!(
-                            got.to_bits(),
-                            want.to_bits(),
-                            "{} {t} n={n}: {got} vs {want}",
-                            isa.name()
-                        );
+                        let w = want(x, y);
+                        let got = (e.vec_dot.unwrap())(n, x, y);
+                        assert_eq!(got.to_bits(), w.to_bits(), "{} {t} n={n}: {got} vs {w}", isa.name());
                     }
+                    if let Some(x4) = e.vec_dot_x4 {
+                        let cols = [&acts[0], &acts[1], &acts[2], &acts[0]];
+                        let got = x4(n, x, cols.map(|c| c.as_slice()));
+                        for (c, g) in got.iter().enumerate() {
+                            let w = want(x, cols[c]);
+                            assert_eq!(
+                                g.to_bits(),
+                                w.to_bits(),
+                                "{} {t} n={n} x4 col {c}: {g} vs {w}",
+                                isa.name()
+                            );
+                        }
+                    }
+                }
+                if let Some(k22) = e.vec_dot_2x2 {
+                    for xp in rows.windows(2) {
+                        for yp in acts.windows(2) {
+                            let got = k22(n, [&xp[0], &xp[1]], [&yp[0], &yp[1]]);
+                            for (j, g) in got.iter().enumerate() {
+                                let w = want(&xp[j / 2], &yp[j % 2]);
+                                assert_eq!(g.to_bits(), w.to_bits(), "{} {t} n={n} 2x2 lane {j}", isa.name());
+                            }
+                        }
+                    }
+                }
+                // On aarch64 every NEON set has its own kernels for these types (so this test is
+                // not the scalar kernel against itself there).
+                #[cfg(target_arch = "aarch64")]
+                if isa != Isa::Scalar {
+                    assert_ne!(
+                        e.vec_dot.unwrap() as usize,
+                        s.get(t).vec_dot.unwrap() as usize,
+                        "{} {t}",
+                        isa.name()
+                    );
                 }
             }
         }
