@@ -538,18 +538,22 @@ fn through_llamad(name: &str, write: impl Fn(&Path)) -> Option<(f64, f64)> {
     Some((vs_ref, vs_local))
 }
 
+/// A family whose ops llamad computes bit for bit as ggml: over llamad equals over llama.cpp's RPC
+/// server (NMSE ≤ 1e-12), and both equal llama.cpp's local CPU within ggml's bound (5e-4).
+fn exact_family(name: &str, write: impl Fn(&Path)) {
+    let Some((vs_ref, vs_local)) = through_llamad(name, write) else { return };
+    assert!(vs_ref <= 1e-12, "{name}: over llamad vs over llama.cpp's RPC server: NMSE {vs_ref}");
+    assert!(vs_local <= 5e-4, "{name}: over llamad vs llama.cpp's local CPU: NMSE {vs_local}");
+}
+
 #[test]
 fn mamba_through_llamacpp_master_over_llamad() {
-    let Some((vs_ref, vs_local)) = through_llamad("mamba", mamba) else { return };
-    assert!(vs_ref <= 1e-12, "over llamad vs over llama.cpp's RPC server: NMSE {vs_ref}");
-    assert!(vs_local <= 5e-4, "over llamad vs llama.cpp's local CPU: NMSE {vs_local}");
+    exact_family("mamba", mamba);
 }
 
 #[test]
 fn mamba2_through_llamacpp_master_over_llamad() {
-    let Some((vs_ref, vs_local)) = through_llamad("mamba2", mamba2) else { return };
-    assert!(vs_ref <= 1e-12, "over llamad vs over llama.cpp's RPC server: NMSE {vs_ref}");
-    assert!(vs_local <= 5e-4, "over llamad vs llama.cpp's local CPU: NMSE {vs_local}");
+    exact_family("mamba2", mamba2);
 }
 
 #[test]
@@ -573,21 +577,15 @@ fn moe_with_iq_experts_through_llamacpp_master_over_llamad() {
 
 #[test]
 fn rwkv7_through_llamacpp_master_over_llamad() {
-    let Some((vs_ref, vs_local)) = through_llamad("rwkv7", rwkv7) else { return };
-    assert!(vs_ref <= 1e-12, "over llamad vs over llama.cpp's RPC server: NMSE {vs_ref}");
-    assert!(vs_local <= 5e-4, "over llamad vs llama.cpp's local CPU: NMSE {vs_local}");
+    exact_family("rwkv7", rwkv7);
 }
 
 #[test]
 fn rwkv6_through_llamacpp_master_over_llamad() {
-    let Some((vs_ref, vs_local)) = through_llamad("rwkv6", rwkv6) else { return };
-    assert!(vs_ref <= 1e-12, "over llamad vs over llama.cpp's RPC server: NMSE {vs_ref}");
-    assert!(vs_local <= 5e-4, "over llamad vs llama.cpp's local CPU: NMSE {vs_local}");
+    exact_family("rwkv6", rwkv6);
 }
 
 #[test]
 fn qwen3next_through_llamacpp_master_over_llamad() {
-    let Some((vs_ref, vs_local)) = through_llamad("qwen3next", qwen3next) else { return };
-    assert!(vs_ref <= 1e-12, "over llamad vs over llama.cpp's RPC server: NMSE {vs_ref}");
-    assert!(vs_local <= 5e-4, "over llamad vs llama.cpp's local CPU: NMSE {vs_local}");
+    exact_family("qwen3next", qwen3next);
 }
