@@ -4,8 +4,11 @@
 //! each result equals the scalar kernel's bit for bit (`quant::tests::simd`). Grid rows are gathered
 //! into vectors, sign bits become byte masks by a shuffle and a compare (7-bit fields get their
 //! parity bit from two nibble lookups) and are applied to the activations, so that `maddubs`
-//! multiplies unsigned magnitudes by signed activations; IQ1 and TQ terms that only need sums of
-//! activations take them from the Q8_K `bsums`.
+//! multiplies unsigned magnitudes by signed activations; IQ1_S and TQ terms that only need sums of
+//! activations take them from the Q8_K `bsums` (IQ1_M reads its per-8-element δ from a grid table
+//! with the δ folded in). Four grid rows are loaded as two pairs (low and high 64-bit halves), and
+//! the 9- and 10-bit grid indices of IQ2_XS and IQ2_S are read as u64 words of four (IQ2_S builds
+//! its 32 words per block in vectors).
 
 use std::arch::x86_64::*;
 
@@ -50,12 +53,23 @@ fn q8_parts(y: &BlockQ8K) -> (&[[u8; 32]; 8], __m256i) {
     (bytemuck::cast_ref(&y.qs), load32(bytemuck::cast_ref(&y.bsums)))
 }
 
+/// Two 8-byte rows in one 128-bit vector, `lo` in bytes 0..8 and `hi` in 8..16: one 64-bit load
+/// and one load into the upper half (fewer instructions than building the pair from two `movq`).
+#[target_feature(enable = "avx2")]
+fn row_pair(lo: &[i8; 8], hi: &[i8; 8]) -> __m128i {
+    // SAFETY: each pointer is 8 readable bytes (a `[i8; 8]`); both loads are unaligned-safe.
+    unsafe {
+        let l = _mm_loadl_epi64(lo.as_ptr() as *const __m128i);
+        _mm_castpd_si128(_mm_loadh_pd(_mm_castsi128_pd(l), hi.as_ptr() as *const f64))
+    }
+}
+
 /// Rows `i[0..4]` of a table of 8-byte rows, side by side in one vector (`& (N − 1)` keeps each
 /// index in range without a bounds check; `N` is a power of two and the callers' indices fit).
 #[target_feature(enable = "avx2")]
 fn rows4<const N: usize>(t: &[[i8; 8]; N], i: [usize; 4]) -> __m256i {
-    let r = |k: usize| i64::from_le_bytes(bytemuck::cast(t[i[k] & (N - 1)]));
-    _mm256_set_epi64x(r(3), r(2), r(1), r(0))
+    let r = |k: usize| &t[i[k] & (N - 1)];
+    _mm256_set_m128i(row_pair(r(2), r(3)), row_pair(r(0), r(1)))
 }
 
 /// The activations `q8` negated where a sign bit is set. `s4` holds the four sign bytes of the 32
@@ -206,8 +220,9 @@ fn iq2_xs_isum(b: &BlockIq2Xs, y: &BlockQ8K) -> i32 {
     let mut pick = scale_pick(0, 1);
     let mut acc = _mm256_setzero_si256();
     for ib in 0..8 {
-        let w = &words[ib];
-        let i = |l: usize| u16::from_le_bytes([w[2 * l], w[2 * l + 1]]) as usize & 511;
+        // The four 9-bit grid indices, one per u16 (masked as one word, then split).
+        let w = u64::from_le_bytes(words[ib]) & 0x01FF_01FF_01FF_01FF;
+        let i = |l: usize| (w >> (16 * l)) as u16 as usize;
         let mag = rows4(&IQ2XS_GRID, [i(0), i(1), i(2), i(3)]);
         let y8 = apply_signs(load32(&yq[ib]), signs_of(signs, ib));
         acc = _mm256_add_epi32(acc, scaled(mag, y8, _mm256_shuffle_epi8(sb, pick)));
@@ -216,19 +231,75 @@ fn iq2_xs_isum(b: &BlockIq2Xs, y: &BlockQ8K) -> i32 {
     hsum_i32(acc)
 }
 
+/// The 32 10-bit IQ2_S grid indices of a block, one per u16, in order (word `ib` holds those of
+/// sub-block `ib`): index `4ib + l` is byte `idx[4ib + l]` with bits `2l..2l + 2` of `qh[ib]` above
+/// it, moved there by a multiply by `2^(8 − 2l)` per lane and a mask.
+#[target_feature(enable = "avx2")]
+fn iq2_s_indices(idx: &[u8; 32], qh: &[u8; 8]) -> [u64; 8] {
+    let lo = _mm256_cvtepu8_epi16(load16(idx[..16].try_into().unwrap()));
+    let hi = _mm256_cvtepu8_epi16(load16(idx[16..].try_into().unwrap()));
+    let h = _mm256_broadcastsi128_si256(_mm_cvtsi64_si128(i64::from_le_bytes(*qh)));
+    let z = -1i8;
+    // qh byte j zero-extended into the four u16 lanes of sub-block j (j = 0..4, then 4..8).
+    let spread = |j: i8| {
+        _mm256_setr_epi8(
+            j,
+            z,
+            j,
+            z,
+            j,
+            z,
+            j,
+            z,
+            j + 1,
+            z,
+            j + 1,
+            z,
+            j + 1,
+            z,
+            j + 1,
+            z,
+            j + 2,
+            z,
+            j + 2,
+            z,
+            j + 2,
+            z,
+            j + 2,
+            z,
+            j + 3,
+            z,
+            j + 3,
+            z,
+            j + 3,
+            z,
+            j + 3,
+            z,
+        )
+    };
+    let shift = _mm256_setr_epi16(256, 64, 16, 4, 256, 64, 16, 4, 256, 64, 16, 4, 256, 64, 16, 4);
+    let high = |j: i8| {
+        let f = _mm256_mullo_epi16(_mm256_shuffle_epi8(h, spread(j)), shift);
+        _mm256_and_si256(f, _mm256_set1_epi16(0x300))
+    };
+    let words: [[u64; 4]; 2] =
+        [bytemuck::cast(_mm256_or_si256(lo, high(0))), bytemuck::cast(_mm256_or_si256(hi, high(4)))];
+    bytemuck::cast(words)
+}
+
 /// IQ2_S blocks against Q8_K blocks: each block's exact integer sum.
 #[target_feature(enable = "avx2")]
 fn iq2_s_isum(b: &BlockIq2S, y: &BlockQ8K) -> i32 {
     let (yq, _) = q8_parts(y);
     let (idx, sg) = b.qs.split_at(QK_K / 8);
-    let idx: &[[u8; 4]; 8] = bytemuck::cast_ref(<&[u8; 32]>::try_from(idx).unwrap());
+    let words = iq2_s_indices(idx.try_into().unwrap(), &b.qh);
     let signs = load32(sg.try_into().unwrap());
     let sb = nibble_scales(b.scales);
     let mut pick = scale_pick(0, 1);
     let mut acc = _mm256_setzero_si256();
     for ib in 0..8 {
-        let qh = b.qh[ib] as usize;
-        let i = |l: usize| idx[ib][l] as usize | ((qh << (8 - 2 * l)) & 0x300);
+        let w = words[ib];
+        let i = |l: usize| (w >> (16 * l)) as u16 as usize;
         let mag = rows4(&IQ2S_GRID, [i(0), i(1), i(2), i(3)]);
         let y8 = apply_signs(load32(&yq[ib]), signs_of(signs, ib));
         acc = _mm256_add_epi32(acc, scaled(mag, y8, _mm256_shuffle_epi8(sb, pick)));
@@ -279,9 +350,21 @@ fn tq2_0_isum(b: &BlockTq2_0, y: &BlockQ8K) -> i32 {
 }
 
 /// `s ↦ 3·s mod 256` per byte: the next base-3 digit plane of TQ1_0 bytes (see [`tq1_0_isum`]).
+/// The result passes through [`opaque`], so that chains of triples stay two adds each.
 #[target_feature(enable = "avx2")]
 fn triple(s: __m256i) -> __m256i {
-    _mm256_add_epi8(s, _mm256_add_epi8(s, s))
+    opaque(_mm256_add_epi8(s, _mm256_add_epi8(s, s)))
+}
+
+/// `v` unchanged, through an empty `asm!` block: the compiler no longer sees how `v` was computed
+/// (without it, chains of [`triple`] become byte multiplies by 9, 27, 81, which AVX2 lacks and
+/// which are emulated with 16-bit multiplies, slower than the two adds per step).
+#[target_feature(enable = "avx2")]
+fn opaque(mut v: __m256i) -> __m256i {
+    // SAFETY: the template is empty: no instruction runs, no memory or flags are touched, and the
+    // register holds `v` before and after.
+    unsafe { std::arch::asm!("/* {0} */", inout(ymm_reg) v, options(pure, nomem, nostack, preserves_flags)) };
+    v
 }
 
 /// The leading base-3 digit (0..=2) of each byte `r`, given `s = r ^ 0x80`: `⌊3r / 256⌋` is 1 from
@@ -368,40 +451,46 @@ fn iq1_m_scales(scales: &[u8; 8]) -> __m128i {
     _mm_packus_epi16(field(lo), field(hi))
 }
 
-/// IQ1_M blocks against Q8_K blocks: `Σ_g s_g·(8·Σ g·y + Σ δ·y)`, exact, with
-/// `Σ s·δ·y = Σ s·y − 2·Σ_{δ = −1} s·y` (the first from the bsums). Both sums stay in i16 lanes
-/// (8 pairs of at most 2·15·127 each), as in [`iq1_s_isum`].
+/// The IQ1 grid rows with their δ folded in, as IQ1_M's nibbles index them: row `i | d << 11`
+/// (`i` the 11-bit grid index, `d` the δ bit) holds `8·g + δ` with δ = +1 for d = 0 and −1 for
+/// d = 1, i.e. the scalar kernel's per-element values.
+static IQ1M_ROWS: [[i8; 8]; 4096] = iq1m_rows();
+
+/// Builds [`IQ1M_ROWS`] at compile time.
+const fn iq1m_rows() -> [[i8; 8]; 4096] {
+    let mut t = [[0i8; 8]; 4096];
+    let mut i = 0;
+    while i < 4096 {
+        let d = if i < 2048 { 1 } else { -1 };
+        let mut k = 0;
+        while k < 8 {
+            t[i][k] = 8 * IQ1S_GRID[i & 2047][k] + d;
+            k += 1;
+        }
+        i += 1;
+    }
+    t
+}
+
+/// IQ1_M blocks against Q8_K blocks: `Σ_g s_g·Σ (8·g + δ)·y`, exact (the scalar kernel's sum).
+/// Rows of `8·g + δ` come from [`IQ1M_ROWS`] (the whole nibble indexes it), their magnitudes
+/// (≤ 9) meet the sign-adjusted activations in `maddubs` (pairs of at most 2·9·127) and `madd`
+/// applies the i16 scale of each 16 elements.
 #[target_feature(enable = "avx2")]
 fn iq1_m_isum(b: &BlockIq1M, y: &BlockQ8K) -> i32 {
-    let (yq, bsums) = q8_parts(y);
-    let s16 = iq1_m_scales(&b.scales);
-    let sb = _mm256_broadcastsi128_si256(s16);
-    let qh = _mm256_broadcastsi128_si256(load16(&b.qh));
-    // The δ bit of each 8 elements: bit 3 of nibble l of the u16 `qh[2ib..2ib + 2]`.
-    let dbit = _mm256_setr_epi16(
-        8, 8, 8, 8, 0x80, 0x80, 0x80, 0x80, 0x800, 0x800, 0x800, 0x800, -0x8000, -0x8000, -0x8000, -0x8000,
-    );
-    let (mut acc, mut neg) = (_mm256_setzero_si256(), _mm256_setzero_si256());
+    let (yq, _) = q8_parts(y);
+    let sb = _mm256_broadcastsi128_si256(iq1_m_scales(&b.scales));
+    let mut pick = scale_pick(0, 1);
+    let mut acc = _mm256_setzero_si256();
     for ib in 0..8 {
         let hq = u16::from_le_bytes([b.qh[2 * ib], b.qh[2 * ib + 1]]) as usize;
-        let i = |l: usize| b.qs[4 * ib + l] as usize | (((hq >> (4 * l)) & 7) << 8);
-        let g = rows4(&IQ1S_GRID, [i(0), i(1), i(2), i(3)]);
-        let sc = _mm256_shuffle_epi8(
-            sb,
-            _mm256_set_m128i(_mm_set1_epi8(2 * ib as i8 + 1), _mm_set1_epi8(2 * ib as i8)),
-        );
-        let yv = load32(&yq[ib]);
-        acc = _mm256_add_epi16(acc, _mm256_maddubs_epi16(sc, _mm256_sign_epi8(yv, g)));
-        let hv = _mm256_shuffle_epi8(qh, _mm256_set1_epi16((((2 * ib + 1) << 8) | (2 * ib)) as i16));
-        let m = _mm256_cmpeq_epi16(_mm256_and_si256(hv, dbit), dbit);
-        neg = _mm256_add_epi16(neg, _mm256_maddubs_epi16(sc, _mm256_and_si256(yv, m)));
+        let i = |l: usize| b.qs[4 * ib + l] as usize | (((hq >> (4 * l)) & 15) << 8);
+        let v = rows4(&IQ1M_ROWS, [i(0), i(1), i(2), i(3)]);
+        let y8 = _mm256_sign_epi8(load32(&yq[ib]), v);
+        acc = _mm256_add_epi32(acc, scaled(_mm256_abs_epi8(v), y8, _mm256_shuffle_epi8(sb, pick)));
+        pick = _mm256_add_epi16(pick, _mm256_set1_epi16(2));
     }
-    let grid = _mm256_madd_epi16(acc, _mm256_set1_epi16(8));
-    let delta = _mm256_sub_epi32(
-        _mm256_madd_epi16(bsums, _mm256_cvtepu8_epi16(s16)),
-        _mm256_madd_epi16(neg, _mm256_set1_epi16(2)),
-    );
-    hsum_i32(_mm256_add_epi32(grid, delta))
+    hsum_i32(acc)
 }
 
 /// An f16 scale as f32, by F16C (exact, as every conversion of a finite or infinite f16 is).
