@@ -1,7 +1,9 @@
 //! RMS_NORM, NORM and L2_NORM: per-row normalisation; GROUP_NORM: normalisation over groups of
 //! channels (dim 2), each group's mean and variance taken over all its elements.
 //!
-//! ref: ggml-compute-semantics.md §3.3 RMS_NORM, NORM. Sums are accumulated in f64 as ggml does.
+//! ref: ggml-compute-semantics.md §3.3 RMS_NORM, NORM. Sums are accumulated in f64 as ggml does;
+//! NORM's variance follows the grouping of ggml's AVX2 build (see [`centered_square_sum`]), and
+//! rows with strided elements sum in f32 as ggml's scalar fallback for them does.
 //! GROUP_NORM (`op_params[0]` = groups, f32 `[1]` = eps) puts `⌈C/groups⌉` channels in a group (the
 //! last may have fewer).
 
@@ -124,16 +126,24 @@ impl Norm {
                     let scale = 1.0 / (mean + self.eps).sqrt();
                     x.iter_mut().for_each(|v| *v *= scale);
                 }
-                Which::Layer => {
+                Which::Layer if self.a.packed && self.dst.packed => {
+                    // ggml's vector path: the f64 sum rounded to f32, then divided in f32.
                     let sum: f64 = x.iter().map(|&v| v as f64).sum();
-                    let mean = (sum / n0 as f64) as f32;
-                    let mut var = 0.0f64;
+                    let mean = sum as f32 / n0 as f32;
+                    x.iter_mut().for_each(|v| *v -= mean);
+                    let var = (centered_square_sum(x) / n0 as f64) as f32;
+                    let scale = 1.0 / (var + self.eps).sqrt();
+                    x.iter_mut().for_each(|v| *v *= scale);
+                }
+                Which::Layer => {
+                    // ggml's path for strided rows sums in f32.
+                    let mean = x.iter().fold(0.0f32, |s, &v| s + v) / n0 as f32;
+                    let mut var = 0.0f32;
                     for v in x.iter_mut() {
                         *v -= mean;
-                        var += (*v as f64) * (*v as f64);
+                        var += *v * *v;
                     }
-                    let var = (var / n0 as f64) as f32;
-                    let scale = 1.0 / (var + self.eps).sqrt();
+                    let scale = 1.0 / (var / n0 as f32 + self.eps).sqrt();
                     x.iter_mut().for_each(|v| *v *= scale);
                 }
                 Which::Group(_) => {}
@@ -146,4 +156,22 @@ impl Norm {
             self.dst.store_row(i1, i2, i3, x);
         }
     }
+}
+
+/// The sum of squares of the centred row `d` as ggml's x86 build takes it for NORM
+/// (`ggml_vec_cvar_f32`, AVX2 path): f32 squares, each group of 8 summed in f32 as the AVX
+/// reduction does (lane j + lane j+4, then (0+2) + (1+3)) and added to an f64 total; the tail of
+/// fewer than 8 added one f32 square at a time.
+fn centered_square_sum(d: &[f32]) -> f64 {
+    let mut groups = d.chunks_exact(8);
+    let mut sum = 0.0f64;
+    for g in &mut groups {
+        let q: [f32; 8] = std::array::from_fn(|j| g[j] * g[j]);
+        let h: [f32; 4] = std::array::from_fn(|j| q[j + 4] + q[j]);
+        sum += ((h[0] + h[2]) + (h[1] + h[3])) as f64;
+    }
+    for &v in groups.remainder() {
+        sum += (v * v) as f64;
+    }
+    sum
 }

@@ -125,9 +125,12 @@ pub fn build(
         while let Some(&mut (cur, ref mut next)) = stack.last_mut() {
             let links = links(&table[cur]);
             if *next < links.len() {
-                let child_id = links[*next];
+                let (k, child_id) = (*next, links[*next]);
                 *next += 1;
-                if child_id == 0 {
+                // ggml_cast names its CPY node as its own destination (src[1] = itself), which the
+                // walk passes over; any other self-reference is a cycle.
+                let cast = k == 1 && child_id == table[cur].id && table[cur].op == GgmlOp::Cpy as u32;
+                if child_id == 0 || cast {
                     continue;
                 }
                 let child = lookup(child_id, "source")?;

@@ -118,10 +118,21 @@ unsafe fn dot_vec_order(n: usize, x: &[u8], y: &[u8], load: Load8) -> f32 {
     }
 }
 
+/// ggml's AVX2 `ggml_vec_dot_f32` whole: the vector part, then the leftovers past the last 32
+/// elements added in order in f32. Its compiler multiplies the first multiple of 4 leftovers 4 at
+/// a time (products rounded) and fuses the rest into the sum (`sumf += x[i]*y[i]` as an FMA), as
+/// in SOLVE_TRI's and SSM_CONV's sums.
 #[target_feature(enable = "avx2,fma,f16c")]
 unsafe fn dot_f32_vec(n: usize, x: &[u8], y: &[u8]) -> f32 {
     // SAFETY: lengths checked by the caller; features enabled on this fn.
-    unsafe { dot_vec_order(n, x, y, load_f32) }
+    let mut sum = unsafe { dot_vec_order(n, x, y, load_f32) };
+    let head = n / 32 * 32;
+    let split = head + (n - head) / 4 * 4;
+    for i in head..n {
+        let (a, b) = (f32_at(x, i), f32_at(y, i));
+        sum = if i < split { sum + a * b } else { a.mul_add(b, sum) };
+    }
+    sum
 }
 
 #[target_feature(enable = "avx2,fma,f16c")]
@@ -130,15 +141,11 @@ unsafe fn dot_f16_vec(n: usize, x: &[u8], y: &[u8]) -> f32 {
     unsafe { dot_vec_order(n, x, y, load_f16) }
 }
 
-/// f32 · f32 as ggml's AVX2 `ggml_vec_dot_f32`: the vector part, then the leftovers added in f32.
+/// f32 · f32 as ggml's AVX2 `ggml_vec_dot_f32` ([`dot_f32_vec`]).
 pub(super) fn vec_dot_f32_f32(n: usize, x: &[u8], y: &[u8]) -> f32 {
     check(n, x, y, 4);
     // SAFETY: installed only after AVX2/FMA/F16C detection; lengths checked above.
-    let mut sum = unsafe { dot_f32_vec(n, x, y) };
-    for i in n / 32 * 32..n {
-        sum += f32_at(x, i) * f32_at(y, i);
-    }
-    sum
+    unsafe { dot_f32_vec(n, x, y) }
 }
 
 /// f16 · f16 as ggml's AVX2 `ggml_vec_dot_f16`: the vector part, then the leftovers added in f64.
