@@ -382,12 +382,8 @@ const MEM_ALIGN: usize = 16;
 /// Per query row (keys `0..mb`, `mb = M − N + i + 1` when masked):
 /// `s = k·q/√D`, `p = softmax(s)`, `g = v·d`, `g = (g − p·g)·p/√D`; then
 /// `grad q += Σ_j g[j]·k_j`, `grad k_j += g[j]·q`, `grad v[:, c] += d[c]·p`, every sum in ggml's
-/// order (keys, then query rows, then heads of a group) with its fused multiply-adds. grad v is
-/// ggml's bit for bit; grad q and grad k differ from it by an ulp in a few elements of a few rows
-/// of one key head only: ggml's `vec_mad` leftovers (past the last 32 elements) run in a loop its
-/// compiler vectorises with alignment peeling, so which of them are fused depends on where each
-/// thread's scratch row sits. That is not reproducible, so the differential test holds FLASH_ATTN_BACK
-/// to the summation-order bound.
+/// order (keys, then query rows, then heads of a group) with its fused multiply-adds, the dot
+/// products through the F32 dot kernel (ggml's `vec_dot_f32` order on AVX2): ggml's bit for bit.
 pub(crate) struct FlashBack {
     q: Tv,
     k: Tv,

@@ -53,12 +53,11 @@ fn flash_attn_back(v: &mut Vec<Case>) {
     const NQ: u64 = 5;
     const M: u64 = 37;
     for masked in [0, 1] {
-        // An ulp apart from ggml in a few gradient elements (compute/src/ops/backward.rs).
         push(
             v,
             "FLASH_ATTN_BACK",
             format!("flash_attn_back/f32/{DB}x{NQ}x4-kv{M}x2/masked{masked}"),
-            super::ORDER,
+            EXACT,
             move |rng| {
                 let mut g = Graph::new();
                 let q = input(&mut g, rng, F32, [DB, NQ, 4, 1], 0.5, Form::Contig)?;
