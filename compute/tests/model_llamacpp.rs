@@ -237,12 +237,16 @@ fn every_weight_type_matches_llamacpp() {
         let nmse = err2 / sig2;
         assert!(peak.is_finite() && peak > 0.0, "{ty}: llama.cpp's logits are degenerate ({peak})");
         report.push(format!("{ty} {nmse:.1e} ({:.1e})", worst / peak));
-        // These four stay within ggml's own MUL_MAT bound (NMSE 5e-4) but not near 0, every other
-        // type within 1e-12. The cause is not isolated yet: each op of these types matches llama.cpp's
-        // RPC server (the differential op tests, GET_ROWS bit for bit, MUL_MAT within summation
-        // order), and IQ1_M experts through llama.cpp's master over llamad match llama.cpp's local
-        // CPU to 1e-13 (tests/tests/families.rs), so it lies in this in-process path (issue 25).
-        let bound = if matches!(ty, BF16 | Q8_0 | IQ1_M | Q1_0) { 5e-4 } else { 1e-12 };
+        // These stay within ggml's own MUL_MAT bound (NMSE 5e-4) but not near 0, every other type
+        // within 1e-12. BF16, Q8_0, IQ1_M, Q1_0: not isolated yet; each op of these types matches
+        // llama.cpp's RPC server (the differential op tests, GET_ROWS bit for bit, MUL_MAT within
+        // summation order), and IQ1_M experts through llama.cpp's master over llamad match llama.cpp's
+        // local CPU to 1e-13 (tests/tests/families.rs), so it lies in this in-process path (issue 25).
+        // IQ3_XXS: with AVX-512 VNNI the 9-token prompt runs on packed panels (quant::panel), which
+        // round per 16-element sub-block where ggml's AVX2 build rounds per block (8.2e-5 here; 1e-14
+        // with the AVX2 set); this tiny random model amplifies that, as it does IQ1_M's.
+        let panel_rounding = ty == IQ3_XXS && compute::quant::kernels(ty).panel.is_some();
+        let bound = if matches!(ty, BF16 | Q8_0 | IQ1_M | Q1_0) || panel_rounding { 5e-4 } else { 1e-12 };
         if nmse > bound {
             bad.push(format!("{ty}: logits NMSE {nmse:.2e} > {bound:.0e} (max |Δ| {worst} of {peak})"));
         }

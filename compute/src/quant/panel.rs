@@ -16,7 +16,9 @@
 //! `acc = fma(f32(off + Σ w·y), sx[r] · sy, acc)` and, with a min term, `acc = fma(mx[r], ty, acc)`.
 //! [`run_reference`] is that definition; the SIMD kernels equal it bit for bit (tested). It is not
 //! ggml's AVX2 summation order, so the panel kernels are only installed where no bit-exact ggml
-//! parity is promised (the AVX-512 set, for Q4_0, Q5_0, Q8_0, Q4_K, Q5_K and Q6_K); against the
+//! parity is promised (the AVX-512 set, for Q4_0, Q5_0, Q8_0, Q4_K, Q5_K, Q6_K, the grid IQ types
+//! and TQ1_0/TQ2_0, whose blocks are decoded by `scalar::iq` into values `v + 64` with a scale
+//! per 16 elements); against the
 //! one-column `vec_dot` they agree to float rounding (tested against an f64 reference).
 //! The packers here are the scalar definitions; the AVX-512 set replaces the Q4_0 weight packer
 //! (a register transpose) and the Q8_0 column packer with SIMD twins that write the same bytes
@@ -24,6 +26,7 @@
 //! ref: ggml-compute-semantics.md §2.2 (block layouts), §2.3 (activation types).
 
 use super::blocks::*;
+use super::scalar::iq::{self, Decoded, IqSpec};
 use super::scalar::{k4_scales, q4k_quants, q5k_quants, q6k_quants};
 use crate::dtype::{GgmlType, QK_K};
 
@@ -94,7 +97,16 @@ pub fn packers(t: GgmlType) -> Option<(PanelFormat, PackRowsFn, PackColFn)> {
         GgmlType::Q8_0 => (legacy, pack_rows_q8_0, pack_col_q8_0::<128>),
         GgmlType::Q4_K => (PanelFormat { sub: 32, min: true }, pack_rows_q4_k, pack_col_q8_k_32),
         GgmlType::Q5_K => (PanelFormat { sub: 32, min: true }, pack_rows_q5_k, pack_col_q8_k_32),
-        GgmlType::Q6_K => (PanelFormat { sub: 16, min: false }, pack_rows_q6_k, pack_col_q8_k_16),
+        GgmlType::Q6_K => (PanelFormat { sub: 16, min: false }, pack_rows_q6_k, pack_col_q8_k_16::<32>),
+        GgmlType::IQ2_XXS => (GRID, pack_rows_iq2_xxs, pack_col_q8_k_16::<GRID_BIAS>),
+        GgmlType::IQ2_XS => (GRID, pack_rows_iq2_xs, pack_col_q8_k_16::<GRID_BIAS>),
+        GgmlType::IQ2_S => (GRID, pack_rows_iq2_s, pack_col_q8_k_16::<GRID_BIAS>),
+        GgmlType::IQ3_XXS => (GRID, pack_rows_iq3_xxs, pack_col_q8_k_16::<GRID_BIAS>),
+        GgmlType::IQ3_S => (GRID, pack_rows_iq3_s, pack_col_q8_k_16::<GRID_BIAS>),
+        GgmlType::IQ1_S => (GRID, pack_rows_iq1_s, pack_col_q8_k_16::<GRID_BIAS>),
+        GgmlType::IQ1_M => (GRID, pack_rows_iq1_m, pack_col_q8_k_16::<GRID_BIAS>),
+        GgmlType::TQ1_0 => (GRID, pack_rows_tq1_0, pack_col_q8_k_16::<GRID_BIAS>),
+        GgmlType::TQ2_0 => (GRID, pack_rows_tq2_0, pack_col_q8_k_16::<GRID_BIAS>),
         _ => return None,
     })
 }
@@ -290,6 +302,61 @@ fn pack_rows_q6_k(k: usize, rows: &[&[u8]; PANEL_ROWS], out: &mut [u8]) {
     }
 }
 
+/// The grid IQ types and TQ1_0/TQ2_0: 16 sub-blocks of 16 per block, no min term.
+const GRID: PanelFormat = PanelFormat { sub: 16, min: false };
+/// Their stored weights are `v + 64`: every decoded value lies in −64..=63 (the largest grid
+/// magnitude is IQ3_XXS's 62; IQ1's eighths reach ±9, the ternary types ±1).
+const GRID_BIAS: i32 = 64;
+
+/// Packs rows of a type `spec` decodes (`x = d · scale · C · v`, IQ1's `v` in eighths) into
+/// sub-blocks of 16 with `sx = d · C (· ⅛) · scale`.
+fn pack_rows_grid<B: bytemuck::Pod>(k: usize, rows: &[&[u8]; PANEL_ROWS], out: &mut [u8], spec: &IqSpec<B>) {
+    let f = GRID;
+    assert_eq!(k % QK_K, 0, "panel: k = {k} is not a whole number of super-blocks");
+    assert!(out.len() >= f.panel_bytes(k), "panel: {} bytes for k = {k}", out.len());
+    let nb = k / QK_K;
+    let blocks: [&[B]; PANEL_ROWS] = std::array::from_fn(|r| take_blocks::<B>(rows[r], nb));
+    let unit = spec.c * if spec.eighths { 0.125 } else { 1.0 };
+    let mut q = [[0u8; 32]; PANEL_ROWS];
+    let mut sx = [0.0f32; PANEL_ROWS];
+    let mx = [0.0f32; PANEL_ROWS];
+    for b in 0..nb {
+        let dec: [Decoded; PANEL_ROWS] = std::array::from_fn(|r| (spec.decode)(&blocks[r][b]));
+        let d: [f32; PANEL_ROWS] = std::array::from_fn(|r| (spec.d)(&blocks[r][b]) * unit);
+        for j in 0..16 {
+            for r in 0..PANEL_ROWS {
+                sx[r] = d[r] * dec[r].scale[j] as f32;
+                for e in 0..16 {
+                    q[r][e] = (dec[r].v[16 * j + e] as i32 + GRID_BIAS) as u8;
+                }
+            }
+            put_sub(f, &mut out[(b * 16 + j) * f.row_sub_bytes()..], &q, &sx, &mx);
+        }
+    }
+}
+
+macro_rules! grid_packers {
+    ($($name:ident = $spec:path),* $(,)?) => {
+        $(
+            fn $name(k: usize, rows: &[&[u8]; PANEL_ROWS], out: &mut [u8]) {
+                pack_rows_grid(k, rows, out, &$spec)
+            }
+        )*
+    };
+}
+
+grid_packers!(
+    pack_rows_iq2_xxs = iq::IQ2_XXS_SPEC,
+    pack_rows_iq2_xs = iq::IQ2_XS_SPEC,
+    pack_rows_iq2_s = iq::IQ2_S_SPEC,
+    pack_rows_iq3_xxs = iq::IQ3_XXS_SPEC,
+    pack_rows_iq3_s = iq::IQ3_S_SPEC,
+    pack_rows_iq1_s = iq::IQ1_S_SPEC,
+    pack_rows_iq1_m = iq::IQ1_M_SPEC,
+    pack_rows_tq1_0 = iq::TQ1_0_SPEC,
+    pack_rows_tq2_0 = iq::TQ2_0_SPEC,
+);
+
 // ---- activation packers ----
 
 /// Writes one sub-block of a column.
@@ -329,8 +396,9 @@ fn pack_col_q8_k_32(k: usize, row: &[u8], out: &mut [u8]) {
     }
 }
 
-/// A Q8_K row as 16-element sub-blocks for weights stored as `q + 32` (Q6_K).
-fn pack_col_q8_k_16(k: usize, row: &[u8], out: &mut [u8]) {
+/// A Q8_K row as 16-element sub-blocks for weights stored as `q + BIAS` (Q6_K: 32; the grid types:
+/// [`GRID_BIAS`]).
+fn pack_col_q8_k_16<const BIAS: i32>(k: usize, row: &[u8], out: &mut [u8]) {
     let f = PanelFormat { sub: 16, min: false };
     assert_eq!(k % QK_K, 0, "panel: k = {k} is not a whole number of super-blocks");
     assert!(out.len() >= f.col_bytes(k), "panel: {} bytes for a column of {k}", out.len());
@@ -339,7 +407,7 @@ fn pack_col_q8_k_16(k: usize, row: &[u8], out: &mut [u8]) {
         for j in 0..16 {
             let sum = i16::from_le_bytes(blk.bsums[j]) as i32;
             let y = &blk.qs[16 * j..16 * j + 16];
-            put_col(&mut out[(b * 16 + j) * f.col_sub_bytes()..], y, -32 * sum, d, 0.0);
+            put_col(&mut out[(b * 16 + j) * f.col_sub_bytes()..], y, -BIAS * sum, d, 0.0);
         }
     }
 }

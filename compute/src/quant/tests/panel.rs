@@ -6,14 +6,36 @@ use super::*;
 use crate::quant::panel::{self, PanelKernels, PANEL_COLS, PANEL_ROWS};
 
 /// The weight types with panel packers.
-const PANEL_TYPES: [GgmlType; 6] = {
+const PANEL_TYPES: [GgmlType; 15] = {
     use GgmlType::*;
-    [Q4_0, Q5_0, Q8_0, Q4_K, Q5_K, Q6_K]
+    [Q4_0, Q5_0, Q8_0, Q4_K, Q5_K, Q6_K, IQ2_XXS, IQ2_XS, IQ2_S, IQ3_XXS, IQ3_S, IQ1_S, IQ1_M, TQ1_0, TQ2_0]
 };
 
 /// 16 weight rows of `nb` blocks: random codes at three scales, plus rows of all-ones and
 /// all-zeros code bytes (extreme quants) with random scales.
 fn weight_rows(r: &mut StdRng, t: GgmlType, nb: usize) -> Vec<Vec<u8>> {
+    // The grid types: random valid blocks (every index and sign pattern) with finite scales; the
+    // ternary types: random bytes (digits past the valid range included) with a finite scale.
+    let seed = r.random::<u64>();
+    if let Some(all) = crate::quant::testing::random_grid_blocks(t, PANEL_ROWS * nb, 1.0, seed) {
+        return all.chunks_exact(nb * t.type_size()).map(|c| c.to_vec()).collect();
+    }
+    if let Some(at) = match t {
+        GgmlType::TQ1_0 => Some(52),
+        GgmlType::TQ2_0 => Some(64),
+        _ => None,
+    } {
+        return (0..PANEL_ROWS)
+            .map(|_| {
+                let mut q: Vec<u8> = (0..nb * t.type_size()).map(|_| r.random()).collect();
+                for b in q.chunks_exact_mut(t.type_size()) {
+                    b[at..at + 2]
+                        .copy_from_slice(&half::f16::from_f32(r.random_range(-1.0..1.0)).to_le_bytes());
+                }
+                q
+            })
+            .collect();
+    }
     let mut rows: Vec<Vec<u8>> =
         (0..PANEL_ROWS - 2).map(|i| random_row(r, t, nb, [1.5, 1e3, -2.0][i % 3])).collect();
     for fill in [0xFFu8, 0x00] {

@@ -22,8 +22,12 @@ pub fn install(k: &mut Kernels) {
     if !super::avx512_available() {
         return;
     }
-    for t in [GgmlType::Q4_0, GgmlType::Q5_0, GgmlType::Q8_0, GgmlType::Q4_K, GgmlType::Q5_K, GgmlType::Q6_K]
-    {
+    use GgmlType::*;
+    let types = [
+        Q4_0, Q5_0, Q8_0, Q4_K, Q5_K, Q6_K, IQ2_XXS, IQ2_XS, IQ2_S, IQ3_XXS, IQ3_S, IQ1_S, IQ1_M, TQ1_0,
+        TQ2_0,
+    ];
+    for t in types {
         k.set_panel(t, run);
     }
     k.set_panel_pack_rows(GgmlType::Q4_0, pack_rows_q4_0);
