@@ -16,7 +16,8 @@
 //! `acc = fma(f32(off + Σ w·y), sx[r] · sy, acc)` and, with a min term, `acc = fma(mx[r], ty, acc)`.
 //! [`run_reference`] is that definition; the SIMD kernels equal it bit for bit (tested). It is not
 //! ggml's AVX2 summation order, so the panel kernels are only installed where no bit-exact ggml
-//! parity is promised (the AVX-512 set, for Q4_0, Q5_0, Q8_0, Q4_K, Q5_K, Q6_K, the grid IQ types
+//! parity is promised (the AVX-512 set, for Q4_0, Q5_0, Q8_0, Q4_K, Q5_K, Q6_K, IQ4_NL, IQ4_XS (values
+//! `v + 128`), the grid IQ types
 //! and TQ1_0/TQ2_0, whose blocks are decoded by `scalar::iq` into values `v + 64` with a scale
 //! per 16 elements); against the
 //! one-column `vec_dot` they agree to float rounding (tested against an f64 reference).
@@ -27,7 +28,7 @@
 
 use super::blocks::*;
 use super::scalar::iq::{self, Decoded, IqSpec};
-use super::scalar::{k4_scales, q4k_quants, q5k_quants, q6k_quants};
+use super::scalar::{iq4xs_indices, k4_scales, q4k_quants, q5k_quants, q6k_quants};
 use crate::dtype::{GgmlType, QK_K};
 
 /// Weight rows per panel (one 512-bit register of i32 lanes).
@@ -98,6 +99,8 @@ pub fn packers(t: GgmlType) -> Option<(PanelFormat, PackRowsFn, PackColFn)> {
         GgmlType::Q4_K => (PanelFormat { sub: 32, min: true }, pack_rows_q4_k, pack_col_q8_k_32),
         GgmlType::Q5_K => (PanelFormat { sub: 32, min: true }, pack_rows_q5_k, pack_col_q8_k_32),
         GgmlType::Q6_K => (PanelFormat { sub: 16, min: false }, pack_rows_q6_k, pack_col_q8_k_16::<32>),
+        GgmlType::IQ4_NL => (legacy, pack_rows_iq4_nl, pack_col_q8_0::<128>),
+        GgmlType::IQ4_XS => (legacy, pack_rows_iq4_xs, pack_col_q8_k_32_biased::<128>),
         GgmlType::IQ2_XXS => (GRID, pack_rows_iq2_xxs, pack_col_q8_k_16::<GRID_BIAS>),
         GgmlType::IQ2_XS => (GRID, pack_rows_iq2_xs, pack_col_q8_k_16::<GRID_BIAS>),
         GgmlType::IQ2_S => (GRID, pack_rows_iq2_s, pack_col_q8_k_16::<GRID_BIAS>),
@@ -229,6 +232,39 @@ fn pack_rows_q5_0(k: usize, rows: &[&[u8]; PANEL_ROWS], out: &mut [u8]) {
         let lo = nibbles(&b.qs);
         (std::array::from_fn(|e| lo[e] | (((qh >> e) & 1) as u8) << 4), f16le(b.d))
     });
+}
+
+/// IQ4_NL: the non-linear values `KVALUES_IQ4NL[nibble]` (−127..=113) stored as `v + 128`.
+fn pack_rows_iq4_nl(k: usize, rows: &[&[u8]; PANEL_ROWS], out: &mut [u8]) {
+    pack_rows_legacy::<BlockIq4Nl>(k, rows, out, |b| {
+        let q = nibbles(&b.qs);
+        (std::array::from_fn(|e| (KVALUES_IQ4NL[q[e] as usize] as i16 + 128) as u8), f16le(b.d))
+    });
+}
+
+/// IQ4_XS: IQ4_NL's values with a 6-bit scale (minus 32) per 32 elements, stored as `v + 128`.
+fn pack_rows_iq4_xs(k: usize, rows: &[&[u8]; PANEL_ROWS], out: &mut [u8]) {
+    let f = PanelFormat { sub: 32, min: false };
+    assert_eq!(k % QK_K, 0, "panel: k = {k} is not a whole number of super-blocks");
+    assert!(out.len() >= f.panel_bytes(k), "panel: {} bytes for k = {k}", out.len());
+    let nb = k / QK_K;
+    let blocks: [&[BlockIq4Xs]; PANEL_ROWS] = std::array::from_fn(|r| take_blocks::<BlockIq4Xs>(rows[r], nb));
+    let mut q = [[0u8; 32]; PANEL_ROWS];
+    let mut sx = [0.0f32; PANEL_ROWS];
+    let mx = [0.0f32; PANEL_ROWS];
+    for b in 0..nb {
+        let idx: [[u8; QK_K]; PANEL_ROWS] = std::array::from_fn(|r| iq4xs_indices(&blocks[r][b]));
+        for j in 0..8 {
+            for r in 0..PANEL_ROWS {
+                let blk = &blocks[r][b];
+                sx[r] = f16le(blk.d) * (iq4xs_scale(blk, j) - 32) as f32;
+                for e in 0..32 {
+                    q[r][e] = (KVALUES_IQ4NL[idx[r][32 * j + e] as usize] as i16 + 128) as u8;
+                }
+            }
+            put_sub(f, &mut out[(b * 8 + j) * f.row_sub_bytes()..], &q, &sx, &mx);
+        }
+    }
 }
 
 fn pack_rows_q8_0(k: usize, rows: &[&[u8]; PANEL_ROWS], out: &mut [u8]) {
@@ -392,6 +428,22 @@ fn pack_col_q8_k_32(k: usize, row: &[u8], out: &mut [u8]) {
                 i16::from_le_bytes(blk.bsums[2 * j]) as i32 + i16::from_le_bytes(blk.bsums[2 * j + 1]) as i32;
             let y = &blk.qs[32 * j..32 * j + 32];
             put_col(&mut out[(b * 8 + j) * f.col_sub_bytes()..], y, 0, d, d * sum as f32);
+        }
+    }
+}
+
+/// A Q8_K row as 32-element sub-blocks for weights stored as `q + BIAS`, no min term (IQ4_XS).
+fn pack_col_q8_k_32_biased<const BIAS: i32>(k: usize, row: &[u8], out: &mut [u8]) {
+    let f = PanelFormat { sub: 32, min: false };
+    assert_eq!(k % QK_K, 0, "panel: k = {k} is not a whole number of super-blocks");
+    assert!(out.len() >= f.col_bytes(k), "panel: {} bytes for a column of {k}", out.len());
+    for (b, blk) in take_blocks::<BlockQ8K>(row, k / QK_K).iter().enumerate() {
+        let d = f32::from_le_bytes(blk.d);
+        for j in 0..8 {
+            let sum =
+                i16::from_le_bytes(blk.bsums[2 * j]) as i32 + i16::from_le_bytes(blk.bsums[2 * j + 1]) as i32;
+            let y = &blk.qs[32 * j..32 * j + 32];
+            put_col(&mut out[(b * 8 + j) * f.col_sub_bytes()..], y, -BIAS * sum, d, 0.0);
         }
     }
 }

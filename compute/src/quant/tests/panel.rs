@@ -6,9 +6,12 @@ use super::*;
 use crate::quant::panel::{self, PanelKernels, PANEL_COLS, PANEL_ROWS};
 
 /// The weight types with panel packers.
-const PANEL_TYPES: [GgmlType; 15] = {
+const PANEL_TYPES: [GgmlType; 17] = {
     use GgmlType::*;
-    [Q4_0, Q5_0, Q8_0, Q4_K, Q5_K, Q6_K, IQ2_XXS, IQ2_XS, IQ2_S, IQ3_XXS, IQ3_S, IQ1_S, IQ1_M, TQ1_0, TQ2_0]
+    [
+        Q4_0, Q5_0, Q8_0, Q4_K, Q5_K, Q6_K, IQ4_NL, IQ4_XS, IQ2_XXS, IQ2_XS, IQ2_S, IQ3_XXS, IQ3_S, IQ1_S,
+        IQ1_M, TQ1_0, TQ2_0,
+    ]
 };
 
 /// 16 weight rows of `nb` blocks: random codes at three scales, plus rows of all-ones and
