@@ -101,6 +101,12 @@ fn t(w: &mut GgufWriter, name: &str, ne: &[u64], vals: Vec<f32>) {
     w.add_f32_tensor(name, ne, &vals).unwrap();
 }
 
+/// An F32 tensor of shape `ne`, normal-ish values of deviation about `scale` (its element count
+/// drawn from `g`).
+fn rt(w: &mut GgufWriter, g: &mut Gen, name: &str, ne: &[u64], scale: f32) {
+    t(w, name, ne, g.v(ne.iter().product::<u64>() as usize, scale));
+}
+
 /// Norm weights around 1.
 fn norm(g: &mut Gen, n: u64) -> Vec<f32> {
     g.v(n as usize, 0.2).iter().map(|x| 1.0 + x).collect()
@@ -108,9 +114,9 @@ fn norm(g: &mut Gen, n: u64) -> Vec<f32> {
 
 /// The token embeddings, the output norm and the output matrix (values of deviation `out_scale`).
 fn add_head(w: &mut GgufWriter, g: &mut Gen, e: u64, out_scale: f32) {
-    t(w, "token_embd.weight", &[e, VOCAB as u64], g.v((e as usize) * VOCAB, 1.0));
+    rt(w, g, "token_embd.weight", &[e, VOCAB as u64], 1.0);
     t(w, "output_norm.weight", &[e], norm(g, e));
-    t(w, "output.weight", &[e, VOCAB as u64], g.v((e as usize) * VOCAB, out_scale));
+    rt(w, g, "output.weight", &[e, VOCAB as u64], out_scale);
 }
 
 /// A two-layer Mamba (v1): E = 64, d_inner = 128, d_state = 16, d_conv = 4, dt_rank = 4.
@@ -136,17 +142,17 @@ fn mamba(path: &Path) {
     for il in 0..nl {
         let b = |s: &str| format!("blk.{il}.{s}");
         t(&mut w, &b("attn_norm.weight"), &[e], norm(&mut g, e));
-        t(&mut w, &b("ssm_in.weight"), &[e, 2 * di], g.v((e * 2 * di) as usize, 0.15));
-        t(&mut w, &b("ssm_conv1d.weight"), &[dc, di], g.v((dc * di) as usize, 0.5));
-        t(&mut w, &b("ssm_conv1d.bias"), &[di], g.v(di as usize, 0.1));
-        t(&mut w, &b("ssm_x.weight"), &[di, dr + 2 * ds], g.v((di * (dr + 2 * ds)) as usize, 0.1));
-        t(&mut w, &b("ssm_dt.weight"), &[dr, di], g.v((dr * di) as usize, 0.5));
-        t(&mut w, &b("ssm_dt.bias"), &[di], g.v(di as usize, 0.5));
+        rt(&mut w, &mut g, &b("ssm_in.weight"), &[e, 2 * di], 0.15);
+        rt(&mut w, &mut g, &b("ssm_conv1d.weight"), &[dc, di], 0.5);
+        rt(&mut w, &mut g, &b("ssm_conv1d.bias"), &[di], 0.1);
+        rt(&mut w, &mut g, &b("ssm_x.weight"), &[di, dr + 2 * ds], 0.1);
+        rt(&mut w, &mut g, &b("ssm_dt.weight"), &[dr, di], 0.5);
+        rt(&mut w, &mut g, &b("ssm_dt.bias"), &[di], 0.5);
         // A = −exp(A_log): negative, so the state decays.
         let a: Vec<f32> = g.v((ds * di) as usize, 1.0).iter().map(|x| -(0.5 + x.abs())).collect();
         t(&mut w, &b("ssm_a"), &[ds, di], a);
-        t(&mut w, &b("ssm_d"), &[di], g.v(di as usize, 1.0));
-        t(&mut w, &b("ssm_out.weight"), &[di, e], g.v((di * e) as usize, 0.1));
+        rt(&mut w, &mut g, &b("ssm_d"), &[di], 1.0);
+        rt(&mut w, &mut g, &b("ssm_out.weight"), &[di, e], 0.1);
     }
     w.write_file(path).unwrap();
 }
@@ -178,15 +184,15 @@ fn mamba2(path: &Path) {
         let b = |s: &str| format!("blk.{il}.{s}");
         t(&mut w, &b("attn_norm.weight"), &[e], norm(&mut g, e));
         let d_in_proj = 2 * di + 2 * ng * ds + nh;
-        t(&mut w, &b("ssm_in.weight"), &[e, d_in_proj], g.v((e * d_in_proj) as usize, 0.15));
-        t(&mut w, &b("ssm_conv1d.weight"), &[dc, conv_ch], g.v((dc * conv_ch) as usize, 0.5));
-        t(&mut w, &b("ssm_conv1d.bias"), &[conv_ch], g.v(conv_ch as usize, 0.1));
-        t(&mut w, &b("ssm_dt.bias"), &[nh], g.v(nh as usize, 0.5));
+        rt(&mut w, &mut g, &b("ssm_in.weight"), &[e, d_in_proj], 0.15);
+        rt(&mut w, &mut g, &b("ssm_conv1d.weight"), &[dc, conv_ch], 0.5);
+        rt(&mut w, &mut g, &b("ssm_conv1d.bias"), &[conv_ch], 0.1);
+        rt(&mut w, &mut g, &b("ssm_dt.bias"), &[nh], 0.5);
         let a: Vec<f32> = g.v(nh as usize, 1.0).iter().map(|x| -(0.5 + x.abs())).collect();
         t(&mut w, &b("ssm_a"), &[1, nh], a);
         t(&mut w, &b("ssm_d"), &[1, nh], g.v(nh as usize, 1.0));
         t(&mut w, &b("ssm_norm.weight"), &[di / ng, ng], norm(&mut g, di));
-        t(&mut w, &b("ssm_out.weight"), &[di, e], g.v((di * e) as usize, 0.1));
+        rt(&mut w, &mut g, &b("ssm_out.weight"), &[di, e], 0.1);
     }
     w.write_file(path).unwrap();
 }
@@ -194,16 +200,16 @@ fn mamba2(path: &Path) {
 /// A layer norm's weight (around 1) and bias (small).
 fn layer_norm(w: &mut GgufWriter, g: &mut Gen, name: &str, n: u64) {
     t(w, &format!("{name}.weight"), &[n], norm(g, n));
-    t(w, &format!("{name}.bias"), &[n], g.v(n as usize, 0.1));
+    rt(w, g, &format!("{name}.bias"), &[n], 0.1);
 }
 
 /// The parts RWKV-6 and RWKV-7 share: the embedding with its layer norm (`LN0`), the output layer
 /// norm with bias and the output matrix.
 fn add_rwkv_head(w: &mut GgufWriter, g: &mut Gen, e: u64) {
-    t(w, "token_embd.weight", &[e, VOCAB as u64], g.v((e as usize) * VOCAB, 1.0));
+    rt(w, g, "token_embd.weight", &[e, VOCAB as u64], 1.0);
     layer_norm(w, g, "token_embd_norm", e);
     layer_norm(w, g, "output_norm", e);
-    t(w, "output.weight", &[e, VOCAB as u64], g.v((e as usize) * VOCAB, 0.3));
+    rt(w, g, "output.weight", &[e, VOCAB as u64], 0.3);
 }
 
 /// A two-layer RWKV-7 ("Goose"): E = 128 in 2 heads of 64, FFN 256, every LoRA of rank 16, with
@@ -229,34 +235,33 @@ fn rwkv7(path: &Path) {
         &[("attention.layer_norm_epsilon", 1e-5)],
     );
     add_rwkv_head(&mut w, &mut g, e);
-    let n = |ne: &[u64]| ne.iter().product::<u64>() as usize;
     for il in 0..nl {
         let b = |s: &str| format!("blk.{il}.{s}");
         layer_norm(&mut w, &mut g, &b("attn_norm"), e);
         layer_norm(&mut w, &mut g, &b("attn_norm_2"), e);
         // The decay, in-context learning rate, value-residual and gate LoRAs.
         for (x, s0) in [("w", 0.5), ("a", 0.5), ("v", 0.5)] {
-            t(&mut w, &b(&format!("time_mix_{x}0.weight")), &[e], g.v(e as usize, s0));
-            t(&mut w, &b(&format!("time_mix_{x}1.weight")), &[e, r], g.v(n(&[e, r]), 0.2));
-            t(&mut w, &b(&format!("time_mix_{x}2.weight")), &[r, e], g.v(n(&[r, e]), 0.2));
+            rt(&mut w, &mut g, &b(&format!("time_mix_{x}0.weight")), &[e], s0);
+            rt(&mut w, &mut g, &b(&format!("time_mix_{x}1.weight")), &[e, r], 0.2);
+            rt(&mut w, &mut g, &b(&format!("time_mix_{x}2.weight")), &[r, e], 0.2);
         }
-        t(&mut w, &b("time_mix_g1.weight"), &[e, r], g.v(n(&[e, r]), 0.2));
-        t(&mut w, &b("time_mix_g2.weight"), &[r, e], g.v(n(&[r, e]), 0.3));
+        rt(&mut w, &mut g, &b("time_mix_g1.weight"), &[e, r], 0.2);
+        rt(&mut w, &mut g, &b("time_mix_g2.weight"), &[r, e], 0.3);
         // Token-shift interpolation factors in [0, 1] for r, w, k, v, a, g.
-        let lerp: Vec<f32> = g.v(n(&[e, 6]), 0.5).iter().map(|x| 0.5 + x).collect();
+        let lerp: Vec<f32> = g.v((e * 6) as usize, 0.5).iter().map(|x| 0.5 + x).collect();
         t(&mut w, &b("time_mix_lerp_fused.weight"), &[e, 1, 1, 6], lerp);
         t(&mut w, &b("time_mix_k_k.weight"), &[e], norm(&mut g, e));
         t(&mut w, &b("time_mix_k_a.weight"), &[e], norm(&mut g, e));
-        t(&mut w, &b("time_mix_r_k.weight"), &[e], g.v(e as usize, 0.3));
+        rt(&mut w, &mut g, &b("time_mix_r_k.weight"), &[e], 0.3);
         for m in ["key", "value", "receptance"] {
-            t(&mut w, &b(&format!("time_mix_{m}.weight")), &[e, e], g.v(n(&[e, e]), 0.1));
+            rt(&mut w, &mut g, &b(&format!("time_mix_{m}.weight")), &[e, e], 0.1);
         }
         layer_norm(&mut w, &mut g, &b("time_mix_ln"), e);
-        t(&mut w, &b("time_mix_output.weight"), &[e, e], g.v(n(&[e, e]), 0.1));
+        rt(&mut w, &mut g, &b("time_mix_output.weight"), &[e, e], 0.1);
         let lerp: Vec<f32> = g.v(e as usize, 0.5).iter().map(|x| 0.5 + x).collect();
         t(&mut w, &b("channel_mix_lerp_k.weight"), &[e, 1, 1], lerp);
-        t(&mut w, &b("channel_mix_key.weight"), &[e, ff], g.v(n(&[e, ff]), 0.1));
-        t(&mut w, &b("channel_mix_value.weight"), &[ff, e], g.v(n(&[ff, e]), 0.1));
+        rt(&mut w, &mut g, &b("channel_mix_key.weight"), &[e, ff], 0.1);
+        rt(&mut w, &mut g, &b("channel_mix_value.weight"), &[ff, e], 0.1);
     }
     w.write_file(path).unwrap();
 }
@@ -283,32 +288,31 @@ fn rwkv6(path: &Path) {
         &[("attention.layer_norm_epsilon", 1e-5)],
     );
     add_rwkv_head(&mut w, &mut g, e);
-    let n = |ne: &[u64]| ne.iter().product::<u64>() as usize;
     let lerp = |g: &mut Gen, k: usize| -> Vec<f32> { g.v(k, 0.5).iter().map(|x| 0.5 + x).collect() };
     for il in 0..nl {
         let b = |s: &str| format!("blk.{il}.{s}");
         layer_norm(&mut w, &mut g, &b("attn_norm"), e);
         layer_norm(&mut w, &mut g, &b("attn_norm_2"), e);
-        t(&mut w, &b("time_mix_w1.weight"), &[e, xm * 5], g.v(n(&[e, xm * 5]), 0.2));
-        t(&mut w, &b("time_mix_w2.weight"), &[xm, e, 5], g.v(n(&[xm, e, 5]), 0.2));
+        rt(&mut w, &mut g, &b("time_mix_w1.weight"), &[e, xm * 5], 0.2);
+        rt(&mut w, &mut g, &b("time_mix_w2.weight"), &[xm, e, 5], 0.2);
         t(&mut w, &b("time_mix_lerp_x.weight"), &[e, 1, 1], lerp(&mut g, e as usize));
-        t(&mut w, &b("time_mix_lerp_fused.weight"), &[e, 1, 1, 5], lerp(&mut g, n(&[e, 5])));
+        t(&mut w, &b("time_mix_lerp_fused.weight"), &[e, 1, 1, 5], lerp(&mut g, (e * 5) as usize));
         t(&mut w, &b("time_mix_first.weight"), &[hs, e / hs], g.v(e as usize, 0.3));
         // w = exp(−exp(decay + LoRA)): decay around −1 keeps w near 0.7.
         let decay: Vec<f32> = g.v(e as usize, 0.5).iter().map(|x| x - 1.0).collect();
         t(&mut w, &b("time_mix_decay.weight"), &[e], decay);
-        t(&mut w, &b("time_mix_decay_w1.weight"), &[e, xd], g.v(n(&[e, xd]), 0.2));
-        t(&mut w, &b("time_mix_decay_w2.weight"), &[xd, e], g.v(n(&[xd, e]), 0.2));
+        rt(&mut w, &mut g, &b("time_mix_decay_w1.weight"), &[e, xd], 0.2);
+        rt(&mut w, &mut g, &b("time_mix_decay_w2.weight"), &[xd, e], 0.2);
         for m in ["key", "value", "receptance", "gate"] {
-            t(&mut w, &b(&format!("time_mix_{m}.weight")), &[e, e], g.v(n(&[e, e]), 0.1));
+            rt(&mut w, &mut g, &b(&format!("time_mix_{m}.weight")), &[e, e], 0.1);
         }
         layer_norm(&mut w, &mut g, &b("time_mix_ln"), e);
-        t(&mut w, &b("time_mix_output.weight"), &[e, e], g.v(n(&[e, e]), 0.1));
+        rt(&mut w, &mut g, &b("time_mix_output.weight"), &[e, e], 0.1);
         t(&mut w, &b("channel_mix_lerp_k.weight"), &[e, 1, 1], lerp(&mut g, e as usize));
         t(&mut w, &b("channel_mix_lerp_r.weight"), &[e, 1, 1], lerp(&mut g, e as usize));
-        t(&mut w, &b("channel_mix_key.weight"), &[e, ff], g.v(n(&[e, ff]), 0.1));
-        t(&mut w, &b("channel_mix_value.weight"), &[ff, e], g.v(n(&[ff, e]), 0.1));
-        t(&mut w, &b("channel_mix_receptance.weight"), &[e, e], g.v(n(&[e, e]), 0.1));
+        rt(&mut w, &mut g, &b("channel_mix_key.weight"), &[e, ff], 0.1);
+        rt(&mut w, &mut g, &b("channel_mix_value.weight"), &[ff, e], 0.1);
+        rt(&mut w, &mut g, &b("channel_mix_receptance.weight"), &[e, e], 0.1);
     }
     w.write_file(path).unwrap();
 }
@@ -349,40 +353,39 @@ fn qwen3next(path: &Path) {
         &[("rope.freq_base", 1e6), ("attention.layer_norm_rms_epsilon", 1e-6)],
     );
     add_head(&mut w, &mut g, e, 0.3);
-    let n = |ne: &[u64]| ne.iter().product::<u64>() as usize;
     for il in 0..nl {
         let b = |s: &str| format!("blk.{il}.{s}");
         t(&mut w, &b("attn_norm.weight"), &[e], norm(&mut g, e));
         t(&mut w, &b("post_attention_norm.weight"), &[e], norm(&mut g, e));
         if il == 0 {
             // Gated delta net.
-            t(&mut w, &b("attn_qkv.weight"), &[e, conv_dim], g.v(n(&[e, conv_dim]), 0.1));
-            t(&mut w, &b("attn_gate.weight"), &[e, value_dim], g.v(n(&[e, value_dim]), 0.1));
-            t(&mut w, &b("ssm_conv1d.weight"), &[dc, conv_dim], g.v(n(&[dc, conv_dim]), 0.5));
-            t(&mut w, &b("ssm_dt.bias"), &[nv], g.v(nv as usize, 0.5));
+            rt(&mut w, &mut g, &b("attn_qkv.weight"), &[e, conv_dim], 0.1);
+            rt(&mut w, &mut g, &b("attn_gate.weight"), &[e, value_dim], 0.1);
+            rt(&mut w, &mut g, &b("ssm_conv1d.weight"), &[dc, conv_dim], 0.5);
+            rt(&mut w, &mut g, &b("ssm_dt.bias"), &[nv], 0.5);
             // A = −exp(A_log): negative, so the state decays.
             let a: Vec<f32> = g.v(nv as usize, 0.5).iter().map(|x| -(1.0 + x)).collect();
             t(&mut w, &b("ssm_a"), &[nv], a);
-            t(&mut w, &b("ssm_ba.weight"), &[e, 2 * nv], g.v(n(&[e, 2 * nv]), 0.2));
+            rt(&mut w, &mut g, &b("ssm_ba.weight"), &[e, 2 * nv], 0.2);
             t(&mut w, &b("ssm_norm.weight"), &[ds], norm(&mut g, ds));
-            t(&mut w, &b("ssm_out.weight"), &[value_dim, e], g.v(n(&[value_dim, e]), 0.1));
+            rt(&mut w, &mut g, &b("ssm_out.weight"), &[value_dim, e], 0.1);
         } else {
             // Full attention with the query's output gate.
-            t(&mut w, &b("attn_q.weight"), &[e, 2 * h * d], g.v(n(&[e, 2 * h * d]), 0.1));
-            t(&mut w, &b("attn_k.weight"), &[e, hkv * d], g.v(n(&[e, hkv * d]), 0.1));
-            t(&mut w, &b("attn_v.weight"), &[e, hkv * d], g.v(n(&[e, hkv * d]), 0.1));
-            t(&mut w, &b("attn_output.weight"), &[h * d, e], g.v(n(&[h * d, e]), 0.1));
+            rt(&mut w, &mut g, &b("attn_q.weight"), &[e, 2 * h * d], 0.1);
+            rt(&mut w, &mut g, &b("attn_k.weight"), &[e, hkv * d], 0.1);
+            rt(&mut w, &mut g, &b("attn_v.weight"), &[e, hkv * d], 0.1);
+            rt(&mut w, &mut g, &b("attn_output.weight"), &[h * d, e], 0.1);
             t(&mut w, &b("attn_q_norm.weight"), &[d], norm(&mut g, d));
             t(&mut w, &b("attn_k_norm.weight"), &[d], norm(&mut g, d));
         }
-        t(&mut w, &b("ffn_gate_inp.weight"), &[e, ne], g.v(n(&[e, ne]), 0.3));
-        t(&mut w, &b("ffn_gate_exps.weight"), &[e, fe, ne], g.v(n(&[e, fe, ne]), 0.1));
-        t(&mut w, &b("ffn_up_exps.weight"), &[e, fe, ne], g.v(n(&[e, fe, ne]), 0.1));
-        t(&mut w, &b("ffn_down_exps.weight"), &[fe, e, ne], g.v(n(&[fe, e, ne]), 0.1));
-        t(&mut w, &b("ffn_gate_inp_shexp.weight"), &[e], g.v(e as usize, 0.1));
-        t(&mut w, &b("ffn_gate_shexp.weight"), &[e, fe], g.v(n(&[e, fe]), 0.1));
-        t(&mut w, &b("ffn_up_shexp.weight"), &[e, fe], g.v(n(&[e, fe]), 0.1));
-        t(&mut w, &b("ffn_down_shexp.weight"), &[fe, e], g.v(n(&[fe, e]), 0.1));
+        rt(&mut w, &mut g, &b("ffn_gate_inp.weight"), &[e, ne], 0.3);
+        rt(&mut w, &mut g, &b("ffn_gate_exps.weight"), &[e, fe, ne], 0.1);
+        rt(&mut w, &mut g, &b("ffn_up_exps.weight"), &[e, fe, ne], 0.1);
+        rt(&mut w, &mut g, &b("ffn_down_exps.weight"), &[fe, e, ne], 0.1);
+        rt(&mut w, &mut g, &b("ffn_gate_inp_shexp.weight"), &[e], 0.1);
+        rt(&mut w, &mut g, &b("ffn_gate_shexp.weight"), &[e, fe], 0.1);
+        rt(&mut w, &mut g, &b("ffn_up_shexp.weight"), &[e, fe], 0.1);
+        rt(&mut w, &mut g, &b("ffn_down_shexp.weight"), &[fe, e], 0.1);
     }
     w.write_file(path).unwrap();
 }
@@ -508,14 +511,14 @@ fn qwen3moe(path: &Path, experts: GgmlType) {
     for il in 0..nl {
         let b = |s: &str| format!("blk.{il}.{s}");
         t(&mut w, &b("attn_norm.weight"), &[e], norm(&mut g, e));
-        t(&mut w, &b("attn_q.weight"), &[e, h * d], g.v((e * h * d) as usize, 0.06));
-        t(&mut w, &b("attn_k.weight"), &[e, hkv * d], g.v((e * hkv * d) as usize, 0.06));
-        t(&mut w, &b("attn_v.weight"), &[e, hkv * d], g.v((e * hkv * d) as usize, 0.06));
-        t(&mut w, &b("attn_output.weight"), &[h * d, e], g.v((h * d * e) as usize, 0.06));
+        rt(&mut w, &mut g, &b("attn_q.weight"), &[e, h * d], 0.06);
+        rt(&mut w, &mut g, &b("attn_k.weight"), &[e, hkv * d], 0.06);
+        rt(&mut w, &mut g, &b("attn_v.weight"), &[e, hkv * d], 0.06);
+        rt(&mut w, &mut g, &b("attn_output.weight"), &[h * d, e], 0.06);
         t(&mut w, &b("attn_q_norm.weight"), &[d], norm(&mut g, d));
         t(&mut w, &b("attn_k_norm.weight"), &[d], norm(&mut g, d));
         t(&mut w, &b("ffn_norm.weight"), &[e], norm(&mut g, e));
-        t(&mut w, &b("ffn_gate_inp.weight"), &[e, ne], g.v((e * ne) as usize, 0.3));
+        rt(&mut w, &mut g, &b("ffn_gate_inp.weight"), &[e, ne], 0.3);
         typed(&mut w, &mut g, &b("ffn_gate_exps.weight"), &[e, fe, ne]);
         typed(&mut w, &mut g, &b("ffn_up_exps.weight"), &[e, fe, ne]);
         typed(&mut w, &mut g, &b("ffn_down_exps.weight"), &[fe, e, ne]);
@@ -624,14 +627,14 @@ fn llama_text(path: &Path) {
     for il in 0..nl {
         let b = |s: &str| format!("blk.{il}.{s}");
         t(&mut w, &b("attn_norm.weight"), &[e], norm(&mut g, e));
-        t(&mut w, &b("attn_q.weight"), &[e, h * d], g.v((e * h * d) as usize, 0.15));
-        t(&mut w, &b("attn_k.weight"), &[e, hkv * d], g.v((e * hkv * d) as usize, 0.15));
-        t(&mut w, &b("attn_v.weight"), &[e, hkv * d], g.v((e * hkv * d) as usize, 0.15));
-        t(&mut w, &b("attn_output.weight"), &[h * d, e], g.v((h * d * e) as usize, 0.15));
+        rt(&mut w, &mut g, &b("attn_q.weight"), &[e, h * d], 0.15);
+        rt(&mut w, &mut g, &b("attn_k.weight"), &[e, hkv * d], 0.15);
+        rt(&mut w, &mut g, &b("attn_v.weight"), &[e, hkv * d], 0.15);
+        rt(&mut w, &mut g, &b("attn_output.weight"), &[h * d, e], 0.15);
         t(&mut w, &b("ffn_norm.weight"), &[e], norm(&mut g, e));
-        t(&mut w, &b("ffn_gate.weight"), &[e, ff], g.v((e * ff) as usize, 0.15));
-        t(&mut w, &b("ffn_up.weight"), &[e, ff], g.v((e * ff) as usize, 0.15));
-        t(&mut w, &b("ffn_down.weight"), &[ff, e], g.v((ff * e) as usize, 0.1));
+        rt(&mut w, &mut g, &b("ffn_gate.weight"), &[e, ff], 0.15);
+        rt(&mut w, &mut g, &b("ffn_up.weight"), &[e, ff], 0.15);
+        rt(&mut w, &mut g, &b("ffn_down.weight"), &[ff, e], 0.1);
     }
     w.write_file(path).unwrap();
 }
@@ -669,26 +672,26 @@ fn clip_mlp(path: &Path) {
         .flat_map(|&x| compute::quant::blocks::to_f16le(x))
         .collect();
     w.add_tensor("v.patch_embd.weight", GgmlType::F16, &[p, p, 3, e], patch).unwrap();
-    t(&mut w, "v.class_embd", &[e], g.v(e as usize, 1.0));
-    t(&mut w, "v.position_embd.weight", &[e, n_pos], g.v((e * n_pos) as usize, 0.5));
+    rt(&mut w, &mut g, "v.class_embd", &[e], 1.0);
+    rt(&mut w, &mut g, "v.position_embd.weight", &[e, n_pos], 0.5);
     layer_norm(&mut w, &mut g, "v.pre_ln", e);
     for il in 0..nl {
         let b = |s: &str| format!("v.blk.{il}.{s}");
         layer_norm(&mut w, &mut g, &b("ln1"), e);
         for m in ["attn_q", "attn_k", "attn_v", "attn_out"] {
-            t(&mut w, &b(&format!("{m}.weight")), &[e, e], g.v((e * e) as usize, 0.15));
-            t(&mut w, &b(&format!("{m}.bias")), &[e], g.v(e as usize, 0.1));
+            rt(&mut w, &mut g, &b(&format!("{m}.weight")), &[e, e], 0.15);
+            rt(&mut w, &mut g, &b(&format!("{m}.bias")), &[e], 0.1);
         }
         layer_norm(&mut w, &mut g, &b("ln2"), e);
-        t(&mut w, &b("ffn_up.weight"), &[e, ff], g.v((e * ff) as usize, 0.15));
-        t(&mut w, &b("ffn_up.bias"), &[ff], g.v(ff as usize, 0.1));
-        t(&mut w, &b("ffn_down.weight"), &[ff, e], g.v((ff * e) as usize, 0.1));
-        t(&mut w, &b("ffn_down.bias"), &[e], g.v(e as usize, 0.1));
+        rt(&mut w, &mut g, &b("ffn_up.weight"), &[e, ff], 0.15);
+        rt(&mut w, &mut g, &b("ffn_up.bias"), &[ff], 0.1);
+        rt(&mut w, &mut g, &b("ffn_down.weight"), &[ff, e], 0.1);
+        rt(&mut w, &mut g, &b("ffn_down.bias"), &[e], 0.1);
     }
-    t(&mut w, "mm.0.weight", &[e, proj], g.v((e * proj) as usize, 0.15));
-    t(&mut w, "mm.0.bias", &[proj], g.v(proj as usize, 0.1));
-    t(&mut w, "mm.2.weight", &[proj, text_e], g.v((proj * text_e) as usize, 0.1));
-    t(&mut w, "mm.2.bias", &[text_e], g.v(text_e as usize, 0.1));
+    rt(&mut w, &mut g, "mm.0.weight", &[e, proj], 0.15);
+    rt(&mut w, &mut g, "mm.0.bias", &[proj], 0.1);
+    rt(&mut w, &mut g, "mm.2.weight", &[proj, text_e], 0.1);
+    rt(&mut w, &mut g, "mm.2.bias", &[text_e], 0.1);
     w.write_file(path).unwrap();
 }
 
