@@ -27,7 +27,7 @@
 //! ref: ggml-compute-semantics.md §2.2 (block layouts), §2.3 (activation types).
 
 use super::blocks::*;
-use super::scalar::iq::{self, Decoded, IqSpec};
+use super::scalar::iq::{self, IqSpec};
 use super::scalar::{iq4xs_indices, k4_scales, q4k_quants, q5k_quants, q6k_quants};
 use crate::dtype::{GgmlType, QK_K};
 
@@ -244,25 +244,40 @@ fn pack_rows_iq4_nl(k: usize, rows: &[&[u8]; PANEL_ROWS], out: &mut [u8]) {
 
 /// IQ4_XS: IQ4_NL's values with a 6-bit scale (minus 32) per 32 elements, stored as `v + 128`.
 fn pack_rows_iq4_xs(k: usize, rows: &[&[u8]; PANEL_ROWS], out: &mut [u8]) {
-    let f = PanelFormat { sub: 32, min: false };
+    pack_rows_super::<BlockIq4Xs>(PanelFormat { sub: 32, min: false }, k, rows, out, |blk| {
+        let idx = iq4xs_indices(blk);
+        let d = f16le(blk.d);
+        let q = std::array::from_fn(|e| (KVALUES_IQ4NL[idx[e] as usize] as i16 + 128) as u8);
+        // Eight scales (one per 32 elements); the rest of the array is unused.
+        (q, std::array::from_fn(|j| if j < 8 { d * (iq4xs_scale(blk, j) - 32) as f32 } else { 0.0 }))
+    });
+}
+
+/// Packs rows of a super-block type without a min term whose blocks unpack to biased values and a
+/// scale per sub-block of `f.sub` (Q6_K, IQ4_XS, the grid types): `unpack(block) -> (values,
+/// scales)`, scale `j` for elements `j·sub..(j + 1)·sub`.
+fn pack_rows_super<B: bytemuck::Pod>(
+    f: PanelFormat,
+    k: usize,
+    rows: &[&[u8]; PANEL_ROWS],
+    out: &mut [u8],
+    unpack: impl Fn(&B) -> ([u8; QK_K], [f32; QK_K / 16]),
+) {
     assert_eq!(k % QK_K, 0, "panel: k = {k} is not a whole number of super-blocks");
     assert!(out.len() >= f.panel_bytes(k), "panel: {} bytes for k = {k}", out.len());
-    let nb = k / QK_K;
-    let blocks: [&[BlockIq4Xs]; PANEL_ROWS] = std::array::from_fn(|r| take_blocks::<BlockIq4Xs>(rows[r], nb));
+    let (nb, per) = (k / QK_K, QK_K / f.sub);
+    let blocks: [&[B]; PANEL_ROWS] = std::array::from_fn(|r| take_blocks::<B>(rows[r], nb));
     let mut q = [[0u8; 32]; PANEL_ROWS];
     let mut sx = [0.0f32; PANEL_ROWS];
     let mx = [0.0f32; PANEL_ROWS];
     for b in 0..nb {
-        let idx: [[u8; QK_K]; PANEL_ROWS] = std::array::from_fn(|r| iq4xs_indices(&blocks[r][b]));
-        for j in 0..8 {
-            for r in 0..PANEL_ROWS {
-                let blk = &blocks[r][b];
-                sx[r] = f16le(blk.d) * (iq4xs_scale(blk, j) - 32) as f32;
-                for e in 0..32 {
-                    q[r][e] = (KVALUES_IQ4NL[idx[r][32 * j + e] as usize] as i16 + 128) as u8;
-                }
+        let unpacked: [_; PANEL_ROWS] = std::array::from_fn(|r| unpack(&blocks[r][b]));
+        for j in 0..per {
+            for (r, (vals, scales)) in unpacked.iter().enumerate() {
+                sx[r] = scales[j];
+                q[r][..f.sub].copy_from_slice(&vals[f.sub * j..f.sub * (j + 1)]);
             }
-            put_sub(f, &mut out[(b * 8 + j) * f.row_sub_bytes()..], &q, &sx, &mx);
+            put_sub(f, &mut out[(b * per + j) * f.row_sub_bytes()..], &q, &sx, &mx);
         }
     }
 }
@@ -315,27 +330,11 @@ fn pack_rows_q5_k(k: usize, rows: &[&[u8]; PANEL_ROWS], out: &mut [u8]) {
 }
 
 fn pack_rows_q6_k(k: usize, rows: &[&[u8]; PANEL_ROWS], out: &mut [u8]) {
-    let f = PanelFormat { sub: 16, min: false };
-    assert_eq!(k % QK_K, 0, "panel: k = {k} is not a whole number of super-blocks");
-    assert!(out.len() >= f.panel_bytes(k), "panel: {} bytes for k = {k}", out.len());
-    let nb = k / QK_K;
-    let blocks: [&[BlockQ6K]; PANEL_ROWS] = std::array::from_fn(|r| take_blocks::<BlockQ6K>(rows[r], nb));
-    let mut q = [[0u8; 32]; PANEL_ROWS];
-    let mut sx = [0.0f32; PANEL_ROWS];
-    let mx = [0.0f32; PANEL_ROWS];
-    for b in 0..nb {
-        let unpacked: [[i8; QK_K]; PANEL_ROWS] = std::array::from_fn(|r| q6k_quants(&blocks[r][b]));
-        for j in 0..16 {
-            for r in 0..PANEL_ROWS {
-                let blk = &blocks[r][b];
-                sx[r] = f16le(blk.d) * blk.scales[j] as f32;
-                for e in 0..16 {
-                    q[r][e] = (unpacked[r][16 * j + e] + 32) as u8;
-                }
-            }
-            put_sub(f, &mut out[(b * 16 + j) * f.row_sub_bytes()..], &q, &sx, &mx);
-        }
-    }
+    pack_rows_super::<BlockQ6K>(PanelFormat { sub: 16, min: false }, k, rows, out, |blk| {
+        let q = q6k_quants(blk);
+        let d = f16le(blk.d);
+        (std::array::from_fn(|e| (q[e] + 32) as u8), std::array::from_fn(|j| d * blk.scales[j] as f32))
+    });
 }
 
 /// The grid IQ types and TQ1_0/TQ2_0: 16 sub-blocks of 16 per block, no min term.
@@ -347,28 +346,12 @@ const GRID_BIAS: i32 = 64;
 /// Packs rows of a type `spec` decodes (`x = d · scale · C · v`, IQ1's `v` in eighths) into
 /// sub-blocks of 16 with `sx = d · C (· ⅛) · scale`.
 fn pack_rows_grid<B: bytemuck::Pod>(k: usize, rows: &[&[u8]; PANEL_ROWS], out: &mut [u8], spec: &IqSpec<B>) {
-    let f = GRID;
-    assert_eq!(k % QK_K, 0, "panel: k = {k} is not a whole number of super-blocks");
-    assert!(out.len() >= f.panel_bytes(k), "panel: {} bytes for k = {k}", out.len());
-    let nb = k / QK_K;
-    let blocks: [&[B]; PANEL_ROWS] = std::array::from_fn(|r| take_blocks::<B>(rows[r], nb));
     let unit = spec.c * if spec.eighths { 0.125 } else { 1.0 };
-    let mut q = [[0u8; 32]; PANEL_ROWS];
-    let mut sx = [0.0f32; PANEL_ROWS];
-    let mx = [0.0f32; PANEL_ROWS];
-    for b in 0..nb {
-        let dec: [Decoded; PANEL_ROWS] = std::array::from_fn(|r| (spec.decode)(&blocks[r][b]));
-        let d: [f32; PANEL_ROWS] = std::array::from_fn(|r| (spec.d)(&blocks[r][b]) * unit);
-        for j in 0..16 {
-            for r in 0..PANEL_ROWS {
-                sx[r] = d[r] * dec[r].scale[j] as f32;
-                for e in 0..16 {
-                    q[r][e] = (dec[r].v[16 * j + e] as i32 + GRID_BIAS) as u8;
-                }
-            }
-            put_sub(f, &mut out[(b * 16 + j) * f.row_sub_bytes()..], &q, &sx, &mx);
-        }
-    }
+    pack_rows_super::<B>(GRID, k, rows, out, |blk| {
+        let dec = (spec.decode)(blk);
+        let d = (spec.d)(blk) * unit;
+        (dec.v.map(|v| (v as i32 + GRID_BIAS) as u8), dec.scale.map(|s| d * s as f32))
+    });
 }
 
 macro_rules! grid_packers {
