@@ -81,7 +81,8 @@ pub fn install_neon(k: &mut Kernels, level: Level) {
         MXFP4 => legacy::Mxfp4,
     }
 
-    macro_rules! kquants {
+    // The K-quants, IQ4_XS, the grid IQ types and TQ1_0/TQ2_0 share the K-quant dot loops.
+    macro_rules! kquant_dots {
         ($($t:ident => $b:ty),* $(,)?) => {$(
             let (dot, x4, two) = kquants::set::<$b>(dotprod, i8mm);
             k.set_vec_dot($t, dot);
@@ -89,30 +90,15 @@ pub fn install_neon(k: &mut Kernels, level: Level) {
             if let Some(f) = two {
                 k.set_vec_dot_2x2($t, f);
             }
-            k.set_to_f32($t, dequant::to_f32_k::<$b>);
         )*};
     }
-    kquants! {
+    kquant_dots! {
         Q2_K => kquants::Q2K,
         Q3_K => kquants::Q3K,
         Q4_K => kquants::Q4K,
         Q5_K => kquants::Q5K,
         Q6_K => kquants::Q6K,
         IQ4_XS => kquants::Iq4Xs,
-    }
-
-    // The grid IQ types and TQ1_0/TQ2_0: dot products only (their to_f32 stays scalar).
-    macro_rules! grid {
-        ($($t:ident => $b:ty),* $(,)?) => {$(
-            let (dot, x4, two) = kquants::set::<$b>(dotprod, i8mm);
-            k.set_vec_dot($t, dot);
-            k.set_vec_dot_x4($t, x4);
-            if let Some(f) = two {
-                k.set_vec_dot_2x2($t, f);
-            }
-        )*};
-    }
-    grid! {
         IQ2_XXS => iq::Iq2Xxs,
         IQ2_XS => iq::Iq2Xs,
         IQ2_S => iq::Iq2S,
@@ -123,6 +109,13 @@ pub fn install_neon(k: &mut Kernels, level: Level) {
         TQ1_0 => iq::Tq1_0,
         TQ2_0 => iq::Tq2_0,
     }
+    // NEON dequantization for the K-quants and IQ4_XS (the grid and ternary types' stays scalar).
+    k.set_to_f32(Q2_K, dequant::to_f32_k::<kquants::Q2K>);
+    k.set_to_f32(Q3_K, dequant::to_f32_k::<kquants::Q3K>);
+    k.set_to_f32(Q4_K, dequant::to_f32_k::<kquants::Q4K>);
+    k.set_to_f32(Q5_K, dequant::to_f32_k::<kquants::Q5K>);
+    k.set_to_f32(Q6_K, dequant::to_f32_k::<kquants::Q6K>);
+    k.set_to_f32(IQ4_XS, dequant::to_f32_k::<kquants::Iq4Xs>);
 
     k.set_vec_dot(F32, float::vec_dot_f32_f32);
     k.set_vec_dot(F16, float::vec_dot_f16_f16);
