@@ -179,9 +179,9 @@ pub(crate) unsafe fn prepare(n: &Node) -> Result<Plan> {
     for t in &src {
         check_overlap(op, &dst, t, Alias::Never)?;
     }
-    // Scratch: a token's 4×4 combination, or a key row and a query row.
+    // Scratch: a token's 4×4 combination, or a key row and the token's query rows (one per head).
     let local = match rule {
-        Rule::Indexer => 2 * src[0].ne[0],
+        Rule::Indexer => src[0].ne[0].saturating_mul(src[0].ne[1].saturating_add(1)),
         _ => HC * HC,
     };
     Ok(super::simple(Kind::Hyper(Box::new(Hyper { rule, src, dst })), local))
@@ -287,12 +287,16 @@ impl Hyper {
         let (q, k, w, m) = (&self.src[0], &self.src[1], &self.src[2], &self.src[3]);
         let e = q.ne[0];
         let dot = crate::quant::kernels(GgmlType::F32).vec_dot.expect("F32 has a dot kernel");
-        let (kr, qr) = ctx.local[..2 * e].split_at_mut(e);
+        let heads = q.ne[1];
+        let (kr, qs) = ctx.local[..e * (heads + 1)].split_at_mut(e);
+        // The token's query rows, once for all its keys.
+        for (h, qr) in qs.chunks_exact_mut(e.max(1)).enumerate() {
+            q.load_row(h, t, st, qr);
+        }
         for j in 0..k.ne[2] {
             k.load_row(0, j, st, kr);
             let mut score = 0.0f32;
-            for h in 0..q.ne[1] {
-                q.load_row(h, t, st, qr);
+            for (h, qr) in qs.chunks_exact(e.max(1)).enumerate() {
                 let qk = dot(e, bytemuck::cast_slice(qr), bytemuck::cast_slice(kr));
                 score = qk.max(0.0).mul_add(w.get_f32(h, t, 0, st), score);
             }
