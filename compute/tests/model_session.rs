@@ -144,7 +144,7 @@ fn an_impossible_kv_cache_is_an_error_not_an_abort() {
 
 #[test]
 fn attending_32_padded_cells_gives_the_logits_of_256_padded_cells() {
-    // `KV_PAD` (32) against llama.cpp's 256: the cells in between are masked and must change no
+    // 32 against llama.cpp's 256 (`KV_PAD`): the cells in between are masked and must change no
     // bit of any logit, with and without flash attention, with a cache whose size is not a
     // multiple of 32 (the extent is then capped at it), and over a prompt split into ubatches.
     let m = tiny(Spec::llama(), 11);
@@ -163,7 +163,7 @@ fn attending_32_padded_cells_gives_the_logits_of_256_padded_cells() {
                 };
                 Session::new(Model::new(Arc::new(m.src.clone())).unwrap(), cfg).unwrap()
             };
-            let (mut wide, mut narrow) = (session(256), session(compute::model::KV_PAD));
+            let (mut wide, mut narrow) = (session(compute::model::KV_PAD), session(32));
             let bits = |l: &[f32]| l.iter().map(|x| x.to_bits()).collect::<Vec<u32>>();
             let what = format!("n_ctx {n_ctx} fa={flash_attn}");
             assert_eq!(

@@ -5,7 +5,7 @@
 use std::sync::Arc;
 
 use compute::gguf::{Gguf, GgufWriter, Value};
-use compute::model::synth::{synthesize, Shape, Spec};
+use compute::model::synth::{synthesize, Arch, Experts, Shape, Spec};
 use compute::model::{Model, Session, SessionConfig, WeightSource};
 use compute::GgmlType;
 
@@ -35,7 +35,16 @@ fn tokenizer(dir: &std::path::Path) -> Gguf {
 
 fn synth(tok: &Gguf, wtype: GgmlType, seed: u64, dir: &std::path::Path) -> Gguf {
     let shape = Shape { embd: 256, ff: 512, heads: 4, kv_heads: 2, layers: 2 };
-    let w = synthesize(&Spec { shape, wtype, seed, tokenizer: tok, threads: 2 }).unwrap();
+    let w = synthesize(&Spec {
+        arch: Arch::Llama,
+        experts: Experts::default(),
+        shape,
+        wtype,
+        seed,
+        tokenizer: tok,
+        threads: 2,
+    })
+    .unwrap();
     let path = dir.join(format!("synth-{wtype}-{seed}.gguf"));
     w.write_file(&path).unwrap();
     Gguf::load_resident(&path).unwrap()
@@ -71,6 +80,8 @@ fn synthetic_weights_depend_on_the_seed_only() {
     let a = synth(&tok, GgmlType::Q4_K, 3, dir.path());
     let b = synth(&tok, GgmlType::Q4_K, 4, dir.path());
     let again = synthesize(&Spec {
+        arch: Arch::Llama,
+        experts: Experts::default(),
         shape: Shape { embd: 256, ff: 512, heads: 4, kv_heads: 2, layers: 2 },
         wtype: GgmlType::Q4_K,
         seed: 3,
@@ -84,8 +95,58 @@ fn synthetic_weights_depend_on_the_seed_only() {
     assert_ne!(bytes(&a), bytes(&b));
     // 576-wide rows are not whole 256-element blocks: refused with the numbers.
     let bad = Shape { embd: 576, ff: 1536, heads: 9, kv_heads: 3, layers: 1 };
-    let e = synthesize(&Spec { shape: bad, wtype: GgmlType::IQ2_XS, seed: 1, tokenizer: &tok, threads: 1 })
-        .err()
-        .unwrap();
+    let e = synthesize(&Spec {
+        arch: Arch::Llama,
+        experts: Experts::default(),
+        shape: bad,
+        wtype: GgmlType::IQ2_XS,
+        seed: 1,
+        tokenizer: &tok,
+        threads: 1,
+    })
+    .err()
+    .unwrap();
     assert!(e.to_string().contains("576"), "{e}");
+}
+
+#[test]
+fn every_architecture_synthesizes_a_model_that_runs() {
+    let dir = tempfile::tempdir().unwrap();
+    let tok = tokenizer(dir.path());
+    let shape = Shape { embd: 128, ff: 256, heads: 4, kv_heads: 2, layers: 2 };
+    let experts = Experts { count: 4, used: 2, ff: 64, shared_ff: 96 };
+    for arch in Arch::ALL {
+        let w = synthesize(&Spec {
+            arch,
+            experts,
+            shape,
+            wtype: GgmlType::Q8_0,
+            seed: 5,
+            tokenizer: &tok,
+            threads: 2,
+        })
+        .unwrap();
+        let path = dir.path().join(format!("{}.gguf", arch.name()));
+        w.write_file(&path).unwrap();
+        let g = Gguf::load_resident(&path).unwrap();
+        assert_eq!(g.get_str("general.architecture").unwrap(), arch.name());
+        let has = |n: &str| WeightSource::tensor(&g, n).is_some();
+        assert_eq!(has("blk.1.attn_q.bias"), matches!(arch, Arch::Qwen2 | Arch::Qwen2Moe), "{arch:?}");
+        assert_eq!(
+            has("blk.0.attn_k_norm.weight"),
+            matches!(arch, Arch::Qwen3 | Arch::Qwen3Moe | Arch::Gemma3)
+        );
+        assert_eq!(has("blk.0.ffn_up_exps.weight"), matches!(arch, Arch::Qwen2Moe | Arch::Qwen3Moe));
+        assert_eq!(has("blk.0.ffn_up_shexp.weight"), arch == Arch::Qwen2Moe);
+        assert_eq!(has("output.weight"), arch != Arch::Gemma3, "Gemma 3 ties its output to the embeddings");
+        if has("blk.0.ffn_down_exps.weight") {
+            let d = WeightSource::tensor(&g, "blk.0.ffn_down_exps.weight").unwrap();
+            assert_eq!((d.ne[0], d.ne[1], d.ne[2]), (64, 128, 4));
+        }
+        let model = Model::new(Arc::new(g)).unwrap();
+        let mut s = Session::new(model, SessionConfig { n_ctx: 32, ..SessionConfig::default() }).unwrap();
+        let logits = s.decode(&[1, 5, 9]).unwrap().to_vec();
+        assert!(logits.iter().all(|v| v.is_finite()), "{arch:?}: non-finite logits");
+        assert!(logits.iter().any(|&v| v != logits[0]), "{arch:?}: constant logits");
+    }
 }

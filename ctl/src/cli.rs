@@ -96,8 +96,9 @@ pub struct RunArgs {
     #[arg(long = "ubatch-size", default_value_t = 512, conflicts_with = "server")]
     pub ubatch_size: u64,
     /// Round the attended KV extent up to a multiple of N while it is short, of up to 256 as it
-    /// grows (N a multiple of 32; llama.cpp rounds to 256). Every value gives the same tokens; a
-    /// smaller one attends fewer empty cells.
+    /// grows (N a multiple of 32). The default, 256, is llama.cpp's rounding (the same graphs as
+    /// llama.cpp's master); every value gives the same tokens, a smaller one attends fewer empty
+    /// cells.
     #[arg(long = "kv-pad", value_name = "N", default_value_t = compute::model::KV_PAD, value_parser = parse_kv_pad, conflicts_with = "server")]
     pub kv_pad: u64,
     /// Temperature (≤ 0 = greedy) [default: model's, else 0.8].
@@ -176,6 +177,21 @@ pub enum BenchOutput {
 /// `llamactl synth`.
 #[derive(Args, Debug, Clone)]
 pub struct SynthArgs {
+    /// Architecture: llama, mistral3, qwen2, qwen3, gemma3, qwen2moe or qwen3moe.
+    #[arg(long, default_value = "llama")]
+    pub arch: String,
+    /// Experts per layer (qwen2moe, qwen3moe).
+    #[arg(long, default_value_t = 8)]
+    pub experts: u64,
+    /// Experts used per token (qwen2moe, qwen3moe).
+    #[arg(long, default_value_t = 2)]
+    pub experts_used: u64,
+    /// Feed-forward width of one expert (default: --ff / --experts-used).
+    #[arg(long)]
+    pub expert_ff: Option<u64>,
+    /// Feed-forward width of Qwen2-MoE's shared expert (default: none).
+    #[arg(long)]
+    pub shared_expert_ff: Option<u64>,
     /// Layer shape: 1b, 8b, 70b or 405b (the llama shapes), or custom with --embd, --ff, --heads,
     /// --kv-heads.
     #[arg(long, default_value = "1b")]

@@ -134,7 +134,8 @@ mod tests {
         let x = g.input("x", GgmlType::F32, [4, 2, 1, 1]).unwrap(); // id 4
         let s = g.add(e, x).unwrap(); // id 5
         let v = g.view_1d(s, 4, 16).unwrap(); // id 6, view of s at 16
-        g.mul_mat(w, v).unwrap(); // id 7
+        let m = g.mul_mat(w, v).unwrap(); // id 7
+        g.expand(m);
         let place = |id: TensorId, _t: &TensorDef| -> Option<Place> {
             match id.0 {
                 0 => Some((11, 1000)),

@@ -75,7 +75,7 @@ def model() -> str:
     path = os.environ.get("LLAMAD_MODEL") or os.path.join(ROOT, "models", "SmolLM2-135M-Instruct.Q4_1.gguf")
     if not os.path.isfile(path):
         raise RuntimeError(f"model {path} not found: run scripts/fetch-model.sh and set LLAMAD_MODEL")
-    return path
+    return os.path.abspath(path)
 
 
 @pytest.fixture(scope="session", autouse=True)

@@ -178,6 +178,14 @@ def start_reference_server(port: Optional[int] = None, cache_dir: Optional[str] 
     return _spawn_on_free_port("reference", argv, port)
 
 
+def llamactl_bin() -> str:
+    """`$LLAMACTL_BIN`, else `llamactl` next to the llamad binary under test."""
+    path = os.environ.get("LLAMACTL_BIN") or os.path.join(os.path.dirname(llamad_bin()), "llamactl")
+    if not os.path.isfile(path):
+        raise RuntimeError(f"llamactl not found at {path}: build it (cargo build --release) or set LLAMACTL_BIN")
+    return path
+
+
 def llamad_bin() -> str:
     path = os.environ.get("LLAMAD_BIN", "")
     if not path:

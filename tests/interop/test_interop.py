@@ -317,14 +317,6 @@ def test_committed_capture_is_well_framed():
     assert counts.get("GRAPH_COMPUTE", 0) >= 1 and counts.get("HELLO", 0) >= 10
 
 
-def llamactl_bin() -> str:
-    """`$LLAMACTL_BIN`, else `llamactl` next to the llamad binary under test."""
-    path = os.environ.get("LLAMACTL_BIN") or os.path.join(os.path.dirname(peer.llamad_bin()), "llamactl")
-    if not os.path.isfile(path):
-        raise RuntimeError(f"llamactl not found at {path}: build it (cargo build --release) or set LLAMACTL_BIN")
-    return path
-
-
 @pytest.mark.parametrize("fa", [False, True], ids=["fa-off", "fa-on"])
 @pytest.mark.parametrize(
     "workers", [("none", 0), ("llamad", 1), ("llamad", 2), ("reference", 1)],
@@ -344,7 +336,7 @@ def test_llamactl_matches_local_cpu(model, report, llamad_pool, reference_pool, 
         args = ["--workers", ",".join(s.endpoint for s in pool.get(n))]
     diffs = []
     for prompt, want in zip(PROMPTS, [r["text"] for r in base.runs]):
-        argv = [llamactl_bin(), "run", "-m", model, "-p", prompt, "-n", str(N_TOKENS), "--temp", "0", "-t", "1",
+        argv = [peer.llamactl_bin(), "run", "-m", model, "-p", prompt, "-n", str(N_TOKENS), "--temp", "0", "-t", "1",
                 "--flash-attn", "on" if fa else "off", "--no-progress", *args]
         out = subprocess.run(argv, capture_output=True, text=True, timeout=MASTER_TIMEOUT)
         assert out.returncode == 0, out.stderr[-3000:]

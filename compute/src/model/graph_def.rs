@@ -13,8 +13,13 @@
 //! asserting. Views are flattened as ggml flattens them: `view_src` is always the tensor that owns
 //! the memory and `view_offs` the accumulated byte offset (ref: §1.4).
 //!
-//! Nodes are recorded in creation order, which is a topological order; every node gets the
-//! `COMPUTE` flag (ggml's `build_forward_expand` sets it on every node it visits).
+//! Nodes enter the graph as ggml's `ggml_build_forward_expand` adds them: [`GraphDef::expand`]
+//! visits a tensor's sources depth first, in source order, and appends every node not yet in the
+//! graph after its sources (ref: ggml-compute-semantics.md §1.5). A builder that expands at the
+//! points llama.cpp's graph code does (Q, V, K before the cache stores, each store, the attention
+//! output, the result) gets llama.cpp's node order exactly; a tensor never reached by an expansion
+//! is not computed, as in ggml. Every node gets the `COMPUTE` flag (ggml's expansion sets it on every
+//! node it visits).
 
 use crate::dtype::GgmlType;
 use crate::error::{Error, Result};
@@ -96,6 +101,8 @@ pub struct TensorDef {
 pub struct GraphDef {
     tensors: Vec<TensorDef>,
     nodes: Vec<TensorId>,
+    /// Per tensor: already visited by an expansion.
+    visited: Vec<bool>,
 }
 
 fn f(v: f32) -> i32 {
@@ -127,9 +134,43 @@ impl GraphDef {
         self.get(id).layout
     }
 
-    /// The nodes (non-leaf tensors), in execution order.
+    /// The nodes (non-leaf tensors) expanded so far, in execution order.
     pub fn nodes(&self) -> &[TensorId] {
         &self.nodes
+    }
+
+    /// Adds `id` and every node it depends on that is not in the graph yet, sources first in source
+    /// order (ggml's `ggml_build_forward_expand`). Expanding a tensor twice, or a leaf, adds nothing
+    /// new.
+    pub fn expand(&mut self, id: TensorId) {
+        // Iterative depth-first post-order: (tensor, next source slot to look at).
+        let mut stack = vec![(id, 0usize)];
+        if std::mem::replace(&mut self.visited[id.index()], true) {
+            return;
+        }
+        while let Some(&mut (t, ref mut slot)) = stack.last_mut() {
+            let srcs = self.tensors[t.index()].src;
+            let mut next = None;
+            while *slot < MAX_SRC {
+                let s = srcs[*slot];
+                *slot += 1;
+                if let Some(s) = s {
+                    if !std::mem::replace(&mut self.visited[s.index()], true) {
+                        next = Some(s);
+                        break;
+                    }
+                }
+            }
+            match next {
+                Some(s) => stack.push((s, 0)),
+                None => {
+                    stack.pop();
+                    if self.tensors[t.index()].op != GgmlOp::None {
+                        self.nodes.push(t);
+                    }
+                }
+            }
+        }
     }
 
     /// Every graph input (storage class `Input`), in creation order.
@@ -163,11 +204,8 @@ impl GraphDef {
 
     fn push(&mut self, t: TensorDef) -> TensorId {
         let id = TensorId(self.tensors.len() as u32);
-        let is_node = t.op != GgmlOp::None;
         self.tensors.push(t);
-        if is_node {
-            self.nodes.push(id);
-        }
+        self.visited.push(false);
         id
     }
 
@@ -742,7 +780,38 @@ mod tests {
         assert_eq!(g.layout(o).ne, [16, 4, 5, 1]);
         assert_eq!(g.get(o).op_params[3], PREC_F32);
         assert_eq!(f32::from_bits(g.get(o).op_params[0] as u32), 0.25);
-        assert_eq!(g.nodes(), &[y, o]);
+        assert!(g.nodes().is_empty(), "nothing is in the graph before an expansion");
+        g.expand(o);
+        g.expand(y);
+        assert_eq!(g.nodes(), &[o, y]);
+    }
+
+    #[test]
+    fn expand_is_ggml_depth_first_post_order() {
+        // d = add(b, c), b = mul(a, a2), c = scale(a): sources first, in source order, each once.
+        let mut g = GraphDef::new();
+        let a = g.input("a", GgmlType::F32, [4, 1, 1, 1]).unwrap();
+        let a2 = g.input("a2", GgmlType::F32, [4, 1, 1, 1]).unwrap();
+        let c = g.scale(a, 2.0).unwrap();
+        let b = g.mul(a, a2).unwrap();
+        let d = g.add(b, c).unwrap();
+        let unused = g.scale(d, 3.0).unwrap();
+        g.expand(c);
+        assert_eq!(g.nodes(), &[c]);
+        g.expand(d);
+        assert_eq!(g.nodes(), &[c, b, d], "c was already in the graph; b comes before d");
+        g.expand(d);
+        g.expand(a);
+        assert_eq!(g.nodes(), &[c, b, d], "expanding again or a leaf adds nothing");
+        assert!(!g.nodes().contains(&unused));
+        // A long chain does not overflow the stack.
+        let mut g = GraphDef::new();
+        let mut x = g.input("x", GgmlType::F32, [4, 1, 1, 1]).unwrap();
+        for _ in 0..100_000 {
+            x = g.scale(x, 1.0).unwrap();
+        }
+        g.expand(x);
+        assert_eq!(g.nodes().len(), 100_000);
     }
 
     #[test]

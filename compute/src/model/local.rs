@@ -498,6 +498,7 @@ mod tests {
         for _ in 0..10 {
             cur = g.add(cur, x).unwrap();
         }
+        g.expand(cur);
         let p = plan(&g, &[cur]).unwrap();
         // A chain of ten results needs the input and the buffers in flight while freed memory waits
         // REUSE_DELAY nodes: 6 of the 11 it would take without reuse.

@@ -6,8 +6,9 @@
 //! §4.2): cell `i` holds position `i`, so the K/V destination rows are the positions, the causal
 //! mask is `0` for cells `<= p` and `-inf` otherwise. `Nkv`, the cells attended, is the used
 //! extent rounded up to [`SessionConfig::kv_pad`] while short, to a granule growing to 256 as it
-//! grows (capped at the cache size; [`n_kv_for`]): 32 by default where llama.cpp always rounds
-//! to 256, which gives the same logits bit for bit (see [`KV_PAD`]).
+//! grows (capped at the cache size; [`n_kv_for`]): 256 by default, llama.cpp's rounding, so the
+//! graphs have llama.cpp's shapes; 32 attends fewer empty cells with the same logits bit for bit
+//! (see [`KV_PAD`]).
 
 use std::sync::Arc;
 
@@ -34,23 +35,25 @@ pub struct SessionConfig {
     pub kv_type: GgmlType,
     /// Executor threads.
     pub n_threads: usize,
-    /// `Nkv` is the used extent rounded up to a multiple of this while short ([`KV_PAD`] by
-    /// default; llama.cpp uses 256; see [`n_kv_for`]). Must be a positive multiple of 32.
+    /// `Nkv` is the used extent rounded up to a multiple of this while short ([`KV_PAD`], llama.cpp's
+    /// 256, by default; see [`n_kv_for`]). Must be a positive multiple of 32.
     pub kv_pad: u64,
 }
 
-/// The default rounding of the attended extent `Nkv`.
+/// The default rounding of the attended extent `Nkv`: llama.cpp's 256, so that every graph has the
+/// shapes llama.cpp's master gives it (`tests/interop/test_graphs.py` compares them node by node).
 ///
-/// Cells past the used extent are masked (`-inf`), so they add exact zeros: to the softmax sum, to
-/// every lane of the `Σ softmax · v` dot products, and nothing at all to flash attention, which
-/// skips masked cells. As long as `Nkv` is a multiple of 32, the F16 dot products' vector step
-/// (four 8-lane accumulators), no nonzero term changes lane or order, so the logits equal those
-/// of llama.cpp's 256-cell rounding bit for bit (tested in `compute/tests/model_session.rs`).
-/// Generation from a short context then attends up to 224 fewer empty cells per step (tg128 from an
-/// empty cache: 80 cells on average instead of 256). The price is more graphs to build and keep
-/// (about 2 MB each for SmolLM2 on a worker that caches them), which is why the granule grows with
-/// the extent ([`n_kv_for`]): 28 graph extents for a 4096-cell context against llama.cpp's 16.
-pub const KV_PAD: u64 = 32;
+/// Any multiple of 32 gives the same logits. Cells past the used extent are masked (`-inf`), so
+/// they add exact zeros: to the softmax sum, to every lane of the `Σ softmax · v` dot products, and
+/// nothing at all to flash attention, which skips masked cells. As long as `Nkv` is a multiple of 32,
+/// the F16 dot products' vector step (four 8-lane accumulators), no nonzero term changes lane or
+/// order, so the logits equal those of the 256-cell rounding bit for bit (tested in
+/// `compute/tests/model_session.rs`). With 32 (`--kv-pad 32`), generation from a short context
+/// attends up to 224 fewer empty cells per step (tg128 from an empty cache: 80 cells on average
+/// instead of 256), at the price of more graphs to build and keep (about 2 MB each for SmolLM2 on a
+/// worker that caches them), which is why the granule grows with the extent ([`n_kv_for`]): 28
+/// graph extents for a 4096-cell context against llama.cpp's 16.
+pub const KV_PAD: u64 = 256;
 
 /// Checks a [`SessionConfig::kv_pad`]: a positive multiple of 32 (see [`KV_PAD`]).
 pub fn check_kv_pad(pad: u64) -> Result<()> {

@@ -386,6 +386,7 @@ pub fn build_shard(
     let mut seg = |b: &mut Ctx<'_>, input: TensorId, f: &mut dyn FnMut(&mut Ctx<'_>) -> Result<TensorId>| {
         let start = b.g.nodes().len();
         let output = f(b)?;
+        b.g.expand(output);
         let end = b.g.nodes().len();
         // The output must be the segment's last node: the arena may reuse its memory afterwards.
         if b.g.nodes().last() != Some(&output) || start == end {

@@ -1,6 +1,7 @@
-//! Synthetic llama-family models: a GGUF of any layer shape (the 1B, 8B, 70B and 405B llama shapes,
-//! with the layer count cut to fit, or any custom one) in any weight type, with random weights and
-//! a real tokenizer copied from another GGUF. Benchmarks and tests use it where model size or weight
+//! Synthetic models: a GGUF of any layer shape (the 1B, 8B, 70B and 405B llama shapes, with the layer
+//! count cut to fit, or any custom one) of any architecture llamactl runs ([`Arch`]: llama, Mistral 3,
+//! Qwen2, Qwen3, Gemma 3, Qwen2-MoE, Qwen3-MoE), in any weight type, with random weights and a real
+//! tokenizer copied from another GGUF. Benchmarks and tests use it where model size or weight
 //! type matters and no such model can be downloaded (llama.cpp's quantizer cannot even make most
 //! IQ types of SmolLM2, whose 576-wide rows are not whole 256-element blocks).
 //!
@@ -11,6 +12,7 @@
 //! a tensor are filled by several threads. The values mean nothing (the text a synthetic model
 //! writes is noise); the arithmetic per weight is that of a real model of the type.
 
+use std::collections::HashMap;
 use std::thread;
 
 use crate::dtype::GgmlType;
@@ -84,8 +86,86 @@ impl Shape {
     }
 }
 
+/// The architecture of a synthetic model: which tensors each layer has and which metadata says so.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Arch {
+    /// Llama (untied output).
+    Llama,
+    /// Mistral 3 (llama tensors under `mistral3.*` keys).
+    Mistral3,
+    /// Qwen2: Q/K/V biases.
+    Qwen2,
+    /// Qwen3: per-head Q/K RMS norms.
+    Qwen3,
+    /// Gemma 3: Q/K norms, post-attention and post-FFN norms, sliding-window layers, tied output.
+    Gemma3,
+    /// Qwen2-MoE: Qwen2 attention, routed experts and a gated shared expert.
+    Qwen2Moe,
+    /// Qwen3-MoE: Qwen3 attention and routed experts.
+    Qwen3Moe,
+}
+
+impl Arch {
+    /// Every architecture.
+    pub const ALL: [Arch; 7] =
+        [Arch::Llama, Arch::Mistral3, Arch::Qwen2, Arch::Qwen3, Arch::Gemma3, Arch::Qwen2Moe, Arch::Qwen3Moe];
+
+    /// `general.architecture`.
+    pub fn name(self) -> &'static str {
+        match self {
+            Arch::Llama => "llama",
+            Arch::Mistral3 => "mistral3",
+            Arch::Qwen2 => "qwen2",
+            Arch::Qwen3 => "qwen3",
+            Arch::Gemma3 => "gemma3",
+            Arch::Qwen2Moe => "qwen2moe",
+            Arch::Qwen3Moe => "qwen3moe",
+        }
+    }
+
+    /// The architecture named `s` (as [`Arch::name`]).
+    pub fn parse(s: &str) -> Option<Arch> {
+        Arch::ALL.into_iter().find(|a| a.name().eq_ignore_ascii_case(s))
+    }
+
+    fn qkv_bias(self) -> bool {
+        matches!(self, Arch::Qwen2 | Arch::Qwen2Moe)
+    }
+
+    fn qk_norm(self) -> bool {
+        matches!(self, Arch::Qwen3 | Arch::Qwen3Moe | Arch::Gemma3)
+    }
+
+    fn moe(self) -> bool {
+        matches!(self, Arch::Qwen2Moe | Arch::Qwen3Moe)
+    }
+}
+
+/// The experts of a MoE model (ignored by dense architectures).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Experts {
+    /// Experts per layer.
+    pub count: u64,
+    /// Experts used per token.
+    pub used: u64,
+    /// Feed-forward width of one expert.
+    pub ff: u64,
+    /// Feed-forward width of the shared expert (Qwen2-MoE; 0 = none).
+    pub shared_ff: u64,
+}
+
+impl Default for Experts {
+    fn default() -> Experts {
+        Experts { count: 8, used: 2, ff: 0, shared_ff: 0 }
+    }
+}
+
 /// What to synthesize.
 pub struct Spec<'a> {
+    /// Architecture.
+    pub arch: Arch,
+    /// Experts (MoE architectures; `ff` 0 = the shape's `ff / used`).
+    pub experts: Experts,
     /// Layer shape.
     pub shape: Shape,
     /// Type of every matrix (embeddings and output included); norms are F32.
@@ -101,7 +181,24 @@ pub struct Spec<'a> {
 /// Builds the synthetic model (held in memory; write it with [`GgufWriter::write_file`]).
 pub fn synthesize(spec: &Spec<'_>) -> Result<GgufWriter> {
     let s = spec.shape;
+    let arch = spec.arch;
     s.check(spec.wtype)?;
+    let mut ex = spec.experts;
+    if arch.moe() {
+        if ex.ff == 0 {
+            ex.ff = s.ff / ex.used.max(1);
+        }
+        let bs = spec.wtype.blck_size() as u64;
+        if ex.count == 0 || ex.used == 0 || ex.used > ex.count || ex.ff == 0 {
+            return Err(Error::Model(format!("synthetic model: {ex:?} is not a valid expert layout")));
+        }
+        if !ex.ff.is_multiple_of(bs) || !ex.shared_ff.is_multiple_of(bs) {
+            return Err(Error::Model(format!(
+                "synthetic model: {} stores rows in blocks of {bs}: expert widths {} and {} must be multiples",
+                spec.wtype, ex.ff, ex.shared_ff
+            )));
+        }
+    }
     let vocab = spec
         .tokenizer
         .get_str_array_opt("tokenizer.ggml.tokens")?
@@ -109,60 +206,131 @@ pub fn synthesize(spec: &Spec<'_>) -> Result<GgufWriter> {
             Error::Model("synthetic model: the tokenizer GGUF has no tokenizer.ggml.tokens".into())
         })?
         .len() as u64;
+    let a = arch.name();
     let mut w = GgufWriter::new();
-    w.add("general.architecture", "llama");
-    w.add("general.name", format!("llamad synthetic {}x{} {} layers {}", s.embd, s.ff, s.layers, spec.wtype));
-    let u32s = [
+    w.add("general.architecture", a);
+    w.add(
+        "general.name",
+        format!("llamad synthetic {a} {}x{} {} layers {}", s.embd, s.ff, s.layers, spec.wtype),
+    );
+    let mut u32s = vec![
         ("context_length", 8192),
         ("embedding_length", s.embd),
         ("block_count", s.layers),
         ("feed_forward_length", s.ff),
         ("attention.head_count", s.heads),
         ("attention.head_count_kv", s.kv_heads),
+        ("attention.key_length", s.head_dim()),
+        ("attention.value_length", s.head_dim()),
         ("rope.dimension_count", s.head_dim()),
         ("vocab_size", vocab),
     ];
+    if arch.moe() {
+        u32s.extend([
+            ("expert_count", ex.count),
+            ("expert_used_count", ex.used),
+            ("expert_feed_forward_length", ex.ff),
+        ]);
+        if arch == Arch::Qwen2Moe && ex.shared_ff > 0 {
+            u32s.push(("expert_shared_feed_forward_length", ex.shared_ff));
+        }
+    }
+    if arch == Arch::Gemma3 {
+        // Every other layer slides over a window of 128 cells (real Gemma 3: 5 of 6, 512 or 1024).
+        u32s.extend([("attention.sliding_window", 128), ("attention.sliding_window_pattern", 2)]);
+    }
     for (k, v) in u32s {
         let v =
             u32::try_from(v).map_err(|_| Error::Model(format!("synthetic model: {k} {v} overflows u32")))?;
-        w.add(&format!("llama.{k}"), Value::U32(v));
+        w.add(&format!("{a}.{k}"), Value::U32(v));
     }
-    w.add("llama.rope.freq_base", Value::F32(500_000.0));
-    w.add("llama.attention.layer_norm_rms_epsilon", Value::F32(1e-5));
+    let base = if matches!(arch, Arch::Llama | Arch::Mistral3) { 500_000.0 } else { 1_000_000.0 };
+    w.add(&format!("{a}.rope.freq_base"), Value::F32(base));
+    if arch == Arch::Gemma3 {
+        w.add(&format!("{a}.rope.freq_base_swa"), Value::F32(10_000.0));
+    }
+    let eps = if arch == Arch::Gemma3 { 1e-6 } else { 1e-5 };
+    w.add(&format!("{a}.attention.layer_norm_rms_epsilon"), Value::F32(eps));
     for (k, v) in spec.tokenizer.metadata() {
         if k.starts_with("tokenizer.") {
             w.add(k, v.clone());
         }
     }
-    let pools = [s.embd, s.ff].map(|n| row_pool(spec.wtype, n as usize, spec.seed ^ n));
-    let [pool_e, pool_f] = match pools {
-        [Ok(e), Ok(f)] => [e, f],
-        [Err(e), _] | [_, Err(e)] => return Err(e),
-    };
+    let mut pools: HashMap<u64, Vec<u8>> = HashMap::new();
+    let mut widths = vec![s.embd, s.ff, s.head_dim() * s.heads];
+    if arch.moe() {
+        widths.extend([ex.ff, ex.shared_ff]);
+    }
+    for n in widths {
+        if n > 0 && !pools.contains_key(&n) {
+            pools.insert(n, row_pool(spec.wtype, n as usize, spec.seed ^ n)?);
+        }
+    }
     let kv = s.kv_heads * s.head_dim();
+    let qd = s.heads * s.head_dim();
     let mut id = 0u64;
-    let mut matrix = |w: &mut GgufWriter, name: &str, ne0: u64, ne1: u64| -> Result<()> {
+    let mut matrix = |w: &mut GgufWriter, name: &str, ne: &[u64]| -> Result<()> {
         id += 1;
-        let pool = if ne0 == s.embd { &pool_e } else { &pool_f };
-        let data = fill(pool, ne1 as usize, spec.seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ id, spec.threads);
-        w.add_tensor(name, spec.wtype, &[ne0, ne1], data)?;
+        let rows = ne[1..].iter().product::<u64>() as usize;
+        let data =
+            fill(&pools[&ne[0]], rows, spec.seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ id, spec.threads);
+        w.add_tensor(name, spec.wtype, ne, data)?;
         Ok(())
     };
-    matrix(&mut w, "token_embd.weight", s.embd, vocab)?;
+    let mut rng = quant::testing::Xorshift(spec.seed.wrapping_mul(0xA076_1D64_78BD_642F) | 1);
+    // Norm weights near 1 (Gemma's too: its GGUF stores 1 + w), small biases and F32 routers, as
+    // llama.cpp's quantizer leaves them.
+    let mut f32_tensor =
+        |w: &mut GgufWriter, name: &str, ne: &[u64], center: f32, spread: f32| -> Result<()> {
+            let n = ne.iter().product::<u64>();
+            let v: Vec<f32> = (0..n).map(|_| center + spread * (2.0 * rng.unit() - 1.0)).collect();
+            w.add_f32_tensor(name, ne, &v)?;
+            Ok(())
+        };
+    let norm_center = 1.0;
+    matrix(&mut w, "token_embd.weight", &[s.embd, vocab])?;
     for l in 0..s.layers {
-        let b = format!("blk.{l}");
-        w.add_f32_tensor(&format!("{b}.attn_norm.weight"), &[s.embd], &vec![1.0; s.embd as usize])?;
-        matrix(&mut w, &format!("{b}.attn_q.weight"), s.embd, s.embd)?;
-        matrix(&mut w, &format!("{b}.attn_k.weight"), s.embd, kv)?;
-        matrix(&mut w, &format!("{b}.attn_v.weight"), s.embd, kv)?;
-        matrix(&mut w, &format!("{b}.attn_output.weight"), s.embd, s.embd)?;
-        w.add_f32_tensor(&format!("{b}.ffn_norm.weight"), &[s.embd], &vec![1.0; s.embd as usize])?;
-        matrix(&mut w, &format!("{b}.ffn_gate.weight"), s.embd, s.ff)?;
-        matrix(&mut w, &format!("{b}.ffn_up.weight"), s.embd, s.ff)?;
-        matrix(&mut w, &format!("{b}.ffn_down.weight"), s.ff, s.embd)?;
+        let b = |n: &str| format!("blk.{l}.{n}");
+        f32_tensor(&mut w, &b("attn_norm.weight"), &[s.embd], norm_center, 0.1)?;
+        matrix(&mut w, &b("attn_q.weight"), &[s.embd, qd])?;
+        matrix(&mut w, &b("attn_k.weight"), &[s.embd, kv])?;
+        matrix(&mut w, &b("attn_v.weight"), &[s.embd, kv])?;
+        matrix(&mut w, &b("attn_output.weight"), &[qd, s.embd])?;
+        if arch.qkv_bias() {
+            f32_tensor(&mut w, &b("attn_q.bias"), &[qd], 0.0, 0.05)?;
+            f32_tensor(&mut w, &b("attn_k.bias"), &[kv], 0.0, 0.05)?;
+            f32_tensor(&mut w, &b("attn_v.bias"), &[kv], 0.0, 0.05)?;
+        }
+        if arch.qk_norm() {
+            f32_tensor(&mut w, &b("attn_q_norm.weight"), &[s.head_dim()], norm_center, 0.1)?;
+            f32_tensor(&mut w, &b("attn_k_norm.weight"), &[s.head_dim()], norm_center, 0.1)?;
+        }
+        if arch == Arch::Gemma3 {
+            f32_tensor(&mut w, &b("post_attention_norm.weight"), &[s.embd], norm_center, 0.1)?;
+            f32_tensor(&mut w, &b("post_ffw_norm.weight"), &[s.embd], norm_center, 0.1)?;
+        }
+        f32_tensor(&mut w, &b("ffn_norm.weight"), &[s.embd], norm_center, 0.1)?;
+        if arch.moe() {
+            f32_tensor(&mut w, &b("ffn_gate_inp.weight"), &[s.embd, ex.count], 0.0, 0.1)?;
+            matrix(&mut w, &b("ffn_gate_exps.weight"), &[s.embd, ex.ff, ex.count])?;
+            matrix(&mut w, &b("ffn_up_exps.weight"), &[s.embd, ex.ff, ex.count])?;
+            matrix(&mut w, &b("ffn_down_exps.weight"), &[ex.ff, s.embd, ex.count])?;
+            if arch == Arch::Qwen2Moe && ex.shared_ff > 0 {
+                f32_tensor(&mut w, &b("ffn_gate_inp_shexp.weight"), &[s.embd], 0.0, 0.1)?;
+                matrix(&mut w, &b("ffn_gate_shexp.weight"), &[s.embd, ex.shared_ff])?;
+                matrix(&mut w, &b("ffn_up_shexp.weight"), &[s.embd, ex.shared_ff])?;
+                matrix(&mut w, &b("ffn_down_shexp.weight"), &[ex.shared_ff, s.embd])?;
+            }
+        } else {
+            matrix(&mut w, &b("ffn_gate.weight"), &[s.embd, s.ff])?;
+            matrix(&mut w, &b("ffn_up.weight"), &[s.embd, s.ff])?;
+            matrix(&mut w, &b("ffn_down.weight"), &[s.ff, s.embd])?;
+        }
     }
-    w.add_f32_tensor("output_norm.weight", &[s.embd], &vec![1.0; s.embd as usize])?;
-    matrix(&mut w, "output.weight", s.embd, vocab)?;
+    f32_tensor(&mut w, "output_norm.weight", &[s.embd], norm_center, 0.1)?;
+    if arch != Arch::Gemma3 {
+        matrix(&mut w, "output.weight", &[s.embd, vocab])?;
+    }
     Ok(w)
 }
 

@@ -10,10 +10,9 @@
 //! deviation (`avg_ts`, `stddev_ts`) as llama-bench does.
 //!
 //! The context holds `max(256, pad256(p + n))` cells for the largest test, as llama-bench's does.
-//! The attended extent `Nkv` of a step is the used cells rounded up to `--kv-pad` (32 by default,
-//! growing to 256 for long contexts, see `compute::model::KV_PAD`), where llama.cpp rounds to 256:
-//! the same logits, fewer empty cells attended while the cache is short. `--kv-pad 256` attends
-//! what llama-bench attends.
+//! The attended extent `Nkv` of a step is the used cells rounded up to `--kv-pad` (256 by default,
+//! what llama-bench attends, see `compute::model::KV_PAD`); `--kv-pad 32` gives the same logits and
+//! attends fewer empty cells while the cache is short.
 
 use std::io::Write;
 use std::path::Path;

@@ -1,10 +1,10 @@
-//! `llamactl synth`: writes a synthetic llama-family model (compute::model::synth).
+//! `llamactl synth`: writes a synthetic model of any architecture llamactl runs (compute::model::synth).
 
 use std::time::Instant;
 
 use anyhow::{anyhow, Context, Result};
 use compute::dtype::ALL_TYPES;
-use compute::model::synth::{self, Shape, Spec};
+use compute::model::synth::{self, Arch, Experts, Shape, Spec};
 
 use crate::cli::{SynthArgs, UsageError};
 
@@ -35,13 +35,24 @@ pub fn run(a: &SynthArgs) -> Result<()> {
         super::open_gguf(&a.vocab_from, false).with_context(|| format!("{}", a.vocab_from.display()))?;
     let threads = a.threads.unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
     let started = Instant::now();
-    let spec = Spec { shape, wtype, seed: a.seed, tokenizer: &tok, threads };
+    let arch = Arch::parse(&a.arch).ok_or_else(|| {
+        let names: Vec<&str> = Arch::ALL.iter().map(|a| a.name()).collect();
+        anyhow!(UsageError(format!("unknown architecture {:?} ({})", a.arch, names.join(", "))))
+    })?;
+    let experts = Experts {
+        count: a.experts,
+        used: a.experts_used,
+        ff: a.expert_ff.unwrap_or(0),
+        shared_ff: a.shared_expert_ff.unwrap_or(0),
+    };
+    let spec = Spec { arch, experts, shape, wtype, seed: a.seed, tokenizer: &tok, threads };
     let w = synth::synthesize(&spec)?;
     w.write_file(&a.output).with_context(|| format!("writing {}", a.output.display()))?;
     let bytes = std::fs::metadata(&a.output).map(|m| m.len()).unwrap_or(0);
     eprintln!(
-        "llamactl: wrote {} ({} layers of {}x{}, {} heads / {} kv, {wtype}): {:.1} MiB in {:.1} s",
+        "llamactl: wrote {} ({} {} layers of {}x{}, {} heads / {} kv, {wtype}): {:.1} MiB in {:.1} s",
         a.output.display(),
+        arch.name(),
         shape.layers,
         shape.embd,
         shape.ff,

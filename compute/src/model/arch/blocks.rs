@@ -151,21 +151,38 @@ pub fn attention_grouped(
         1.0 / (d as f32).sqrt()
     };
 
+    // llama.cpp adds Q, V and K to the graph together, and then each cache store, so its node
+    // order does not depend on what reads them later (ref §4.3 / §4.4). Models with sliding-window
+    // layers (llama.cpp's iSWA cache: Gemma 3) add Q, K, V; the others Q, V, K.
+    b.g.expand(q);
+    if (0..hp.n_layer).any(|l| hp.is_swa_layer(l)) {
+        b.g.expand(k);
+        b.g.expand(v);
+    } else {
+        b.g.expand(v);
+        b.g.expand(k);
+    }
+
     // Store K and V for this ubatch into the cache (ref §4.3 / §4.4).
     let cache_k = b.kv_cache(il, KvKind::K)?;
     let cache_v = b.kv_cache(il, KvKind::V)?;
     let k_idxs = b.inputs.k_idxs.ok_or_else(|| crate::Error::Model("attention inputs not created".into()))?;
     let v_idxs = b.inputs.v_idxs.ok_or_else(|| crate::Error::Model("attention inputs not created".into()))?;
     let k_rows = b.g.view_2d(k, hkv * d, t, b.g.layout(k).nb[2], 0)?;
-    b.g.set_rows(cache_k, k_rows, k_idxs)?;
-    if b.p.flash_attn {
+    let store_k = b.g.set_rows(cache_k, k_rows, k_idxs)?;
+    b.g.expand(store_k);
+    let store_v = if b.p.flash_attn {
         let v_rows = b.g.view_2d(v, hkv * dv, t, b.g.layout(v).nb[2], 0)?;
-        b.g.set_rows(cache_v, v_rows, v_idxs)?;
+        b.g.set_rows(cache_v, v_rows, v_idxs)?
     } else {
-        let v_flat = b.g.reshape(v, [1, t * hkv * dv, 1, 1])?;
+        // Transposed V cache: one row per element, as llama.cpp stores it (a 2-D reshape of the
+        // heads, the cache and the rows flattened to one element per row).
+        let v_2d = b.g.reshape(v, [hkv * dv, t, 1, 1])?;
         let cache_flat = b.g.reshape(cache_v, [1, hkv * dv * b.p.kv_size, 1, 1])?;
-        b.g.set_rows(cache_flat, v_flat, v_idxs)?;
-    }
+        let v_flat = b.g.reshape(v_2d, [1, t * hkv * dv, 1, 1])?;
+        b.g.set_rows(cache_flat, v_flat, v_idxs)?
+    };
+    b.g.expand(store_v);
 
     // Views of the attended cells.
     let nkv = b.p.n_kv;
@@ -178,7 +195,10 @@ pub fn attention_grouped(
     let mask = if hp.is_swa_layer(il) { b.inputs.kq_mask_swa } else { b.inputs.kq_mask };
     let kqv_out = match groups {
         None => {
-            let qperm = b.g.permute(q, [0, 2, 1, 3])?;
+            // llama.cpp views Q as one stream per sequence before permuting it (one stream here).
+            let ql = b.g.layout(q);
+            let qv = b.g.view(q, ql.ne, [ql.nb[1], ql.nb[2], ql.nb[3]], 0)?;
+            let qperm = b.g.permute(qv, [0, 2, 1, 3])?;
             let kview = b.g.view(cache_k, [d, hkv, nkv, 1], [rk, rk_all, kv_size * rk_all], 0)?;
             let kperm = b.g.permute(kview, [0, 2, 1, 3])?;
             attend(b, il, AttendArgs { q: qperm, k: kperm, kv: 0, nv: hkv, n_q: h, mask, kq_scale })?
@@ -205,6 +225,7 @@ pub fn attention_grouped(
         }
     };
     b.name(kqv_out, "kqv_out", il);
+    b.g.expand(kqv_out);
     let wo = b.lw(il, "attn_output.weight", [h * dv, e, 1, 1])?;
     let mut out = b.g.mul_mat(wo, kqv_out)?;
     if let Some(bias) = b.lw_opt(il, "attn_output.bias", [e, 1, 1, 1])? {

@@ -109,6 +109,7 @@ pub fn build(hp: &HParams, src: &dyn WeightSource, p: &BuildParams) -> Result<Bu
         Arch::Gemma3 => gemma3::build(&mut b)?,
     };
     b.g.set_output(output);
+    b.g.expand(output);
     Ok(Built { graph: b.g, inputs: b.inputs, output, params: p.clone() })
 }
 

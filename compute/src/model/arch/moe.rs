@@ -34,6 +34,9 @@ pub fn ffn_moe(b: &mut Ctx<'_>, il: u32, cur: TensorId) -> Result<TensorId> {
     if hp.expert_weights_scale != 0.0 && hp.expert_weights_scale != 1.0 {
         weights = b.g.scale(weights, hp.expert_weights_scale)?;
     }
+    // llama.cpp adds the routing weights to the graph before the experts, the weighted experts before
+    // their sum, each expert's view, and each partial sum (ggml_build_forward_expand).
+    b.g.expand(weights);
     let x = b.g.reshape(cur, [e, 1, t, 1])?;
     let up_exps = b.lw(il, "ffn_up_exps.weight", [e, f, ne, 1])?;
     let gate_exps = b.lw(il, "ffn_gate_exps.weight", [e, f, ne, 1])?;
@@ -48,11 +51,18 @@ pub fn ffn_moe(b: &mut Ctx<'_>, il: u32, cur: TensorId) -> Result<TensorId> {
     b.name(down, "ffn_moe_down", il);
     let weighted = b.g.mul(down, weights)?;
     b.name(weighted, "ffn_moe_weighted", il);
+    b.g.expand(weighted);
     let l = b.g.layout(weighted);
-    let mut out = b.g.view_2d(weighted, e, t, l.nb[2], 0)?;
-    for slot in 1..nu {
+    let mut views = Vec::with_capacity(nu as usize);
+    for slot in 0..nu {
         let v = b.g.view_2d(weighted, e, t, l.nb[2], slot * l.nb[1])?;
+        b.g.expand(v);
+        views.push(v);
+    }
+    let mut out = views[0];
+    for &v in &views[1..] {
         out = b.g.add(out, v)?;
+        b.g.expand(out);
     }
     if nu == 1 {
         out = b.g.cont(out)?;
@@ -62,8 +72,9 @@ pub fn ffn_moe(b: &mut Ctx<'_>, il: u32, cur: TensorId) -> Result<TensorId> {
 
 /// Qwen2-MoE's shared expert, added to the routed experts' output `routed`: a SwiGLU FFN of width
 /// `expert_shared_feed_forward_length` on the same input `cur`, scaled per token by
-/// `sigmoid(ffn_gate_inp_shexp · cur)` (ref §4.7). Nodes as llama.cpp orders them: the shared FFN,
-/// its gate, their product `ffn_shexp_out`, the sum `ffn_out`.
+/// `sigmoid(ffn_gate_inp_shexp · cur)` (ref §4.7), which llama.cpp computes as `silu(x) / x` (so do
+/// we: the same bits). Nodes as llama.cpp orders them: the shared FFN, its gate, their product
+/// `ffn_shexp_out`, the sum `ffn_out`.
 pub fn add_shared_expert(b: &mut Ctx<'_>, il: u32, cur: TensorId, routed: TensorId) -> Result<TensorId> {
     let (e, f) = (b.hp.n_embd, b.hp.n_ff_shexp);
     let names = ["ffn_gate_shexp.weight", "ffn_up_shexp.weight", "ffn_down_shexp.weight"];
@@ -72,7 +83,8 @@ pub fn add_shared_expert(b: &mut Ctx<'_>, il: u32, cur: TensorId, routed: Tensor
     let w = b.lw(il, "ffn_gate_inp_shexp.weight", [e, 1, 1, 1])?;
     let logit = b.g.mul_mat(w, cur)?;
     b.name(logit, "ffn_shexp_gate_inp", il);
-    let gate = b.g.unary(logit, UnaryOp::Sigmoid)?;
+    let silu = b.g.unary(logit, UnaryOp::Silu)?;
+    let gate = b.g.div(silu, logit)?;
     b.name(gate, "ffn_shexp_gate", il);
     let scaled = b.g.mul(shared, gate)?;
     b.name(scaled, "ffn_shexp_out", il);
