@@ -7,7 +7,8 @@
 //! shared expert, Mistral 3 with the attention temperature and with YaRN's `yarn_log_multiplier`).
 //!
 //! Both sides keep K/V in F16 and compute in f32 from F32 weights. Measured max |Δlogit| on logits
-//! of magnitude ~1–3 (FA off / on): llama 0, qwen2moe 2.3e-5 / 4.8e-7, mistral3 0 / 0, so the dense
+//! of magnitude ~1–3 (FA off / on): llama 0, qwen2moe 3.0e-7 / 2.4e-7 (2.3e-5 / 4.8e-7 before its
+//! shared-expert gate became llama.cpp's silu(x)/x), mistral3 0 / 0, so the dense
 //! models are asserted bit-identical and qwen2moe within 1e-4; a wrong key, role or op moves them by
 //! 0.05 or more (measured: the temperature with offset 1 instead of 0 differs by 0.097).
 //!

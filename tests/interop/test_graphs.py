@@ -50,24 +50,38 @@ def synth_dir(model, tmp_path_factory):
     return out
 
 
-def capture_both(model_path, server, tmp, prompt, n_tokens, fa, n_ctx):
-    """Runs llama.cpp's master and llamactl through capturing proxies in front of `server`; returns
-    ((llama.cpp evaluations, text), (llamactl evaluations, text))."""
-    cap_cpp, cap_ctl = os.path.join(tmp, "cpp"), os.path.join(tmp, "ctl")
-    with proxy.Proxy(server.port, capture_dir=cap_cpp) as px:
-        res = peer.run_master(model_path, [prompt], n_tokens, endpoints=[px.endpoint], flash_attn=fa, n_ctx=n_ctx,
-                              timeout=TIMEOUT)
-        px.wait_closed()
-    with proxy.Proxy(server.port, capture_dir=cap_ctl) as px:
-        argv = [peer.llamactl_bin(), "run", "-m", model_path, "-p", prompt, "-n", str(n_tokens), "--temp", "0",
-                "-t", "1", "-c", str(n_ctx), "--flash-attn", "on" if fa else "off", "--no-progress",
-                "--workers", px.endpoint]
-        out = subprocess.run(argv, capture_output=True, timeout=TIMEOUT)
-        px.wait_closed()
-    assert out.returncode == 0, out.stderr.decode(errors="replace")[-3000:]
-    text = out.stdout.decode(errors="replace")
-    text = text[:-1] if text.endswith("\n") else text
-    return (graphdiff.evaluations(cap_cpp), res.runs[0]), (graphdiff.evaluations(cap_ctl), text)
+def capture_both(model_path, servers, tmp, prompt, n_tokens, fa, n_ctx):
+    """Runs llama.cpp's master and llamactl through capturing proxies in front of `servers` (one or a
+    list; the layers are split across them); returns, per server, ((llama.cpp evaluations, run),
+    (llamactl evaluations, text)) (a single pair for a single server)."""
+    servers_ = servers if isinstance(servers, list) else [servers]
+    out = []
+    for who in ("cpp", "ctl"):
+        caps = [os.path.join(tmp, f"{who}{i}") for i in range(len(servers_))]
+        proxies = [proxy.Proxy(s.port, capture_dir=c) for s, c in zip(servers_, caps)]
+        for px in proxies:
+            px.__enter__()
+        endpoints = [px.endpoint for px in proxies]
+        try:
+            if who == "cpp":
+                res = peer.run_master(model_path, [prompt], n_tokens, endpoints=endpoints, flash_attn=fa, n_ctx=n_ctx,
+                                      timeout=TIMEOUT)
+                result = res.runs[0]
+            else:
+                argv = [peer.llamactl_bin(), "run", "-m", model_path, "-p", prompt, "-n", str(n_tokens), "--temp", "0",
+                        "-t", "1", "-c", str(n_ctx), "--flash-attn", "on" if fa else "off", "--no-progress",
+                        "--workers", ",".join(endpoints)]
+                r = subprocess.run(argv, capture_output=True, timeout=TIMEOUT)
+                assert r.returncode == 0, r.stderr.decode(errors="replace")[-3000:]
+                text = r.stdout.decode(errors="replace")
+                result = text[:-1] if text.endswith("\n") else text
+        finally:
+            for px in proxies:
+                px.wait_closed()
+                px.__exit__(None, None, None)
+        out.append([(graphdiff.evaluations(c), result) for c in caps])
+    pairs = list(zip(out[0], out[1]))
+    return pairs[0] if not isinstance(servers, list) else pairs
 
 
 def assert_same_graphs(what, cpp, ctl, n_tokens):
@@ -106,3 +120,24 @@ def test_llamactl_graphs_equal_llamacpp_over_two_ubatches(arch, synth_dir, serve
     cpp, ctl = capture_both(str(synth_dir / f"{arch}.gguf"), server, tmp_path, prompt, 2, False, 1024)
     assert len(cpp[0]) == 3, f"expected two prompt ubatches and one generation step, got {len(cpp[0])}"
     assert_same_graphs(f"{arch} two ubatches", cpp, ctl, 2)
+
+
+@pytest.mark.parametrize("fa", [False, True], ids=["fa-off", "fa-on"])
+def test_llamactl_graphs_equal_llamacpp_layer_split(model, fa, tmp_path):
+    """SmolLM2's layers split across two servers: each server gets the same layers and the same graphs
+    from both masters (llama.cpp splits by the servers' free memory, llamactl too), the first without
+    the output head (its hidden state unflagged), the second with it."""
+    servers = [peer.start_reference_server(), peer.start_reference_server()]
+    try:
+        pairs = capture_both(model, servers, tmp_path, PROMPT, N_TOKENS, fa, 512)
+    finally:
+        for s in servers:
+            s.stop()
+    for i, (cpp, ctl) in enumerate(pairs):
+        (ea, _), (eb, _) = cpp, ctl
+        assert len(ea) == len(eb) >= N_TOKENS, f"server {i}: {len(ea)} vs {len(eb)} evaluations"
+        for k, (a, b) in enumerate(zip(ea, eb)):
+            d = graphdiff.diff(a, b)
+            assert not d, f"server {i} evaluation {k} differs:\n" + "\n".join(d)
+    (_, run), (_, text) = pairs[-1]
+    assert text == run["text"]

@@ -27,6 +27,17 @@ PROMPTS = [
     "Photosynthesis is the process by which green plants and some other organisms use sunlight to "
     "synthesize foods from carbon dioxide and water. In a few sentences, explain why this process "
     "matters for life on Earth and what would happen without it:",
+    "Der schnelle braune Fuchs springt über den faulen Hund, und dann",
+    "import numpy as np\n\ndef softmax(x):\n    # subtract the max for stability (x has shape [n, 16])\n",
+    "In 2023 the city recorded 1,284 births, 907 deaths and 3.5% growth; in 2024 the figures were",
+    # Over 128 tokens: the prompt's attention spans more than one 128-cell block.
+    "The history of the printing press begins long before Gutenberg. In China, woodblock printing was "
+    "used as early as the seventh century to reproduce texts and images on paper and cloth, and movable "
+    "type made of baked clay was described by Shen Kuo in the eleventh century. Korean printers later "
+    "cast metal type and produced books such as the Jikji in 1377. In Europe, Johannes Gutenberg combined "
+    "a screw press, oil-based ink and an adjustable mould for casting uniform metal letters around 1450, "
+    "which made printing fast and cheap enough to spread across the continent within fifty years. "
+    "Summarise the main steps of this history in three short bullet points:",
 ]
 N_TOKENS = 32
 MASTER_TIMEOUT = float(os.environ.get("LLAMAD_INTEROP_TIMEOUT", "180"))

@@ -108,7 +108,11 @@ pub fn build(hp: &HParams, src: &dyn WeightSource, p: &BuildParams) -> Result<Bu
         Arch::Qwen3 | Arch::Qwen3Moe => qwen3::build(&mut b)?,
         Arch::Gemma3 => gemma3::build(&mut b)?,
     };
-    b.g.set_output(output);
+    // llama.cpp flags the logits as an output; a range's hidden state is only copied to the next
+    // device by its scheduler, unflagged.
+    if p.layers.end == hp.n_layer {
+        b.g.set_output(output);
+    }
     b.g.expand(output);
     Ok(Built { graph: b.g, inputs: b.inputs, output, params: p.clone() })
 }
