@@ -295,6 +295,12 @@ pub(crate) unsafe fn prepare_mul_mat(
         }
         _ => k,
     };
+    // ggml takes its tiled product for 8+ activation rows of a K-quant or IQ type: that order where
+    // the kernel set reproduces it (and no repacked product runs instead).
+    let k = match (act.repack, DotKernels::batch(a.dtype())) {
+        (None, Some(bk)) if gemm.is_none() && b.ne[1] >= quant::TILED_MIN_ROWS => bk,
+        _ => k,
+    };
     // Generation steps read the interleaved copy when there is one (the same values).
     let interleaved = match (act.repack, interleaved) {
         (Some(Repack::Prepared(_)), Some(il)) => plan_interleaved(&a, il),
@@ -568,6 +574,16 @@ struct DotKernels {
 const GEMM_MIN_COLS: usize = 3;
 
 impl DotKernels {
+    /// The one-column dot in the order of ggml's tiled product, when the kernel set has it.
+    fn batch(t: GgmlType) -> Option<DotKernels> {
+        quant::kernels(t).vec_dot_batch.map(|f| DotKernels {
+            vec_dot: f,
+            vec_dot_x4: None,
+            gemm: None,
+            vec_dot_2x2: None,
+        })
+    }
+
     fn new(t: GgmlType, vec_dot: VecDotFn) -> DotKernels {
         let k = quant::kernels(t);
         // A float type's tiled kernel follows its GEMM order, which this product does not use.
@@ -641,6 +657,9 @@ pub(crate) struct MulMatId {
     ids: Tv,
     dst: Tv,
     k: DotKernels,
+    /// The dot in ggml's tiled-product order, for experts with 8+ routed rows (see
+    /// `TypeKernels::vec_dot_batch`).
+    k_batch: Option<DotKernels>,
     act: Activations,
     /// Offset of the expert lists in shared scratch.
     lists_off: usize,
@@ -710,6 +729,7 @@ pub(crate) unsafe fn prepare_mul_mat_id(n: &Node) -> Result<Plan> {
             ids,
             dst,
             k: DotKernels::new(a.dtype(), vec_dot),
+            k_batch: DotKernels::batch(a.dtype()),
             act,
             lists_off,
         }),
@@ -747,6 +767,11 @@ impl MulMatId {
             let r0 = (u % row_blocks) * ROW_BLOCK;
             let nr = ROW_BLOCK.min(m - r0);
             let xs: [&[u8]; ROW_BLOCK] = std::array::from_fn(|i| a.row_bytes(r0 + i.min(nr - 1), e, 0));
+            // ggml's tiled product takes an expert with 8+ routed rows.
+            let kern = match &self.k_batch {
+                Some(bk) if p1 - p0 >= quant::TILED_MIN_ROWS => bk,
+                _ => &self.k,
+            };
             let mut out = [0.0f32; ROW_BLOCK * COL_BLOCK];
             // Pairs in chunks fixed by the list order (not by the threads).
             for chunk in list.chunks(COL_BLOCK * 4) {
@@ -759,7 +784,7 @@ impl MulMatId {
                     let (slot, t) = pair(j.min(nc - 1));
                     act_row(b, &self.act, &ctx.sh, slot % b.ne[1], t, 0)
                 });
-                self.k.products(k, &xs[..nr], &ys[..nc], &mut out[..nr * nc]);
+                kern.products(k, &xs[..nr], &ys[..nc], &mut out[..nr * nc]);
                 for (j, col) in out[..nr * nc].chunks_exact(nr).enumerate() {
                     let (slot, t) = pair(j);
                     dst.store_f32s(r0, slot, t, 0, col);

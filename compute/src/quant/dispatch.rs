@@ -122,6 +122,12 @@ impl Kernels {
         self.types[t as usize].vec_dot = Some(f);
     }
 
+    /// Sets the dot product in ggml's tiled-product order of `t` (see `TypeKernels::vec_dot_batch`).
+    #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
+    pub(crate) fn set_vec_dot_batch(&mut self, t: GgmlType, f: VecDotFn) {
+        self.types[t as usize].vec_dot_batch = Some(f);
+    }
+
     /// Sets the four-row dot product of `t`.
     pub(crate) fn set_vec_dot_x4(&mut self, t: GgmlType, f: super::VecDotX4Fn) {
         self.types[t as usize].vec_dot_x4 = Some(f);
@@ -185,6 +191,12 @@ impl Kernels {
         self.types[t as usize].vec_dot_gemm = Some(f);
     }
 
+    /// Removes the float-GEMM-order dot of `t` (a kernel set that prefers its own product).
+    #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
+    pub(crate) fn clear_vec_dot_gemm(&mut self, t: GgmlType) {
+        self.types[t as usize].vec_dot_gemm = None;
+    }
+
     /// Replaces the quantizer (or narrowing) of `t`.
     pub(crate) fn set_from_f32(&mut self, t: GgmlType, f: FromF32Fn) {
         self.types[t as usize].from_f32 = Some(f);
@@ -234,6 +246,7 @@ fn entry(to: ToF32Fn, from: Option<FromF32Fn>, dot: Option<VecDotFn>, vdt: GgmlT
         vec_dot_x4: None,
         vec_dot_2x2: None,
         vec_dot_gemm: None,
+        vec_dot_batch: None,
         gemm: None,
         vec_dot_prepared: None,
         panel: None,
@@ -252,6 +265,7 @@ fn build_scalar() -> Kernels {
         vec_dot_x4: None,
         vec_dot_2x2: None,
         vec_dot_gemm: None,
+        vec_dot_batch: None,
         gemm: None,
         vec_dot_prepared: None,
         panel: None,

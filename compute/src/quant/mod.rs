@@ -113,6 +113,12 @@ pub struct TypeKernels {
     /// agree (the quantized types). Matrix products pick it so that results equal a llama.cpp CPU
     /// backend's bit for bit.
     pub vec_dot_gemm: Option<VecDotFn>,
+    /// The dot product as ggml's tiled K-quant matrix product computes it (`GGML_CPU_TILED_MM`,
+    /// ggml-cpu `tiled/`), which ggml uses instead of `vec_dot` for the K-quants, IQ4_XS and the grid
+    /// IQ types when a matrix product has [`TILED_MIN_ROWS`] or more activation rows (per expert for
+    /// MUL_MAT_ID): per super-block `r = d·s1 - dmin·s2` (exact integer sums `s1`, `s2`; the minus
+    /// fused), then `acc = fma(r, d_y, acc)`. `None` where the kernel set does not reproduce it.
+    pub vec_dot_batch: Option<VecDotFn>,
     /// Optional register-tiled matrix × matrix form of `vec_dot` (`None`: call `vec_dot_x4` /
     /// `vec_dot` per row).
     pub gemm: Option<GemmFn>,
@@ -125,6 +131,10 @@ pub struct TypeKernels {
     /// rows: `vec_dot_prepared`'s values bit for bit, 16 rows at a time.
     pub interleaved_dot: Option<interleave::InterleavedDotFn>,
 }
+
+/// Fewest activation rows for which ggml's CPU backend takes its tiled K-quant product (see
+/// [`TypeKernels::vec_dot_batch`]).
+pub const TILED_MIN_ROWS: usize = 8;
 
 /// The kernel table of `t`, for the instruction set chosen at start-up.
 pub fn kernels(t: GgmlType) -> &'static TypeKernels {

@@ -11,6 +11,7 @@ pub mod iq;
 pub(crate) mod iq_grids;
 pub mod kquantize;
 pub mod kquants;
+pub mod kquants_x86;
 pub mod legacy;
 pub mod refquant;
 

@@ -230,6 +230,100 @@ fn vec_dot_x4_matches_four_scalar_dots() {
     }
 }
 
+/// The x86 kernel sets' K-quant and IQ4_XS dot products, in the one-column order and in the tiled
+/// product's, against the scalar models of ggml's AVX2 orders (`scalar::kquants_x86`), bit for bit: random blocks (every quant bit pattern, finite
+/// scales of both signs), blocks of extreme codes, odd super-block counts, and activations from
+/// zero to large (the Q8_K quantizer is itself bitwise equal to ggml's reference, see
+/// `activation_quantizers_bitwise`). With the four-column and tiled kernels checked against
+/// `vec_dot` below, every x86 path of these types reproduces llama.cpp's AVX2 results.
+#[test]
+fn x86_kquant_dots_equal_ggml_avx2_model_bitwise() {
+    use crate::quant::scalar::kquants_x86 as m;
+    use GgmlType::*;
+    let s = scalar_table();
+    let mut r = rng(11);
+    let models: [(GgmlType, crate::quant::VecDotFn); 6] = [
+        (Q2_K, m::vec_dot_q2_k_q8_k_x86),
+        (Q3_K, m::vec_dot_q3_k_q8_k_x86),
+        (Q4_K, m::vec_dot_q4_k_q8_k_x86),
+        (Q5_K, m::vec_dot_q5_k_q8_k_x86),
+        (Q6_K, m::vec_dot_q6_k_q8_k_x86),
+        (IQ4_XS, m::vec_dot_iq4_xs_q8_k_x86),
+    ];
+    let tiled: [(GgmlType, crate::quant::VecDotFn); 6] = [
+        (Q2_K, m::vec_dot_q2_k_q8_k_tiled_x86),
+        (Q3_K, m::vec_dot_q3_k_q8_k_tiled_x86),
+        (Q4_K, m::vec_dot_q4_k_q8_k_tiled_x86),
+        (Q5_K, m::vec_dot_q5_k_q8_k_tiled_x86),
+        (Q6_K, m::vec_dot_q6_k_q8_k_tiled_x86),
+        (IQ4_XS, m::vec_dot_iq4_xs_q8_k_tiled_x86),
+    ];
+    let mut tested = 0;
+    for isa in Isa::all_available().into_iter().filter(|i| matches!(i, Isa::Avx2 | Isa::Avx512)) {
+        let k = Kernels::build(isa);
+        // The one-column order (vec_dot) and the tiled-product order (vec_dot_batch).
+        let dots = models
+            .iter()
+            .map(|&(t, f)| (t, f, k.get(t).vec_dot.unwrap()))
+            .chain(tiled.iter().map(|&(t, f)| (t, f, k.get(t).vec_dot_batch.unwrap())));
+        for (t, model, dot) in dots {
+            for nb in [1usize, 2, 5] {
+                let n = nb * 256;
+                let mut xrows: Vec<Vec<u8>> =
+                    [1.0f32, -3.0, 2000.0].iter().map(|&sc| random_row(&mut r, t, nb, sc)).collect();
+                for fill in [0xFFu8, 0x00, 0x55, 0xAA] {
+                    xrows.push(filled_row(&mut r, t, nb, fill));
+                }
+                for y in activations(&mut r, n) {
+                    let qy = quantize(&s, Q8_K, &y);
+                    for qx in &xrows {
+                        let (got, want) = (dot(n, qx, &qy), model(n, qx, &qy));
+                        assert_eq!(
+                            got.to_bits(),
+                            want.to_bits(),
+                            "{} {t} n={n}: {got} vs model {want}",
+                            isa.name()
+                        );
+                        tested += 1;
+                    }
+                }
+            }
+        }
+    }
+    if Isa::all_available().contains(&Isa::Avx2) {
+        assert!(tested > 0);
+    }
+}
+
+/// AVX2's IQ4_NL dot in tinyBLAS's order (its `vec_dot_gemm`, used for matrix products over two or
+/// more activation rows) against the scalar model, bit for bit.
+#[test]
+fn x86_iq4_nl_gemm_order_equals_tinyblas_model_bitwise() {
+    use crate::quant::scalar::kquants_x86::vec_dot_iq4_nl_q8_0_tinyblas_x86 as model;
+    let s = scalar_table();
+    let mut r = rng(12);
+    if !Isa::all_available().contains(&Isa::Avx2) {
+        return;
+    }
+    let k = Kernels::build(Isa::Avx2);
+    let dot = k.get(GgmlType::IQ4_NL).vec_dot_gemm.expect("AVX2 sets the IQ4_NL tinyBLAS order");
+    for nb in [1usize, 2, 7, 18] {
+        let n = nb * 32;
+        let mut xrows: Vec<Vec<u8>> =
+            [1.0f32, -3.0, 2000.0].iter().map(|&sc| random_row(&mut r, GgmlType::IQ4_NL, nb, sc)).collect();
+        for fill in [0xFFu8, 0x00, 0x5A] {
+            xrows.push(filled_row(&mut r, GgmlType::IQ4_NL, nb, fill));
+        }
+        for y in activations(&mut r, n) {
+            let qy = quantize(&s, GgmlType::Q8_0, &y);
+            for qx in &xrows {
+                let (got, want) = (dot(n, qx, &qy), model(n, qx, &qy));
+                assert_eq!(got.to_bits(), want.to_bits(), "IQ4_NL n={n}: {got} vs model {want}");
+            }
+        }
+    }
+}
+
 /// The four-column kernels against the same kernel set's one-column `vec_dot`, bit for bit: matmul
 /// picks one or the other by column position, so they must agree exactly (ggml's order per output).
 #[test]

@@ -27,6 +27,8 @@ pub fn install(k: &mut Kernels) {
     k.set_vec_dot(GgmlType::Q5_0, vec_dot_q5_0_q8_0);
     k.set_vec_dot(GgmlType::Q8_0, vec_dot_q8_0_q8_0);
     k.set_vec_dot(GgmlType::IQ4_NL, vec_dot_iq4_nl_q8_0);
+    // IQ4_NL prompts keep the panel product here (its own order, not tinyBLAS's; see quant::panel).
+    k.clear_vec_dot_gemm(GgmlType::IQ4_NL);
     k.set_vec_dot_prepared(GgmlType::Q4_0, 8, vec_dot_q4_0_prepared);
     k.set_vec_dot_prepared(GgmlType::Q5_0, 16, vec_dot_q5_0_prepared);
     k.set_vec_dot_prepared(GgmlType::Q4_1, 0, vec_dot_q4_1_prepared);

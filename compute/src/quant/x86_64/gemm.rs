@@ -21,7 +21,7 @@
 use std::arch::asm;
 use std::arch::x86_64::*;
 
-use super::avx2::kquants::{k4_unpack, pick16, q6k_half};
+use super::avx2::kquants::{hsum_m, k4_unpack, pick16, q6k_half};
 use super::avx2::util::*;
 use super::avx512::dpbusd;
 use crate::dtype::{GgmlType, QK_K};
@@ -493,7 +493,8 @@ unsafe fn q4_1_tile<D: Dot, const R: usize, const C: usize>(
 }
 
 /// Q4_K · Q8_K: per super-block the exact i32 lanes `Σ_sub scale·Σ q·y`, then
-/// `fma(d_y·d_x, lanes, acc)`, and `d_y·dmin_x·mins` added to a separate sum subtracted at the end.
+/// `fma(d_y·d_x, lanes, acc)`, and the mins in ggml's AVX2 form (four i32 lanes per row, `fma`ed with
+/// `-d_y·dmin_x` into a 4-lane accumulator, reduced as `(m0 + m2) + (m1 + m3)` and added at the end).
 #[inline(always)]
 unsafe fn q4_k_tile<D: Dot, const R: usize, const C: usize>(
     xs: [&[BlockQ4K]; R],
@@ -513,7 +514,8 @@ unsafe fn q4_k_tile<D: Dot, const R: usize, const C: usize>(
         }
         let mask = _mm256_set1_epi8(0x0F);
         let mut acc = [[_mm256_setzero_ps(); R]; C];
-        let mut minus = [_mm_setzero_ps(); C];
+        // Q4_K's min accumulators, two rows per register (R ≤ 4).
+        let mut acc_m = [[_mm256_setzero_ps(); 2]; C];
         for b in 0..nb {
             // Per row: the eight scales as i16 in both lanes, the eight mins as i16.
             let mut sc = [_mm256_setzero_si256(); R];
@@ -549,18 +551,19 @@ unsafe fn q4_k_tile<D: Dot, const R: usize, const C: usize>(
             for c in 0..C {
                 let by = &ys[c][b];
                 let dy = f32::from_le_bytes(by.d);
-                // Σ_j mn_j·(bsum_2j + bsum_2j+1) for the four rows.
+                // ggml's four min lanes per row, `mn_2k·(bsum_4k + bsum_4k+1) + …`, times
+                // `-d_y·dmin_x` into the row's 4-lane min accumulator (two rows per register).
                 let b0 = _mm_loadu_si128(by.bsums.as_ptr().cast());
                 let b1 = _mm_loadu_si128(by.bsums[8..].as_ptr().cast());
                 let bs = _mm_hadd_epi16(b0, b1);
-                // Rows past R stay zero (their lanes are not read).
-                let mut m = [_mm_setzero_si128(); 4];
-                for i in 0..R {
-                    m[i] = _mm_madd_epi16(mn[i], bs);
+                let mut neg = [0.0f32; 4];
+                _mm_storeu_ps(neg.as_mut_ptr(), _mm_mul_ps(_mm_set1_ps(-dy), dmin));
+                for p in 0..R.div_ceil(2) {
+                    let (i0, i1) = (2 * p, (2 * p + 1).min(R - 1));
+                    let m = _mm256_set_m128i(_mm_madd_epi16(mn[i1], bs), _mm_madd_epi16(mn[i0], bs));
+                    let dm = _mm256_set_m128(_mm_set1_ps(neg[i1]), _mm_set1_ps(neg[i0]));
+                    acc_m[c][p] = _mm256_fmadd_ps(dm, _mm256_cvtepi32_ps(m), acc_m[c][p]);
                 }
-                let mins = _mm_hadd_epi32(_mm_hadd_epi32(m[0], m[1]), _mm_hadd_epi32(m[2], m[3]));
-                let term = _mm_mul_ps(_mm_mul_ps(_mm_set1_ps(dy), dmin), _mm_cvtepi32_ps(mins));
-                minus[c] = _mm_add_ps(minus[c], term);
                 for i in 0..R {
                     let v = _mm256_cvtepi32_ps(sumi[c][i]);
                     acc[c][i] = _mm256_fmadd_ps(_mm256_set1_ps(dy * d[i]), v, acc[c][i]);
@@ -569,10 +572,11 @@ unsafe fn q4_k_tile<D: Dot, const R: usize, const C: usize>(
         }
         let mut s = finish(acc);
         for c in 0..C {
-            let mut m = [0.0f32; 4];
-            _mm_storeu_ps(m.as_mut_ptr(), minus[c]);
-            for r in 0..R {
-                s[c][r] -= m[r];
+            for (r, v) in s[c].iter_mut().enumerate() {
+                let pair = acc_m[c][r / 2];
+                let m =
+                    if r % 2 == 0 { _mm256_castps256_ps128(pair) } else { _mm256_extractf128_ps(pair, 1) };
+                *v += hsum_m(m);
             }
         }
         s

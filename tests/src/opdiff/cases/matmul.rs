@@ -19,9 +19,14 @@ pub const WEIGHT_TYPES: [GgmlType; 28] = [
 ];
 
 /// Types whose AVX2 matrix product reproduces ggml's bit for bit (tests/interop/README.md: the
-/// legacy dot products with the Q8_0/Q8_1 activation quantizers, F32/F16 in tinyBLAS or vec_dot order).
+/// legacy dot products with the Q8_0/Q8_1 activation quantizers, F32/F16 in tinyBLAS or vec_dot order,
+/// the K-quants and IQ4_XS with the Q8_K quantizer in vec_dot order and, from 8 activation rows on,
+/// in the order of ggml's tiled K-quant product, IQ4_NL in vec_dot or tinyBLAS order).
 fn designed_exact(t: GgmlType) -> bool {
-    matches!(t, F32 | F16 | Q4_0 | Q4_1 | Q5_0 | Q5_1 | Q8_0)
+    matches!(
+        t,
+        F32 | F16 | Q4_0 | Q4_1 | Q5_0 | Q5_1 | Q8_0 | IQ4_NL | Q2_K | Q3_K | Q4_K | Q5_K | Q6_K | IQ4_XS
+    )
 }
 
 fn bound(t: GgmlType) -> Bound {
@@ -77,6 +82,12 @@ pub fn cases(v: &mut Vec<Case>) {
         // Weights as a permuted view, activations as a strided view; a weight view one row in.
         mm(v, t, 256, 32, 5, 2, 2, Permuted, Strided, "");
         mm(v, t, 256, 32, 4, 1, 1, Offset, Offset, "");
+    }
+    // ggml's tiled K-quant product starts at 8 activation rows: both sides of the threshold.
+    for t in [Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_XS] {
+        for n in [7, 8] {
+            mm(v, t, 768, 48, n, 1, 1, Contig, Contig, "-tiled-threshold");
+        }
     }
     // SmolLM2 shapes: attention (E×E, prompt of 37), FFN up/down (E×F, F×E), output rows (vocab part).
     mm(v, Q4_1, 576, 576, 37, 1, 1, Contig, Contig, "-smollm-attn");
@@ -155,26 +166,36 @@ fn mul_mat_id(v: &mut Vec<Case>) {
     const M: u64 = 32;
     const NE: u64 = 4;
     const NU: u64 = 2;
-    const T: u64 = 5;
+    // 5 tokens: under 8 rows per expert; 24 tokens: some experts get 8+ rows, which ggml multiplies
+    // with its tiled product for the K-quants and IQ types.
+    let tokens = |t: GgmlType| {
+        if matches!(t, Q2_K | Q3_K | Q4_K | Q5_K | Q6_K | IQ4_XS) {
+            &[5u64, 24][..]
+        } else {
+            &[5u64][..]
+        }
+    };
     for t in WEIGHT_TYPES {
-        for nb in [1, NU] {
-            for form in [Form::Contig, Form::Permuted] {
-                let name = format!("mul_mat_id/{}/k{K}m{M}e{NE}u{NU}t{T}/nb{nb}-{}", tn(t), form.name());
-                push(v, "MUL_MAT_ID", name, bound(t), move |rng| {
-                    let mut g = Graph::new();
-                    let a = input(&mut g, rng, t, [K, M, NE, 1], W_SCALE, Form::Contig)?;
-                    let b = input(&mut g, rng, F32, [K, nb, T, 1], 1.0, form)?;
-                    let mut ids = Vec::new();
-                    for tok in 0..T {
-                        let first = rand::Rng::random_range(rng, 0..NE) as i32;
-                        ids.push(first);
-                        ids.push((first + 1 + (tok as i32 % 3)) % NE as i32);
-                    }
-                    let ids = i32_input(&mut g, [NU, T, 1, 1], &ids)?;
-                    let d = g.op(GgmlOp::MulMatId, F32, [M, NU, T, 1], &[a, b, ids], &[])?;
-                    g.output(d);
-                    Ok(g)
-                });
+        for &nt in tokens(t) {
+            for nb in [1, NU] {
+                for form in [Form::Contig, Form::Permuted] {
+                    let name = format!("mul_mat_id/{}/k{K}m{M}e{NE}u{NU}t{nt}/nb{nb}-{}", tn(t), form.name());
+                    push(v, "MUL_MAT_ID", name, bound(t), move |rng| {
+                        let mut g = Graph::new();
+                        let a = input(&mut g, rng, t, [K, M, NE, 1], W_SCALE, Form::Contig)?;
+                        let b = input(&mut g, rng, F32, [K, nb, nt, 1], 1.0, form)?;
+                        let mut ids = Vec::new();
+                        for tok in 0..nt {
+                            let first = rand::Rng::random_range(rng, 0..NE) as i32;
+                            ids.push(first);
+                            ids.push((first + 1 + (tok as i32 % 3)) % NE as i32);
+                        }
+                        let ids = i32_input(&mut g, [NU, nt, 1, 1], &ids)?;
+                        let d = g.op(GgmlOp::MulMatId, F32, [M, NU, nt, 1], &[a, b, ids], &[])?;
+                        g.output(d);
+                        Ok(g)
+                    });
+                }
             }
         }
     }

@@ -4,6 +4,12 @@
 //! Every 32-byte vector of quants covers two 16-element sub-blocks (one per 128-bit lane) or one
 //! 32-element sub-block, so the integer scales are applied with `madd_epi16` against a vector
 //! holding the right scale in each lane; the per-super-block integer sum is then scaled once.
+//!
+//! The float steps are ggml's AVX2 ones (`ggml_vec_dot_q*_K_q8_K`, x86 `quants.c`), so results are
+//! bit-identical to llama.cpp's x86 CPU backend: per 32-bit lane the same exact integer sums, the same
+//! `fma`s into the same accumulators (Q2_K's mins per lane into the main one, Q4_K's into a 4-lane
+//! one, Q5_K's into a fused scalar sum), the same final reductions. The scalar model of that order,
+//! and the kernels' bit-exact twin, is `quant::scalar::kquants_x86`.
 
 use std::arch::x86_64::*;
 
@@ -23,16 +29,78 @@ fn q8k_d(b: &BlockQ8K) -> f32 {
     f32::from_le_bytes(b.d)
 }
 
-/// What one super-block contributes: `scale · Σ sumi - minus`.
+/// What one super-block contributes: `scale · lanes(sumi)` plus its mins term.
 struct Part {
     sumi: __m256i,
     scale: f32,
-    minus: f32,
+    mins: Mins,
+}
+
+/// The mins term of a super-block in ggml's AVX2 form, with `dmin = -d_y · dmin_x`.
+enum Mins {
+    /// No mins (Q3_K, Q6_K, IQ4_XS).
+    None,
+    /// Q2_K: `acc = fma(dmin, float(lanes), acc)` before the block's own product.
+    Lanes8(__m256i, f32),
+    /// Q4_K: a separate 4-lane accumulator `acc_m = fma(dmin, float(lanes), acc_m)`.
+    Lanes4(__m128i, f32),
+    /// Q5_K: a scalar `summs = fma(dmin, float(mins), summs)`.
+    Scalar(i32, f32),
+}
+
+/// Accumulates one super-block into ggml's accumulators (the scalar model is
+/// `quant::scalar::kquants_x86`).
+#[inline(always)]
+unsafe fn accumulate(p: Part, acc: &mut __m256, acc_m: &mut __m128, summs: &mut f32) {
+    // SAFETY: register arithmetic under the caller's AVX2 + FMA.
+    unsafe {
+        match p.mins {
+            Mins::None => {}
+            Mins::Lanes8(m, dmin) => {
+                *acc = _mm256_fmadd_ps(_mm256_set1_ps(dmin), _mm256_cvtepi32_ps(m), *acc)
+            }
+            Mins::Lanes4(m, dmin) => *acc_m = _mm_fmadd_ps(_mm_set1_ps(dmin), _mm_cvtepi32_ps(m), *acc_m),
+            Mins::Scalar(m, dmin) => *summs = dmin.mul_add(m as f32, *summs),
+        }
+        *acc = _mm256_fmadd_ps(_mm256_set1_ps(p.scale), _mm256_cvtepi32_ps(p.sumi), *acc);
+    }
+}
+
+/// ggml's finish: the horizontal sum of `acc`, plus Q4_K's `(m0 + m2) + (m1 + m3)` or Q5_K's `summs`.
+#[inline(always)]
+pub(in crate::quant::x86_64) unsafe fn finish(kind: MinsKind, acc: __m256, acc_m: __m128, summs: f32) -> f32 {
+    // SAFETY: register arithmetic under the caller's AVX.
+    unsafe {
+        let h = hsum_ps(acc);
+        match kind {
+            MinsKind::Lanes4 => h + hsum_m(acc_m),
+            MinsKind::Scalar => h + summs,
+            MinsKind::Other => h,
+        }
+    }
+}
+
+/// `(m0 + m2) + (m1 + m3)`: the reduction of Q4_K's min accumulator.
+#[inline(always)]
+pub(in crate::quant::x86_64) unsafe fn hsum_m(m: __m128) -> f32 {
+    // SAFETY: register arithmetic under SSE3.
+    unsafe {
+        let m = _mm_add_ps(m, _mm_movehl_ps(m, m));
+        _mm_cvtss_f32(_mm_add_ss(m, _mm_movehdup_ps(m)))
+    }
+}
+
+/// Which finish a type takes.
+#[derive(Clone, Copy)]
+pub(in crate::quant::x86_64) enum MinsKind {
+    Lanes4,
+    Scalar,
+    Other,
 }
 
 macro_rules! kernel {
-    ($pub_name:ident, $loop_name:ident, $inner:ident, $blk:ty) => {
-        /// Dot product against Q8_K (see the module docs).
+    ($pub_name:ident, $loop_name:ident, $inner:ident, $blk:ty, $kind:expr) => {
+        /// Dot product against Q8_K in ggml's AVX2 order (see the module docs).
         pub(super) fn $pub_name(n: usize, x: &[u8], y: &[u8]) -> f32 {
             let (xs, ys) = rows::<$blk>(n, x, y);
             // SAFETY: installed only after AVX2/FMA/F16C detection (module docs of `avx2`);
@@ -45,24 +113,78 @@ macro_rules! kernel {
             // SAFETY: register arithmetic and whole-block reads; features enabled on this fn.
             unsafe {
                 let mut acc = _mm256_setzero_ps();
-                let mut minus = 0.0f32;
+                let mut acc_m = _mm_setzero_ps();
+                let mut summs = 0.0f32;
                 for (bx, by) in xs.iter().zip(ys) {
-                    let p = $inner(bx, by);
-                    acc = _mm256_fmadd_ps(_mm256_set1_ps(p.scale), _mm256_cvtepi32_ps(p.sumi), acc);
-                    minus += p.minus;
+                    accumulate($inner(bx, by), &mut acc, &mut acc_m, &mut summs);
                 }
-                hsum_ps(acc) - minus
+                finish($kind, acc, acc_m, summs)
             }
         }
     };
 }
 
-kernel!(vec_dot_q4_k_q8_k, q4_k_loop, q4_k_block, BlockQ4K);
-kernel!(vec_dot_q5_k_q8_k, q5_k_loop, q5_k_block, BlockQ5K);
-kernel!(vec_dot_q6_k_q8_k, q6_k_loop, q6_k_block, BlockQ6K);
-kernel!(vec_dot_q2_k_q8_k, q2_k_loop, q2_k_block, BlockQ2K);
-kernel!(vec_dot_q3_k_q8_k, q3_k_loop, q3_k_block, BlockQ3K);
-kernel!(vec_dot_iq4_xs_q8_k, iq4_xs_loop, iq4_xs_block, BlockIq4Xs);
+kernel!(vec_dot_q4_k_q8_k, q4_k_loop, q4_k_block, BlockQ4K, MinsKind::Lanes4);
+kernel!(vec_dot_q5_k_q8_k, q5_k_loop, q5_k_block, BlockQ5K, MinsKind::Scalar);
+kernel!(vec_dot_q6_k_q8_k, q6_k_loop, q6_k_block, BlockQ6K, MinsKind::Other);
+kernel!(vec_dot_q2_k_q8_k, q2_k_loop, q2_k_block, BlockQ2K, MinsKind::Other);
+kernel!(vec_dot_q3_k_q8_k, q3_k_loop, q3_k_block, BlockQ3K, MinsKind::Other);
+kernel!(vec_dot_iq4_xs_q8_k, iq4_xs_loop, iq4_xs_block, BlockIq4Xs, MinsKind::Other);
+
+/// ggml's tiled product per super-block: `r = d_x·float(s1)` (minus `dmin_x·float(s2)`, fused),
+/// then `acc = fma(r, d_y, acc)`; `s1` and `s2` are the block's exact integer sums, here the lane
+/// sums of the one-column kernel's [`Part`] (ref: ggml-cpu `tiled/tiled-kernel.cpp`, AVX2 epilogue;
+/// scalar model `quant::scalar::kquants_x86`).
+#[inline(always)]
+fn tiled_step(p: &Part, dx: f32, dmin_x: f32, dy: f32, acc: f32) -> f32 {
+    // SAFETY: register arithmetic under the caller's AVX2.
+    let (s1, s2) = unsafe {
+        let s2 = match p.mins {
+            Mins::None => 0,
+            Mins::Lanes8(m, _) => hsum_epi32(m),
+            Mins::Lanes4(m, _) => hsum_epi32_4(m),
+            Mins::Scalar(m, _) => m,
+        };
+        (hsum_epi32(p.sumi), s2)
+    };
+    let mut r = dx * s1 as f32;
+    if !matches!(p.mins, Mins::None) {
+        r = (-dmin_x).mul_add(s2 as f32, r);
+    }
+    r.mul_add(dy, acc)
+}
+
+macro_rules! tiled_kernel {
+    ($pub_name:ident, $loop_name:ident, $inner:ident, $blk:ty, |$b:ident| $dd:expr) => {
+        /// Dot product against Q8_K in the order of ggml's tiled product (see [`tiled_step`]).
+        pub(super) fn $pub_name(n: usize, x: &[u8], y: &[u8]) -> f32 {
+            let (xs, ys) = rows::<$blk>(n, x, y);
+            // SAFETY: installed only after AVX2/FMA/F16C detection (module docs of `avx2`);
+            // the blocks are whole structs.
+            unsafe { $loop_name(xs, ys) }
+        }
+
+        #[target_feature(enable = "avx2,fma,f16c")]
+        unsafe fn $loop_name(xs: &[$blk], ys: &[BlockQ8K]) -> f32 {
+            let mut acc = 0.0f32;
+            for ($b, by) in xs.iter().zip(ys) {
+                // SAFETY: register arithmetic and whole-block reads; features enabled on this fn.
+                let p = unsafe { $inner($b, by) };
+                // SAFETY: F16C enabled on this fn.
+                let (dx, dmin_x) = unsafe { $dd };
+                acc = tiled_step(&p, dx, dmin_x, q8k_d(by), acc);
+            }
+            acc
+        }
+    };
+}
+
+tiled_kernel!(vec_dot_q2_k_q8_k_tiled, q2_k_tiled, q2_k_block, BlockQ2K, |b| f16_pair(b.d, b.dmin));
+tiled_kernel!(vec_dot_q3_k_q8_k_tiled, q3_k_tiled, q3_k_block, BlockQ3K, |b| f16_pair(b.d, b.d));
+tiled_kernel!(vec_dot_q4_k_q8_k_tiled, q4_k_tiled, q4_k_block, BlockQ4K, |b| f16_pair(b.d, b.dmin));
+tiled_kernel!(vec_dot_q5_k_q8_k_tiled, q5_k_tiled, q5_k_block, BlockQ5K, |b| f16_pair(b.d, b.dmin));
+tiled_kernel!(vec_dot_q6_k_q8_k_tiled, q6_k_tiled, q6_k_block, BlockQ6K, |b| f16_pair(b.d, b.d));
+tiled_kernel!(vec_dot_iq4_xs_q8_k_tiled, iq4_xs_tiled, iq4_xs_block, BlockIq4Xs, |b| f16_pair(b.d, b.d));
 
 /// Q4_K/Q5_K scales and mins as `[sc0..8, mn0..8]`, unpacked on 32-bit words: with
 /// `w0, w1, w2` the three little-endian words of `scales`, `sc0..3 = w0 & 0x3f…`,
@@ -83,9 +205,10 @@ pub(in crate::quant::x86_64) fn k4_unpack(s: &[u8; 12]) -> [u8; 16] {
     out
 }
 
-/// The eight Q4_K/Q5_K scales as i16 in both lanes, and the min term `Σ mn_j·(bsum_2j + bsum_2j+1)`.
+/// The eight Q4_K/Q5_K scales as i16 in both lanes, and ggml's four min lanes
+/// `mn_2k·(bsum_4k + bsum_4k+1) + mn_2k+1·(bsum_4k+2 + bsum_4k+3)`.
 #[inline(always)]
-unsafe fn k4_scales_mins(scales: &[u8; 12], by: &BlockQ8K) -> (__m256i, i32) {
+unsafe fn k4_scales_mins(scales: &[u8; 12], by: &BlockQ8K) -> (__m256i, __m128i) {
     let u = k4_unpack(scales);
     // SAFETY: 16-byte reads of the 16-byte `u` and of the 32-byte `bsums` halves; register
     // arithmetic under AVX2.
@@ -95,10 +218,17 @@ unsafe fn k4_scales_mins(scales: &[u8; 12], by: &BlockQ8K) -> (__m256i, i32) {
         let mn = _mm_cvtepu8_epi16(_mm_srli_si128(v, 8));
         let b0 = _mm_loadu_si128(by.bsums.as_ptr().cast());
         let b1 = _mm_loadu_si128(by.bsums[8..].as_ptr().cast());
-        let m = _mm_madd_epi16(mn, _mm_hadd_epi16(b0, b1));
+        (sc, _mm_madd_epi16(mn, _mm_hadd_epi16(b0, b1)))
+    }
+}
+
+/// Sum of the 4 i32 lanes.
+#[inline(always)]
+unsafe fn hsum_epi32_4(m: __m128i) -> i32 {
+    // SAFETY: register arithmetic under SSE2.
+    unsafe {
         let m = _mm_add_epi32(m, _mm_unpackhi_epi64(m, m));
-        let m = _mm_add_epi32(m, _mm_shuffle_epi32(m, 0b01));
-        (sc, _mm_cvtsi128_si32(m))
+        _mm_cvtsi128_si32(_mm_add_epi32(m, _mm_shuffle_epi32(m, 0b01)))
     }
 }
 
@@ -129,7 +259,7 @@ unsafe fn q4_k_block(bx: &BlockQ4K, by: &BlockQ8K) -> Part {
             sumi = _mm256_add_epi32(sumi, _mm256_add_epi32(pl, ph));
         }
         let (dy, (d, dmin)) = (q8k_d(by), f16_pair(bx.d, bx.dmin));
-        Part { sumi, scale: dy * d, minus: dy * dmin * mins as f32 }
+        Part { sumi, scale: dy * d, mins: Mins::Lanes4(mins, -dy * dmin) }
     }
 }
 
@@ -158,7 +288,7 @@ unsafe fn q5_k_block(bx: &BlockQ5K, by: &BlockQ8K) -> Part {
             sumi = _mm256_add_epi32(sumi, _mm256_add_epi32(pl, ph));
         }
         let (dy, (d, dmin)) = (q8k_d(by), f16_pair(bx.d, bx.dmin));
-        Part { sumi, scale: dy * d, minus: dy * dmin * mins as f32 }
+        Part { sumi, scale: dy * d, mins: Mins::Scalar(hsum_epi32_4(mins), -dy * dmin) }
     }
 }
 
@@ -178,7 +308,7 @@ unsafe fn q6_k_block(bx: &BlockQ6K, by: &BlockQ8K) -> Part {
         }
         let sumi = _mm256_sub_epi32(sumi, q6k_offset(bx, by));
         let (d, _) = f16_pair(bx.d, bx.d);
-        Part { sumi, scale: q8k_d(by) * d, minus: 0.0 }
+        Part { sumi, scale: q8k_d(by) * d, mins: Mins::None }
     }
 }
 
@@ -244,9 +374,8 @@ unsafe fn q2_k_block(bx: &BlockQ2K, by: &BlockQ8K) -> Part {
                 sumi = _mm256_add_epi32(sumi, p);
             }
         }
-        let mins = hsum_epi32(m);
         let (dy, (d, dmin)) = (q8k_d(by), f16_pair(bx.d, bx.dmin));
-        Part { sumi, scale: dy * d, minus: dy * dmin * mins as f32 }
+        Part { sumi, scale: dy * d, mins: Mins::Lanes8(m, -dy * dmin) }
     }
 }
 
@@ -280,7 +409,7 @@ unsafe fn q3_k_block(bx: &BlockQ3K, by: &BlockQ8K) -> Part {
             }
         }
         let (d, _) = f16_pair(bx.d, bx.d);
-        Part { sumi, scale: q8k_d(by) * d, minus: 0.0 }
+        Part { sumi, scale: q8k_d(by) * d, mins: Mins::None }
     }
 }
 
@@ -298,6 +427,6 @@ unsafe fn iq4_xs_block(bx: &BlockIq4Xs, by: &BlockQ8K) -> Part {
             sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(p, _mm256_set1_epi16(ls)));
         }
         let (d, _) = f16_pair(bx.d, bx.d);
-        Part { sumi, scale: q8k_d(by) * d, minus: 0.0 }
+        Part { sumi, scale: q8k_d(by) * d, mins: Mins::None }
     }
 }

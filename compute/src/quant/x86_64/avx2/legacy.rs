@@ -79,6 +79,27 @@ unsafe fn iq4_nl_q8_0(xs: &[BlockIq4Nl], ys: &[BlockQ8_0]) -> f32 {
     }
 }
 
+/// IQ4_NL · Q8_0 in the order of llamafile's tinyBLAS (`tinyBLAS_Q0_AVX`), which ggml uses for IQ4_NL
+/// matrix products over two or more activation rows: one accumulator, `fma(d_x·d_y, lanes, acc)`
+/// block after block, then `hsum_ps` (the one-column kernel pairs blocks into two accumulators).
+pub(super) fn vec_dot_iq4_nl_q8_0_gemm(n: usize, x: &[u8], y: &[u8]) -> f32 {
+    let (xs, ys) = rows::<BlockIq4Nl, BlockQ8_0>(n, x, y);
+    // SAFETY: installed only after AVX2/FMA/F16C detection; slices checked above.
+    unsafe { iq4_nl_q8_0_gemm(xs, ys) }
+}
+
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn iq4_nl_q8_0_gemm(xs: &[BlockIq4Nl], ys: &[BlockQ8_0]) -> f32 {
+    // SAFETY: register arithmetic and in-bounds block reads; features enabled on this fn.
+    unsafe {
+        let lut = iq4_lut();
+        block_loop!(xs, ys, |bx, by| {
+            let q = _mm256_shuffle_epi8(lut, nibbles32(&bx.qs));
+            (f16_mul(bx.d, by.d), _mm256_cvtepi32_ps(dot_i8i8_epi32(q, load32(&by.qs))))
+        })
+    }
+}
+
 /// Q5_0 · Q8_0.
 pub(super) fn vec_dot_q5_0_q8_0(n: usize, x: &[u8], y: &[u8]) -> f32 {
     let (xs, ys) = rows::<BlockQ5_0, BlockQ8_0>(n, x, y);

@@ -35,6 +35,7 @@ pub fn install(k: &mut Kernels) {
     k.set_vec_dot(Q5_1, legacy::vec_dot_q5_1_q8_1);
     k.set_vec_dot(Q8_0, legacy::vec_dot_q8_0_q8_0);
     k.set_vec_dot(IQ4_NL, legacy::vec_dot_iq4_nl_q8_0);
+    k.set_vec_dot_gemm(IQ4_NL, legacy::vec_dot_iq4_nl_q8_0_gemm);
     k.set_vec_dot(MXFP4, legacy::vec_dot_mxfp4_q8_0);
     k.set_vec_dot(Q2_K, kquants::vec_dot_q2_k_q8_k);
     k.set_vec_dot(Q3_K, kquants::vec_dot_q3_k_q8_k);
@@ -42,6 +43,12 @@ pub fn install(k: &mut Kernels) {
     k.set_vec_dot(Q5_K, kquants::vec_dot_q5_k_q8_k);
     k.set_vec_dot(Q6_K, kquants::vec_dot_q6_k_q8_k);
     k.set_vec_dot(IQ4_XS, kquants::vec_dot_iq4_xs_q8_k);
+    k.set_vec_dot_batch(Q2_K, kquants::vec_dot_q2_k_q8_k_tiled);
+    k.set_vec_dot_batch(Q3_K, kquants::vec_dot_q3_k_q8_k_tiled);
+    k.set_vec_dot_batch(Q4_K, kquants::vec_dot_q4_k_q8_k_tiled);
+    k.set_vec_dot_batch(Q5_K, kquants::vec_dot_q5_k_q8_k_tiled);
+    k.set_vec_dot_batch(Q6_K, kquants::vec_dot_q6_k_q8_k_tiled);
+    k.set_vec_dot_batch(IQ4_XS, kquants::vec_dot_iq4_xs_q8_k_tiled);
     k.set_vec_dot(IQ2_XXS, iq::vec_dot_iq2_xxs_fused);
     k.set_vec_dot(IQ2_XS, iq::vec_dot_iq2_xs_fused);
     k.set_vec_dot(IQ2_S, iq::vec_dot_iq2_s_fused);

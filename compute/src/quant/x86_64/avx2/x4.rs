@@ -4,7 +4,7 @@
 
 use std::arch::x86_64::*;
 
-use super::kquants::{pick16, q6k_half, q6k_offset};
+use super::kquants::{hsum_m, k4_unpack, pick16, q6k_half, q6k_offset};
 use super::util::*;
 use crate::dtype::QK_K;
 use crate::quant::blocks::*;
@@ -145,7 +145,7 @@ unsafe fn q4_k_x4(xs: &[BlockQ4K], ys: [&[BlockQ8K]; 4]) -> [f32; 4] {
     unsafe {
         let mask = _mm256_set1_epi8(0x0F);
         let mut acc = [_mm256_setzero_ps(); 4];
-        let mut minus = [0.0f32; 4];
+        let mut acc_m = [_mm_setzero_ps(); 4];
         for (i, bx) in xs.iter().enumerate() {
             let sm = k4_scales(&bx.scales);
             let (d, dmin) = f16_pair(bx.d, bx.dmin);
@@ -166,24 +166,21 @@ unsafe fn q4_k_x4(xs: &[BlockQ4K], ys: [&[BlockQ8K]; 4]) -> [f32; 4] {
                     sumi[c] = _mm256_add_epi32(sumi[c], _mm256_add_epi32(pl, ph));
                 }
             }
+            // The mins in ggml's form: four i32 lanes per column into a 4-lane accumulator.
+            let u = k4_unpack(&bx.scales);
+            let mn = _mm_cvtepu8_epi16(_mm_srli_si128(_mm_loadu_si128(u.as_ptr().cast()), 8));
             for c in 0..4 {
                 let by = &ys[c][i];
                 let dy = f32::from_le_bytes(by.d);
-                let mins: i32 = sm
-                    .iter()
-                    .enumerate()
-                    .map(|(j, &(_, mn))| {
-                        mn as i32
-                            * (i16::from_le_bytes(by.bsums[2 * j]) as i32
-                                + i16::from_le_bytes(by.bsums[2 * j + 1]) as i32)
-                    })
-                    .sum();
+                let b0 = _mm_loadu_si128(by.bsums.as_ptr().cast());
+                let b1 = _mm_loadu_si128(by.bsums[8..].as_ptr().cast());
+                let m = _mm_madd_epi16(mn, _mm_hadd_epi16(b0, b1));
+                acc_m[c] = _mm_fmadd_ps(_mm_set1_ps(-dy * dmin), _mm_cvtepi32_ps(m), acc_m[c]);
                 acc[c] = _mm256_fmadd_ps(_mm256_set1_ps(dy * d), _mm256_cvtepi32_ps(sumi[c]), acc[c]);
-                minus[c] += dy * dmin * mins as f32;
             }
         }
         let s = hsum4(acc);
-        [s[0] - minus[0], s[1] - minus[1], s[2] - minus[2], s[3] - minus[3]]
+        std::array::from_fn(|c| s[c] + hsum_m(acc_m[c]))
     }
 }
 
