@@ -191,3 +191,38 @@ def test_local_cpu_vs_reference_server(requantized, reference_server, ftype):
     print(f"{ftype}: local CPU = reference server on {sum(ok)}/{len(ok)} prompts (repacked types: {repacked})")
     if not repacked:
         assert all(ok), f"{ftype}: local CPU differs from its RPC server:\n" + diff_text("local", loc, ref)
+
+
+def llamactl_texts(path: str, workers=None, env_extra=None) -> list:
+    """`llamactl run` greedy texts of every prompt (one run per prompt), with the layers on `workers`
+    (endpoints) or in-process."""
+    env = dict(os.environ, **(env_extra or {}))
+    texts = []
+    for prompt in PROMPTS:
+        argv = [peer.llamactl_bin(), "run", "-m", path, "-p", prompt, "-n", str(N_TOKENS), "--temp", "0", "-t", "1",
+                "-c", "512", "--flash-attn", "off", "--no-progress"]
+        if workers:
+            argv += ["--workers", ",".join(workers)]
+        out = subprocess.run(argv, capture_output=True, timeout=MASTER_TIMEOUT, env=env)
+        assert out.returncode == 0, out.stderr.decode(errors="replace")[-3000:]
+        text = out.stdout.decode(errors="replace")
+        texts.append(text[:-1] if text.endswith("\n") else text)
+    return texts
+
+
+@pytest.mark.parametrize("where", ["llamad-worker", "in-process"])
+@pytest.mark.parametrize("ftype", FTYPES)
+def test_llamactl_matches_reference_server(requantized, reference_server, llamad_avx2, ftype, where):
+    """Our own master gives the text of llama.cpp's master on llama.cpp's RPC server, with the layers on
+    one llamad worker and in-process (both with the AVX2 kernels, the parity target), every prompt."""
+    path = requantized[ftype]
+    ref = run("reference", path, [reference_server.endpoint])
+    if where == "in-process":
+        got = llamactl_texts(path, env_extra={"LLAMAD_KERNELS": "avx2"})
+    else:
+        got = llamactl_texts(path, workers=[llamad_avx2.endpoint])
+    want = [r["text"] for r in ref.runs]
+    ok = [a == b for a, b in zip(got, want)]
+    print(f"{ftype}: llamactl ({where}) = reference server on {sum(ok)}/{len(ok)} prompts")
+    diffs = [f"  {p[:40]!r}:\n    reference: {b!r}\n    llamactl:  {a!r}" for p, a, b in zip(PROMPTS, got, want) if a != b]
+    assert not diffs, f"{ftype}: llamactl ({where}) differs from llama.cpp on its RPC server:\n" + "\n".join(diffs)
