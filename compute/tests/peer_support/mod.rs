@@ -11,6 +11,29 @@ use std::path::{Path, PathBuf};
 
 /// The peer's Python, or `None` (with a printed reason) when there is none and it is not required.
 pub fn python(test: &str) -> Option<PathBuf> {
+    let p = find_python(test)?;
+    align_numerics(&p);
+    Some(p)
+}
+
+/// Fixes this process's numerics profile to the one reproducing the peer's build
+/// (`tests/interop/peer_build.py`), unless `LLAMAD_NUMERICS` chose one.
+fn align_numerics(python: &Path) {
+    if std::env::var_os("LLAMAD_NUMERICS").is_some() {
+        return;
+    }
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/interop/peer_build.py");
+    let Ok(out) = std::process::Command::new(python).arg(script).stderr(std::process::Stdio::null()).output()
+    else {
+        return;
+    };
+    let name = String::from_utf8_lossy(&out.stdout).trim().to_string();
+    if compute::numerics::Numerics::parse(&name).is_some() {
+        compute::numerics::init(Some(&name));
+    }
+}
+
+fn find_python(test: &str) -> Option<PathBuf> {
     if let Some(p) = std::env::var_os("LLAMAD_PEER_PYTHON").filter(|p| !p.is_empty()) {
         return Some(PathBuf::from(p));
     }
