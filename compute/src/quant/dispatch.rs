@@ -346,6 +346,29 @@ mod tests {
     }
 
     #[test]
+    fn profiles_turn_paths_on_and_off() {
+        use GgmlType::*;
+        for isa in Isa::all_available() {
+            let portable = Kernels::build_for(isa, Numerics::Portable);
+            let f16 = |k: &Kernels| k.get(F16).vec_dot.map(|f| f as usize);
+            for p in [Numerics::Avx2, Numerics::Avx512] {
+                let k = Kernels::build_for(isa, p);
+                // No panel anywhere under a ggml profile (their order is not ggml's).
+                assert!(k.types.iter().all(|t| t.panel.is_none()), "{} {p}", isa.name());
+                #[cfg(target_arch = "x86_64")]
+                if isa != Isa::Scalar {
+                    let widened = p == Numerics::Avx512 && super::super::x86_64::avx512_numerics_available();
+                    assert_eq!(f16(&k) != f16(&portable), widened, "{} {p}", isa.name());
+                }
+            }
+            #[cfg(target_arch = "x86_64")]
+            if isa == Isa::Avx512 {
+                assert!(portable.get(Q4_0).panel.is_some(), "portable keeps the panels");
+            }
+        }
+    }
+
+    #[test]
     fn tables_name_their_set_and_differ_from_scalar() {
         for isa in Isa::all_available() {
             let k = Kernels::build(isa);
