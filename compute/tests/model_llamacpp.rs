@@ -37,6 +37,8 @@ fn write_model(m: &Tiny, path: &Path) {
 
 /// As [`write_model`], with every matrix in `weights` (see `gguf_writer_typed`).
 fn write_model_typed(m: &Tiny, path: &Path, weights: Option<GgmlType>) {
+    // Quantizing fixes the kernel table: reproduce the peer's build from the start.
+    peer_support::align();
     let mut w = gguf_writer_typed(&m.src, weights);
     let n = m.spec.vocab;
     let tokens: Vec<String> = (0..n)
@@ -246,8 +248,14 @@ fn every_weight_type_matches_llamacpp() {
         // IQ3_XXS: with AVX-512 VNNI the 9-token prompt runs on packed panels (quant::panel), which
         // round per 16-element sub-block where ggml's AVX2 build rounds per block (8.2e-5 here; 1e-14
         // with the AVX2 set); this tiny random model amplifies that, as it does IQ1_M's.
+        // Q4_0 the other way round: llama.cpp's local CPU repacks Q4_0 weights (its CPU_REPACK
+        // buffer, 8-row GEMM with one fma per block: the panels' order, 7e-15 with them), while the
+        // ggml numerics profiles (avx2, avx512) drop the panels to follow llama.cpp's RPC server,
+        // which multiplies unpacked weights (vec_dot / tinyBLAS): 1.2e-5 here.
         let panel_rounding = ty == IQ3_XXS && compute::quant::kernels(ty).panel.is_some();
-        let bound = if matches!(ty, BF16 | Q8_0 | IQ1_M | Q1_0) || panel_rounding { 5e-4 } else { 1e-12 };
+        let no_repack = ty == Q4_0 && compute::quant::kernels(ty).panel.is_none();
+        let loose = matches!(ty, BF16 | Q8_0 | IQ1_M | Q1_0) || panel_rounding || no_repack;
+        let bound = if loose { 5e-4 } else { 1e-12 };
         if nmse > bound {
             bad.push(format!("{ty}: logits NMSE {nmse:.2e} > {bound:.0e} (max |Δ| {worst} of {peak})"));
         }

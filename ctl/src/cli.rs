@@ -58,6 +58,11 @@ pub enum FlashAttn {
 /// `llamactl run`.
 #[derive(Args, Debug, Clone)]
 pub struct RunArgs {
+    /// Numerics profile of the in-process kernels: reproduce llama.cpp built for avx2, avx512,
+    /// neon-dotprod, neon-i8mm or sve, or `portable` (fastest, own summation orders) [default:
+    /// $LLAMAD_NUMERICS, else this CPU's]. Workers (llamad) choose their own with their --numerics.
+    #[arg(long, value_name = "PROFILE", value_parser = ["avx2", "avx512", "neon-dotprod", "neon-i8mm", "sve", "portable"])]
+    pub numerics: Option<String>,
     /// GGUF model file.
     #[arg(short = 'm', long, value_name = "MODEL.gguf")]
     pub model: PathBuf,
@@ -231,6 +236,11 @@ pub struct SynthArgs {
 /// `llamactl bench` (option names as llama-bench's; lists are comma-separated).
 #[derive(Args, Debug, Clone)]
 pub struct BenchArgs {
+    /// Numerics profile of the in-process kernels: reproduce llama.cpp built for avx2, avx512,
+    /// neon-dotprod, neon-i8mm or sve, or `portable` (fastest, own summation orders) [default:
+    /// $LLAMAD_NUMERICS, else this CPU's]. Workers (llamad) choose their own with their --numerics.
+    #[arg(long, value_name = "PROFILE", value_parser = ["avx2", "avx512", "neon-dotprod", "neon-i8mm", "sve", "portable"])]
+    pub numerics: Option<String>,
     /// GGUF model file.
     #[arg(short = 'm', long, value_name = "MODEL.gguf", required_unless_present = "mem_bandwidth")]
     pub model: Option<PathBuf>,

@@ -13,6 +13,15 @@ use llamactl::cli::{Cli, Command};
 fn main() -> ExitCode {
     let cli = Cli::parse_from(llamactl::cli::normalize_args(std::env::args_os()));
     init_tracing(cli.verbose);
+    match &cli.command {
+        Command::Run(a) if a.server.is_none() => {
+            compute::numerics::init(a.numerics.as_deref());
+        }
+        Command::Bench(a) => {
+            compute::numerics::init(a.numerics.as_deref());
+        }
+        _ => {}
+    }
     let res = match cli.command {
         Command::Run(args) => match &args.server {
             Some(server) => llamactl::cmd::run_job::run(&args, server),

@@ -56,6 +56,10 @@ pub struct RawServer {
     pub port_v7: Option<u16>,
     /// Compute threads. Default: the number of physical cores.
     pub threads: Option<usize>,
+    /// Numerics profile: whose arithmetic the kernels reproduce (`avx2`, `avx512`, `neon-dotprod`,
+    /// `neon-i8mm`, `sve`, `portable`; see `compute::numerics`). Default: `LLAMAD_NUMERICS`, else
+    /// the profile of this CPU.
+    pub numerics: Option<String>,
     /// Devices, separated by `,` or `/`, case-insensitive. Only `CPU` exists. Default `CPU`.
     pub device: Option<String>,
     /// Enable the tensor cache (SET_TENSOR_HASH). Default false.
@@ -179,6 +183,8 @@ pub struct Overrides {
     pub port_v7: Option<u16>,
     /// `-t/--threads`.
     pub threads: Option<usize>,
+    /// `--numerics`.
+    pub numerics: Option<String>,
     /// `-d/--device`.
     pub device: Option<String>,
     /// `-c/--cache`.
@@ -220,6 +226,9 @@ pub struct Config {
     pub port_v7: Option<u16>,
     /// Compute threads (≥ 1).
     pub threads: usize,
+    /// The numerics profile asked for (`None`: `LLAMAD_NUMERICS`, else detection); applied once at
+    /// start by `compute::numerics::init`.
+    pub numerics: Option<compute::numerics::Numerics>,
     /// Device names, in index order.
     pub devices: Vec<String>,
     /// Tensor cache enabled.
@@ -270,6 +279,7 @@ impl Default for Config {
             protocol: llamad_proto::version::DEFAULT,
             port_v7: None,
             threads: physical_cores(),
+            numerics: None,
             devices: vec!["CPU".into()],
             cache: false,
             interleave: true,
@@ -388,6 +398,14 @@ impl Config {
         if threads == 0 {
             return Err(Error::Config("threads: must be at least 1".into()));
         }
+        let numerics = match flags.numerics.as_deref().or(s.numerics.as_deref()) {
+            Some(n) => Some(compute::numerics::Numerics::parse(n).ok_or_else(|| {
+                Error::Config(format!(
+                    "numerics: {n:?} is not avx2, avx512, neon-dotprod, neon-i8mm, sve or portable"
+                ))
+            })?),
+            None => None,
+        };
         let devices = parse_devices(flags.device.as_deref().or(s.device.as_deref()).unwrap_or("CPU"))?;
         let cache = flags.cache || s.cache.unwrap_or(false);
         let interleave = !flags.no_interleave && s.interleave.unwrap_or(d.interleave);
@@ -468,6 +486,7 @@ impl Config {
             protocol,
             port_v7,
             threads,
+            numerics,
             devices,
             cache,
             interleave,

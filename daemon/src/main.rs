@@ -11,7 +11,7 @@ use llamad::config::{Config, Overrides};
 #[derive(Parser, Debug)]
 #[command(
     name = "llamad",
-    version = concat!(env!("CARGO_PKG_VERSION"), " (RPC protocol 8.0.0 by default; 7.0.0 with --protocol 7 or on --port-v7)"),
+    disable_version_flag = true,
     about = "Worker daemon speaking llama.cpp's RPC protocol (8.0.0, or 7.0.0 for older llama.cpp builds)"
 )]
 struct Cli {
@@ -34,6 +34,14 @@ struct Cli {
     /// Compute threads [default: physical cores].
     #[arg(short, long, global = true)]
     threads: Option<usize>,
+    /// Numerics profile: reproduce the arithmetic of llama.cpp built for avx2, avx512,
+    /// neon-dotprod, neon-i8mm or sve, or `portable` (fastest, own summation orders) [default:
+    /// $LLAMAD_NUMERICS, else this CPU's, as ggml's CPU-variant loader picks].
+    #[arg(long, global = true, value_name = "PROFILE")]
+    numerics: Option<String>,
+    /// Print the version, the numerics profile and the kernel set, and exit.
+    #[arg(short = 'V', long)]
+    version: bool,
     /// Devices, separated by `,` or `/` (only CPU exists).
     #[arg(short, long, global = true)]
     device: Option<String>,
@@ -127,6 +135,7 @@ fn real_main(cli: Cli) -> anyhow::Result<()> {
         protocol: cli.protocol,
         port_v7: cli.port_v7,
         threads: cli.threads,
+        numerics: cli.numerics,
         device: cli.device,
         cache: cli.cache,
         no_interleave: cli.no_interleave,
@@ -161,11 +170,29 @@ fn real_main(cli: Cli) -> anyhow::Result<()> {
     let config_path = cli.config.clone();
     let cfg =
         Config::load(cli.config.as_deref(), std::env::vars(), &flags).context("loading the configuration")?;
+    if cli.version {
+        // Chosen as serving would choose it (a profile this CPU cannot run falls back, with a warning).
+        let numerics = compute::numerics::init(cfg.numerics.map(|n| n.name()));
+        if let Some(want) = cfg.numerics.filter(|&n| n != numerics) {
+            eprintln!(
+                "llamad: this CPU (or LLAMAD_KERNELS) cannot run numerics profile {want}; using {numerics}"
+            );
+        }
+        println!(
+            "llamad {} (RPC protocol 8.0.0 by default; 7.0.0 with --protocol 7 or on --port-v7)\nnumerics: {} (kernels: {})",
+            env!("CARGO_PKG_VERSION"),
+            numerics,
+            compute::quant::active_isa()
+        );
+        return Ok(());
+    }
     if let Some(Sub::CheckConfig) = cli.command {
         println!("configuration ok: {cfg:?}");
         return Ok(());
     }
     llamad::telemetry::init();
+    let numerics = compute::numerics::init(cfg.numerics.map(|n| n.name()));
+    tracing::info!(%numerics, kernels = compute::quant::active_isa(), "numerics profile");
     let rt =
         tokio::runtime::Builder::new_multi_thread().enable_all().build().context("starting the runtime")?;
     rt.block_on(async move {

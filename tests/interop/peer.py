@@ -200,16 +200,35 @@ def llamad_bin() -> str:
 PEER_PROTOCOL = 7
 
 
+_PEER_NUMERICS: List[str] = []
+
+
+def peer_numerics() -> str:
+    """llamad's numerics profile reproducing this Python's llama.cpp build (``peer_build.py``, run in
+    a child process so that this one loads no ggml library)."""
+    if not _PEER_NUMERICS:
+        out = subprocess.run([sys.executable, os.path.join(HERE, "peer_build.py")], capture_output=True,
+                             text=True, timeout=60, check=True)
+        _PEER_NUMERICS.append(out.stdout.strip())
+    return _PEER_NUMERICS[0]
+
+
 def start_llamad(
     port: Optional[int] = None,
     threads: int = 1,
     extra_args: Sequence[str] = (),
     env_extra=None,
     protocol: Optional[int] = PEER_PROTOCOL,
+    numerics: Optional[str] = None,
 ) -> Server:
     """``$LLAMAD_BIN -H 127.0.0.1 -p PORT -t N --protocol P [extra_args]`` (ggml-rpc-server compatible
-    flags, §10.1; ``protocol=None`` leaves llamad's default, 8)."""
+    flags, §10.1; ``protocol=None`` leaves llamad's default, 8). ``numerics`` is passed as
+    ``--numerics``; by default llamad reproduces the peer's build (``LLAMAD_NUMERICS`` overrides)."""
     env = dict(os.environ)
+    if numerics is None and not env.get("LLAMAD_NUMERICS"):
+        numerics = peer_numerics()
+    if numerics:
+        extra_args = ["--numerics", numerics, *extra_args]
     # Several workers run side by side here: none of them needs the admin API (port 50053).
     env.setdefault("LLAMAD__ADMIN__ENABLED", "false")
     env.update(env_extra or {})

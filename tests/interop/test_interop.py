@@ -348,7 +348,9 @@ def test_llamactl_matches_local_cpu(model, report, llamad_pool, reference_pool, 
     diffs = []
     for prompt, want in zip(PROMPTS, [r["text"] for r in base.runs]):
         argv = [peer.llamactl_bin(), "run", "-m", model, "-p", prompt, "-n", str(N_TOKENS), "--temp", "0", "-t", "1",
-                "--flash-attn", "on" if fa else "off", "--no-progress", *args]
+                "--flash-attn", "on" if fa else "off", "--no-progress", *args,
+                # In-process compute reproduces the peer's build (LLAMAD_NUMERICS overrides).
+                *([] if os.environ.get("LLAMAD_NUMERICS") else ["--numerics", peer.peer_numerics()])]
         out = subprocess.run(argv, capture_output=True, text=True, timeout=MASTER_TIMEOUT)
         assert out.returncode == 0, out.stderr[-3000:]
         got = out.stdout[:-1] if out.stdout.endswith("\n") else out.stdout

@@ -171,6 +171,12 @@ impl Server {
             if let Some(k) = kernels {
                 cmd.env("LLAMAD_KERNELS", k);
             }
+            // Reproduce the reference peer's build unless the caller chose a profile.
+            if !extra.contains(&"--numerics") && std::env::var_os("LLAMAD_NUMERICS").is_none() {
+                if let Some(p) = peer_python().as_deref().and_then(peer_numerics) {
+                    cmd.env("LLAMAD_NUMERICS", p);
+                }
+            }
             cmd
         })
     }
@@ -232,6 +238,19 @@ pub fn peer_python() -> Option<PathBuf> {
         .collect();
     venvs.sort();
     venvs.into_iter().next()
+}
+
+/// The llamad numerics profile that reproduces the build of the peer at `python`
+/// (`tests/interop/peer_build.py` asks its ggml library); `None` when the peer cannot say.
+/// Answered once per process.
+pub fn peer_numerics(python: &Path) -> Option<&'static str> {
+    static ANSWER: std::sync::OnceLock<Option<&'static str>> = std::sync::OnceLock::new();
+    *ANSWER.get_or_init(|| {
+        let script = workspace_root().join("tests/interop/peer_build.py");
+        let out = Command::new(python).arg(script).stderr(Stdio::null()).output().ok()?;
+        let name = String::from_utf8_lossy(&out.stdout).trim().to_string();
+        ["avx2", "avx512", "portable"].into_iter().find(|p| *p == name)
+    })
 }
 
 /// Whether process `pid` holds a TCP socket listening on `port` (IPv4, any local address):

@@ -6,6 +6,12 @@
 //! makes that a failure. `LLAMAD_OPDIFF_FILTER=substring` runs only the matching cases,
 //! `LLAMAD_OPDIFF_VERBOSE=1` prints every case's figures, `LLAMAD_OPDIFF_DUMP=dir` writes every
 //! case's inputs and results there.
+//!
+//! `LLAMAD_OPDIFF_PROFILE=avx2|avx512|portable` chooses llamad's numerics profile (`--numerics`;
+//! default: the one reproducing the peer's build, see `tests/interop/peer_build.py`). Under `avx2`
+//! llamad runs its AVX2 kernel set (`LLAMAD_KERNELS=avx2`), under `avx512` its best set; both must
+//! meet the cases' bit-exactness requirements when the CPU runs the profile. Under `portable` (own
+//! summation orders) exact cases are held to the summation-order bound only.
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -29,15 +35,26 @@ fn peer_python() -> Option<PathBuf> {
     }
 }
 
-/// llamad's x86 kernels reproduce ggml's AVX2 arithmetic; elsewhere exact cases fall back to the
-/// summation-order bound.
-fn avx2() -> bool {
+/// Whether this CPU runs llamad's x86 profile `profile` (whose kernels reproduce ggml's build of
+/// that name); elsewhere exact cases fall back to the summation-order bound.
+fn exact_profile(profile: &str) -> bool {
     #[cfg(target_arch = "x86_64")]
     {
-        std::is_x86_feature_detected!("avx2")
+        let avx2 = std::is_x86_feature_detected!("avx2") && std::is_x86_feature_detected!("fma");
+        match profile {
+            "avx2" => avx2,
+            "avx512" => {
+                avx2 && std::is_x86_feature_detected!("avx512f")
+                    && std::is_x86_feature_detected!("avx512bw")
+                    && std::is_x86_feature_detected!("avx512vl")
+                    && std::is_x86_feature_detected!("avx512dq")
+            }
+            _ => false,
+        }
     }
     #[cfg(not(target_arch = "x86_64"))]
     {
+        let _ = profile;
         false
     }
 }
@@ -57,6 +74,11 @@ fn dump(dir: &std::path::Path, name: &str, g: &e2e::opdiff::graph::Graph, want: 
     }
 }
 
+/// Ops whose AVX-512 build llamad's `avx512` profile does not reproduce yet (ggml's 16-lane WKV
+/// loops and GCC's AVX-512 vectorisation of the SSM/GLA sums): under that profile their exact cases
+/// are held to the summation-order bound. None of them is in a llama-architecture graph.
+const AVX512_NOT_YET: [&str; 4] = ["SSM_CONV", "SSM_SCAN", "GATED_LINEAR_ATTN", "RWKV_WKV7"];
+
 #[derive(Default)]
 struct OpStats {
     cases: usize,
@@ -75,9 +97,15 @@ fn ops_match_llama_cpp() {
         );
         return;
     };
-    let exact_kernels = avx2();
+    let profile = std::env::var("LLAMAD_OPDIFF_PROFILE")
+        .ok()
+        .filter(|p| !p.is_empty())
+        .unwrap_or_else(|| e2e::server::peer_numerics(&python).unwrap_or("avx2").to_string());
+    let exact_kernels = exact_profile(&profile);
     let mut reference = Server::reference(&python).expect("start the reference server");
-    let llamad = Server::llamad(&llamad_bin(), exact_kernels.then_some("avx2")).expect("start llamad");
+    let kernels = (exact_kernels && profile == "avx2").then_some("avx2");
+    let llamad =
+        Server::llamad_with(&llamad_bin(), kernels, &["--numerics", &profile]).expect("start llamad");
     let filter = std::env::var("LLAMAD_OPDIFF_FILTER").unwrap_or_default();
 
     let all = cases::all();
@@ -95,7 +123,8 @@ fn ops_match_llama_cpp() {
         let s = stats.entry(case.op).or_default();
         s.cases += 1;
         let mut bound = case.bound;
-        if bound.exact && !exact_kernels {
+        let not_yet = profile == "avx512" && AVX512_NOT_YET.contains(&case.op);
+        if bound.exact && (!exact_kernels || not_yet) {
             bound = Bound { exact: false, ..ORDER };
         }
         s.exact_required += usize::from(bound.exact);
@@ -162,10 +191,11 @@ fn ops_match_llama_cpp() {
     }
 
     eprintln!(
-        "\nopdiff: {} cases in {:.1} s (llamad kernels: {})",
+        "\nopdiff: {} cases in {:.1} s (llamad --numerics {profile}, kernels {}, exact cases {})",
         selected.len(),
         started.elapsed().as_secs_f64(),
-        if exact_kernels { "avx2" } else { "default" }
+        kernels.unwrap_or("default"),
+        if exact_kernels { "required" } else { "held to the order bound" }
     );
     eprintln!(
         "{:<16} {:>6} {:>10} {:>10} {:>11} {:>11} {:>7}",

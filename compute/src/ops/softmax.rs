@@ -103,14 +103,14 @@ impl SoftMax {
 
 /// Turns the scaled and masked row `x` into its softmax (with an optional sink logit), `y` being
 /// scratch of the same length. With `skip_tail`, a tail of -inf (the masked end of a causal
-/// mask's row) is not run through `exp`: it is cut after the eight-element group holding the last
+/// mask's row) is not run through `exp`: it is cut after the vector group (8 or 16 elements) holding the last
 /// other value, which keeps [`super::vexp::soft_max_exp`]'s groups and so every bit of the sum,
 /// and written as the +0.0 that `exp(-inf)` gives. A row of -inf only is computed in full (its
 /// NaNs are ggml's).
 fn normalize_row(x: &mut [f32], y: &mut [f32], sink: Option<f32>, skip_tail: bool) {
     let n = x.len();
     let live = match x.iter().rposition(|&v| v != f32::NEG_INFINITY) {
-        Some(i) if skip_tail => (i + 1).next_multiple_of(8).min(n),
+        Some(i) if skip_tail => (i + 1).next_multiple_of(super::vexp::group()).min(n),
         _ => n,
     };
     let (x, tail) = x.split_at_mut(live);

@@ -4,10 +4,19 @@
 //! polynomial, scale by `2^n` with special cases for |n| > 126), restated here from its constants.
 //! Elements past the last whole group of 8 use the C library's `expf`, as ggml does. Without AVX2 the
 //! rows use `expf` throughout (ggml's scalar and NEON builds differ from its x86 build anyway).
+//!
+//! Under the `avx512` numerics profile the rows follow ggml's AVX-512 build instead: 16 lanes, whose
+//! `exp` evaluates the polynomial with its leading 1 folded in and scales by `2^n` with `vscalefps`
+//! (inputs with |n| > 192 give 0 or +inf directly), the softmax sum of each group of 16 reduced as
+//! `_mm512_reduce_add_ps`, and `expf` past the last whole group of 16.
 
 /// `y[i] = exp(x[i] - max)`, returning `Σ y` in f64 accumulated per group of 8 as ggml's softmax does.
 pub(crate) fn soft_max_exp(x: &[f32], max: f32, y: &mut [f32]) -> f64 {
     assert_eq!(x.len(), y.len());
+    #[cfg(target_arch = "x86_64")]
+    if let Some(t) = avx512::Token::get() {
+        return t.soft_max_exp(x, max, y);
+    }
     #[cfg(target_arch = "x86_64")]
     if let Some(t) = avx2::Token::get() {
         return t.soft_max_exp(x, max, y);
@@ -24,7 +33,10 @@ pub(crate) fn soft_max_exp(x: &[f32], max: f32, y: &mut [f32]) -> f64 {
 pub(crate) fn swiglu_in_place(x: &mut [f32], g: &[f32]) {
     assert_eq!(x.len(), g.len());
     #[cfg(target_arch = "x86_64")]
-    let head = avx2::Token::get().map_or(0, |t| t.swiglu(x, g));
+    let head = match avx512::Token::get() {
+        Some(t) => t.swiglu(x, g),
+        None => avx2::Token::get().map_or(0, |t| t.swiglu(x, g)),
+    };
     #[cfg(not(target_arch = "x86_64"))]
     let head = 0;
     for i in head..x.len() {
@@ -34,6 +46,35 @@ pub(crate) fn swiglu_in_place(x: &mut [f32], g: &[f32]) {
 
 fn silu(x: f32) -> f32 {
     x / (1.0 + (-x).exp())
+}
+
+/// Elements per vector group of [`soft_max_exp`] (16 under the `avx512` profile, else 8): a row cut
+/// at a multiple of it keeps every group's sum.
+pub(crate) fn group() -> usize {
+    #[cfg(target_arch = "x86_64")]
+    if avx512::Token::get().is_some() {
+        return 16;
+    }
+    8
+}
+
+/// ggml's AVX-512 `exp` of each value, one lane at a time (the scalar twin of the 16-lane kernel):
+/// the same operations in the same order, `scalef` being an exact scaling by `2^n` rounded once.
+#[cfg(test)]
+pub(crate) fn ref_exp512(x: f32) -> f32 {
+    let z = x.mul_add(f32::from_bits(0x3fb8_aa3b), f32::from_bits(0x4b40_0000));
+    let n = z - f32::from_bits(0x4b40_0000);
+    let b = (-n).mul_add(f32::from_bits(0x35bf_be8e), (-n).mul_add(f32::from_bits(0x3f31_7200), x));
+    let u = b * b;
+    let p45 = f32::from_bits(0x3c07_2010).mul_add(b, f32::from_bits(0x3d2b_9f17));
+    let p23 = f32::from_bits(0x3e2a_af33).mul_add(b, f32::from_bits(0x3eff_fedb));
+    let p01 = f32::from_bits(0x3f7f_fff6).mul_add(b, 1.0);
+    let j = p45.mul_add(u, p23).mul_add(u, p01);
+    if n.abs() > 192.0 {
+        return if n <= 0.0 { 0.0 } else { f32::INFINITY };
+    }
+    // j · 2^n with one rounding: exact in f64, then rounded to f32 (subnormals included).
+    (j as f64 * 2f64.powi(n as i32)) as f32
 }
 
 #[cfg(target_arch = "x86_64")]
@@ -177,9 +218,158 @@ mod avx2 {
     }
 }
 
+#[cfg(target_arch = "x86_64")]
+mod avx512 {
+    use std::arch::x86_64::*;
+
+    use crate::numerics::{self, Numerics};
+
+    /// Proof that the `avx512` profile is in force (which implies AVX-512 F/BW/VL/DQ).
+    #[derive(Clone, Copy)]
+    pub(super) struct Token(());
+
+    impl Token {
+        pub(super) fn get() -> Option<Token> {
+            (numerics::active() == Numerics::Avx512).then_some(Token(()))
+        }
+
+        pub(super) fn soft_max_exp(self, x: &[f32], max: f32, y: &mut [f32]) -> f64 {
+            // SAFETY: the token proves AVX-512F/DQ; the body reads and writes whole groups of 16
+            // within the equal-length slices (asserted by the caller).
+            unsafe { soft_max_exp(x, max, y) }
+        }
+
+        pub(super) fn swiglu(self, x: &mut [f32], g: &[f32]) -> usize {
+            // SAFETY: as above.
+            unsafe { swiglu(x, g) }
+        }
+    }
+
+    /// exp of 16 lanes as ggml's AVX-512 build computes it (module docs).
+    #[inline(always)]
+    unsafe fn exp16(x: __m512) -> __m512 {
+        // SAFETY: register arithmetic; the callers are compiled with AVX-512F.
+        unsafe {
+            let c = |b: u32| _mm512_set1_ps(f32::from_bits(b));
+            let r = c(0x4b40_0000);
+            let z = _mm512_fmadd_ps(x, c(0x3fb8_aa3b), r);
+            let n = _mm512_sub_ps(z, r);
+            let b = _mm512_fnmadd_ps(n, c(0x35bf_be8e), _mm512_fnmadd_ps(n, c(0x3f31_7200), x));
+            let d = _mm512_cmp_ps_mask::<_CMP_GT_OQ>(_mm512_abs_ps(n), _mm512_set1_ps(192.0));
+            let u = _mm512_mul_ps(b, b);
+            let j = _mm512_fmadd_ps(
+                _mm512_fmadd_ps(
+                    _mm512_fmadd_ps(c(0x3c07_2010), b, c(0x3d2b_9f17)),
+                    u,
+                    _mm512_fmadd_ps(c(0x3e2a_af33), b, c(0x3eff_fedb)),
+                ),
+                u,
+                _mm512_fmadd_ps(c(0x3f7f_fff6), b, _mm512_set1_ps(1.0)),
+            );
+            let res = _mm512_scalef_ps(j, n);
+            if d == 0 {
+                return res;
+            }
+            let le0 = _mm512_cmp_ps_mask::<_CMP_LE_OQ>(n, _mm512_setzero_ps());
+            let alt = _mm512_mask_blend_ps(le0, _mm512_set1_ps(f32::INFINITY), _mm512_setzero_ps());
+            _mm512_mask_blend_ps(d, res, alt)
+        }
+    }
+
+    /// `_mm512_reduce_add_ps` in GCC's order (halves of 256, of 128, then `(s0+s2)+(s1+s3)`).
+    #[inline(always)]
+    unsafe fn reduce(v: __m512) -> f32 {
+        // SAFETY: register arithmetic under AVX-512F/DQ.
+        unsafe {
+            let h = _mm256_add_ps(_mm512_extractf32x8_ps::<1>(v), _mm512_castps512_ps256(v));
+            let s = _mm_add_ps(_mm256_extractf128_ps::<1>(h), _mm256_castps256_ps128(h));
+            let s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+            _mm_cvtss_f32(_mm_add_ss(s, _mm_movehdup_ps(s)))
+        }
+    }
+
+    /// # Safety
+    /// AVX-512F/DQ must be available; `x.len() == y.len()`.
+    #[target_feature(enable = "avx2,fma,avx512f,avx512dq")]
+    unsafe fn soft_max_exp(x: &[f32], max: f32, y: &mut [f32]) -> f64 {
+        let head = x.len() / 16 * 16;
+        let mut sum = 0.0f64;
+        let m = _mm512_set1_ps(max);
+        for i in (0..head).step_by(16) {
+            // SAFETY: i + 16 <= head <= len of both slices.
+            unsafe {
+                let v = exp16(_mm512_sub_ps(_mm512_loadu_ps(x.as_ptr().add(i)), m));
+                _mm512_storeu_ps(y.as_mut_ptr().add(i), v);
+                sum += reduce(v) as f64;
+            }
+        }
+        for i in head..x.len() {
+            y[i] = (x[i] - max).exp();
+            sum += y[i] as f64;
+        }
+        sum
+    }
+
+    /// # Safety
+    /// AVX-512F/DQ must be available; `x` and `g` have equal lengths. Returns the elements done.
+    #[target_feature(enable = "avx2,fma,avx512f,avx512dq")]
+    unsafe fn swiglu(x: &mut [f32], g: &[f32]) -> usize {
+        let head = x.len() / 16 * 16;
+        for i in (0..head).step_by(16) {
+            // SAFETY: i + 16 <= head <= len of both slices.
+            unsafe {
+                let p = x.as_mut_ptr().add(i);
+                let v = _mm512_loadu_ps(p);
+                let e = exp16(_mm512_sub_ps(_mm512_setzero_ps(), v));
+                let s = _mm512_div_ps(v, _mm512_add_ps(_mm512_set1_ps(1.0), e));
+                _mm512_storeu_ps(p, _mm512_mul_ps(s, _mm512_loadu_ps(g.as_ptr().add(i))));
+            }
+        }
+        head
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn avx512_profile_rows_equal_their_scalar_twin() {
+        // Only meaningful where the profile is in force (LLAMAD_NUMERICS / detection).
+        if group() != 16 {
+            return;
+        }
+        let xs: Vec<f32> = (-3000..3000)
+            .map(|i| i as f32 * 0.037)
+            .chain([-200.0, -104.5, -103.9, -87.3, -0.0, 88.3, 88.4, 89.0, 200.0, f32::NEG_INFINITY])
+            .collect();
+        let mut y = vec![0.0f32; xs.len()];
+        let sum = soft_max_exp(&xs, 0.0, &mut y);
+        let head = xs.len() / 16 * 16;
+        let mut want_sum = 0.0f64;
+        for (g, chunk) in xs[..head].chunks(16).enumerate() {
+            let e: Vec<f32> = chunk.iter().map(|&v| ref_exp512(v)).collect();
+            for (l, &v) in e.iter().enumerate() {
+                assert_eq!(y[16 * g + l].to_bits(), v.to_bits(), "exp({})", chunk[l]);
+            }
+            let a: [f32; 16] = std::array::from_fn(|l| e[l]);
+            let h: [f32; 8] = std::array::from_fn(|i| a[i + 8] + a[i]);
+            let q: [f32; 4] = std::array::from_fn(|i| h[i + 4] + h[i]);
+            want_sum += ((q[0] + q[2]) + (q[1] + q[3])) as f64;
+        }
+        for &v in &xs[head..] {
+            want_sum += v.exp() as f64;
+        }
+        assert_eq!(sum.to_bits(), want_sum.to_bits());
+        let g: Vec<f32> = (0..xs.len()).map(|i| 0.5 + (i % 7) as f32 * 0.25).collect();
+        let fin: Vec<f32> = xs.iter().map(|v| if v.is_finite() { *v } else { -50.0 }).collect();
+        let mut s = fin.clone();
+        swiglu_in_place(&mut s, &g);
+        for i in 0..head {
+            let want = fin[i] / (1.0 + ref_exp512(-fin[i])) * g[i];
+            assert_eq!(s[i].to_bits(), want.to_bits(), "swiglu({})", fin[i]);
+        }
+    }
 
     #[test]
     fn vector_exp_is_close_to_libm_and_handles_extremes() {

@@ -8,6 +8,7 @@ use std::sync::OnceLock;
 
 use super::{scalar, FromF32Fn, ToF32Fn, TypeKernels, VecDotFn};
 use crate::dtype::{GgmlType, GGML_TYPE_COUNT};
+use crate::numerics::Numerics;
 
 /// An instruction-set level with its own kernel table.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -88,9 +89,33 @@ impl Kernels {
         self.isa
     }
 
-    /// Builds the table for `isa` (scalar kernels where the ISA has no faster one). The caller
-    /// must have checked `isa.available()`; an unavailable ISA yields the scalar table.
+    /// Builds the `portable` table for `isa` (see [`Kernels::build_for`]).
     pub fn build(isa: Isa) -> Kernels {
+        Kernels::build_for(isa, Numerics::Portable)
+    }
+
+    /// Builds the table for `isa` and the numerics profile `numerics` (scalar kernels where the
+    /// ISA has no faster one). The caller must have checked `isa.available()`; an unavailable ISA
+    /// yields the scalar table. On x86: every profile but `portable` drops the packed panels (their
+    /// summation order is not ggml's); `avx512` replaces the F32/F16 dot products, float GEMM
+    /// orders and the F16 tile with the 16-lane ones of ggml's AVX-512 build (when the CPU has
+    /// AVX-512 F/BW/VL/DQ). The aarch64 profiles leave the NEON tables as they are for now.
+    pub fn build_for(isa: Isa, numerics: Numerics) -> Kernels {
+        let mut k = Kernels::build_isa(isa);
+        #[cfg(target_arch = "x86_64")]
+        if k.isa != Isa::Scalar {
+            if matches!(numerics, Numerics::Avx2 | Numerics::Avx512) {
+                k.types.iter_mut().for_each(|t| t.panel = None);
+            }
+            if numerics == Numerics::Avx512 && super::x86_64::avx512_numerics_available() {
+                super::x86_64::install_avx512_numerics(&mut k);
+            }
+        }
+        let _ = numerics;
+        k
+    }
+
+    fn build_isa(isa: Isa) -> Kernels {
         let mut k = build_scalar();
         if !isa.available() {
             return k;
@@ -209,10 +234,16 @@ impl Kernels {
 }
 
 static KERNELS: OnceLock<Kernels> = OnceLock::new();
+static ISA: OnceLock<Isa> = OnceLock::new();
 
-/// The table for this CPU (built on first use).
+/// The table for this CPU and the numerics profile in force (built on first use).
 pub fn table() -> &'static Kernels {
-    KERNELS.get_or_init(|| Kernels::build(choose()))
+    KERNELS.get_or_init(|| Kernels::build_for(chosen_isa(), crate::numerics::active()))
+}
+
+/// The kernel set chosen for this process (from the CPU and `LLAMAD_KERNELS`; fixed on first use).
+pub fn chosen_isa() -> Isa {
+    *ISA.get_or_init(choose)
 }
 
 /// The best available ISA, or the one `LLAMAD_KERNELS` forces.
@@ -325,6 +356,29 @@ mod tests {
         for isa in [Isa::Avx2, Isa::Avx512, Isa::Neon, Isa::NeonDotprod, Isa::NeonI8mm] {
             let want = if isa.available() { isa } else { best };
             assert_eq!(choose_from(Some(isa.name())), want);
+        }
+    }
+
+    #[test]
+    fn profiles_turn_paths_on_and_off() {
+        use GgmlType::*;
+        for isa in Isa::all_available() {
+            let portable = Kernels::build_for(isa, Numerics::Portable);
+            let f16 = |k: &Kernels| k.get(F16).vec_dot.map(|f| f as usize);
+            for p in [Numerics::Avx2, Numerics::Avx512] {
+                let k = Kernels::build_for(isa, p);
+                // No panel anywhere under a ggml profile (their order is not ggml's).
+                assert!(k.types.iter().all(|t| t.panel.is_none()), "{} {p}", isa.name());
+                #[cfg(target_arch = "x86_64")]
+                if isa != Isa::Scalar {
+                    let widened = p == Numerics::Avx512 && super::super::x86_64::avx512_numerics_available();
+                    assert_eq!(f16(&k) != f16(&portable), widened, "{} {p}", isa.name());
+                }
+            }
+            #[cfg(target_arch = "x86_64")]
+            if isa == Isa::Avx512 {
+                assert!(portable.get(Q4_0).panel.is_some(), "portable keeps the panels");
+            }
         }
     }
 

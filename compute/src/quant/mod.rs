@@ -34,7 +34,12 @@
 //! [`TypeKernels::panel`] (16 weight rows unpacked once into a packed panel, activations into
 //! per-sub-block records, one `vpdpbusd` per four elements of 16 rows) exists on AVX-512 VNNI for
 //! Q4_0, Q5_0, Q8_0, Q4_K, Q5_K, Q6_K, IQ4_NL, IQ4_XS, the grid IQ types, TQ1_0 and TQ2_0; it has
-//! its own summation order (see [`panel`]), equal to [`panel::run_reference`] bit for bit.
+//! its own summation order (see [`panel`]), equal to [`panel::run_reference`] bit for bit; only the
+//! `portable` numerics profile installs it (see [`crate::numerics`]).
+//!
+//! The table in use is built for the kernel set ([`active_isa`]) and the numerics profile
+//! ([`crate::numerics::active`]): under `avx512` the F32/F16 `vec_dot`, `vec_dot_gemm` and F16 `gemm`
+//! follow ggml's AVX-512 build (16-lane accumulators, `x86_64::float512`).
 //!
 //! [`TypeKernels::interleaved_dot`] (AVX-512 VNNI, Q4_0/Q4_1/Q5_0/Q8_0) multiplies weights stored
 //! interleaved in groups of 16 rows (see [`interleave`]; the in-process model backend makes such

@@ -16,7 +16,7 @@
 //! `acc = fma(f32(off + Σ w·y), sx[r] · sy, acc)` and, with a min term, `acc = fma(mx[r], ty, acc)`.
 //! [`run_reference`] is that definition; the SIMD kernels equal it bit for bit (tested). It is not
 //! ggml's AVX2 summation order, so the panel kernels are only installed where no bit-exact ggml
-//! parity is promised (the AVX-512 set, for Q4_0, Q5_0, Q8_0, Q4_K, Q5_K, Q6_K, IQ4_NL, IQ4_XS (values
+//! parity is promised (the `portable` numerics profile on the AVX-512 set, for Q4_0, Q5_0, Q8_0, Q4_K, Q5_K, Q6_K, IQ4_NL, IQ4_XS (values
 //! `v + 128`), the grid IQ types
 //! and TQ1_0/TQ2_0, whose blocks are decoded by `scalar::iq` into values `v + 64` with a scale
 //! per 16 elements); against the

@@ -11,25 +11,64 @@ use std::path::{Path, PathBuf};
 
 /// The peer's Python, or `None` (with a printed reason) when there is none and it is not required.
 pub fn python(test: &str) -> Option<PathBuf> {
+    let p = find_python(test)?;
+    align_numerics(&p);
+    Some(p)
+}
+
+/// Fixes this process's numerics profile to the one reproducing the peer's build, when a peer
+/// exists; call it before anything uses a kernel (the profile is fixed on first use). Quiet: a
+/// missing peer is reported by [`python`].
+pub fn align() {
+    if let Some(p) = find_python_quiet() {
+        align_numerics(&p);
+    }
+}
+
+fn find_python_quiet() -> Option<PathBuf> {
     if let Some(p) = std::env::var_os("LLAMAD_PEER_PYTHON").filter(|p| !p.is_empty()) {
         return Some(PathBuf::from(p));
     }
     let root = std::env::var_os("LLAMAD_PEER_CACHE")
         .filter(|p| !p.is_empty())
         .map(PathBuf::from)
-        .or_else(|| std::env::var_os("HOME").map(|h| Path::new(&h).join(".cache/llamad-peer")));
-    let mut venvs: Vec<PathBuf> = root
-        .and_then(|r| std::fs::read_dir(r).ok())
-        .into_iter()
-        .flatten()
+        .or_else(|| std::env::var_os("HOME").map(|h| Path::new(&h).join(".cache/llamad-peer")))?;
+    let mut venvs: Vec<PathBuf> = std::fs::read_dir(root)
+        .ok()?
         .flatten()
         .filter(|e| e.file_name().to_string_lossy().starts_with("venv-"))
         .map(|e| e.path().join("bin").join("python"))
         .filter(|p| p.exists())
         .collect();
-    // `venv-0.3.36-avx2` sorts before `venv-0.3.36-avx512…`.
     venvs.sort();
-    if let Some(p) = venvs.into_iter().next() {
+    venvs.into_iter().next()
+}
+
+/// Fixes this process's numerics profile to the one reproducing the peer's build
+/// (`tests/interop/peer_build.py`), unless `LLAMAD_NUMERICS` chose one. Once per process; callers
+/// in other threads wait for the first.
+fn align_numerics(python: &Path) {
+    static DONE: std::sync::OnceLock<()> = std::sync::OnceLock::new();
+    DONE.get_or_init(|| align_numerics_now(python));
+}
+
+fn align_numerics_now(python: &Path) {
+    if std::env::var_os("LLAMAD_NUMERICS").is_some() {
+        return;
+    }
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/interop/peer_build.py");
+    let Ok(out) = std::process::Command::new(python).arg(script).stderr(std::process::Stdio::null()).output()
+    else {
+        return;
+    };
+    let name = String::from_utf8_lossy(&out.stdout).trim().to_string();
+    if compute::numerics::Numerics::parse(&name).is_some() {
+        compute::numerics::init(Some(&name));
+    }
+}
+
+fn find_python(test: &str) -> Option<PathBuf> {
+    if let Some(p) = find_python_quiet() {
         return Some(p);
     }
     let why = "no llama.cpp reference peer: set LLAMAD_PEER_PYTHON or run tests/peer/build-peer.sh";

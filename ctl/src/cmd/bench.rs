@@ -194,6 +194,7 @@ impl BenchResult {
         json!({
             "build": env!("CARGO_PKG_VERSION"),
             "kernels": active_isa(),
+            "numerics": compute::numerics::active().name(),
             "model": self.model.filename,
             "model_filename": self.model.filename,
             "model_type": self.model.model_type(),

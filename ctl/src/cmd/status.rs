@@ -33,6 +33,7 @@ pub fn run(c: &Client, mode: OutputMode, out: &mut dyn Write) -> Result<Outcome>
         .row(vec!["rpc address".into(), s.rpc_addr.clone().unwrap_or_else(|| "-".into())])
         .row(vec!["devices".into(), devices.join(", ")])
         .row(vec!["threads".into(), s.threads.to_string()])
+        .row(vec!["numerics".into(), format!("{} (kernels {})", s.numerics, s.kernels)])
         .row(vec![
             "memory".into(),
             format!(

@@ -31,6 +31,14 @@ pub struct Status {
     pub memory: MemoryStatus,
     /// Compute threads.
     pub threads: u64,
+    /// The numerics profile the kernels follow (`avx2`, `avx512`, `neon-dotprod`, `neon-i8mm`,
+    /// `sve` or `portable`; see `compute::numerics`), and the kernel set in use.
+    #[serde(default)]
+    pub numerics: String,
+    /// The kernel (instruction) set in use (`LLAMAD_KERNELS`): `scalar`, `avx2`, `avx512`, `neon`,
+    /// `neon-dotprod` or `neon-i8mm`.
+    #[serde(default)]
+    pub kernels: String,
     /// RPC connection counters.
     pub rpc: RpcStatus,
     /// Whether the tensor cache is enabled.

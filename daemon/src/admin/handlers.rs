@@ -69,6 +69,8 @@ pub async fn status(State(st): State<AdminState>) -> Json<Status> {
             interleaved: rpc.memory.interleaved(),
         },
         threads: rpc.cfg.threads as u64,
+        numerics: compute::numerics::active().name().to_string(),
+        kernels: compute::quant::active_isa().to_string(),
         rpc: RpcStatus {
             open_connections: s.active.load(Ordering::Relaxed),
             connections_total: s.connections.load(Ordering::Relaxed),

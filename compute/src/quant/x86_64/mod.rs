@@ -43,6 +43,7 @@ macro_rules! block_loop2 {
 
 mod avx2;
 mod avx512;
+mod float512;
 mod gemm;
 mod interleave;
 mod panel;
@@ -61,6 +62,22 @@ pub fn avx512_available() -> bool {
         && is_x86_feature_detected!("avx512bw")
         && is_x86_feature_detected!("avx512vl")
         && is_x86_feature_detected!("avx512vnni")
+}
+
+/// What the `avx512` numerics profile needs: AVX-512 F/BW/VL/DQ (ggml's `skylakex` CPU variant)
+/// on top of AVX2.
+pub fn avx512_numerics_available() -> bool {
+    avx2_available()
+        && is_x86_feature_detected!("avx512f")
+        && is_x86_feature_detected!("avx512bw")
+        && is_x86_feature_detected!("avx512vl")
+        && is_x86_feature_detected!("avx512dq")
+}
+
+/// Installs the F32/F16 kernels in the order of ggml built for AVX-512 (the `avx512` numerics
+/// profile); the caller checked [`avx512_numerics_available`].
+pub fn install_avx512_numerics(k: &mut Kernels) {
+    float512::install(k);
 }
 
 /// Installs the AVX2 kernels.
