@@ -103,13 +103,8 @@ impl Kernels {
     pub fn build_for(isa: Isa, numerics: Numerics) -> Kernels {
         let mut k = Kernels::build_isa(isa);
         #[cfg(target_arch = "x86_64")]
-        if k.isa != Isa::Scalar {
-            if matches!(numerics, Numerics::Avx2 | Numerics::Avx512) {
-                k.types.iter_mut().for_each(|t| t.panel = None);
-            }
-            if numerics == Numerics::Avx512 && super::x86_64::avx512_numerics_available() {
-                super::x86_64::install_avx512_numerics(&mut k);
-            }
+        if k.isa != Isa::Scalar && matches!(numerics, Numerics::Avx2 | Numerics::Avx512) {
+            super::x86_64::install_ggml_orders(&mut k, numerics == Numerics::Avx512);
         }
         let _ = numerics;
         k
@@ -145,6 +140,12 @@ impl Kernels {
     /// Replaces the dot product of `t`.
     pub(crate) fn set_vec_dot(&mut self, t: GgmlType, f: VecDotFn) {
         self.types[t as usize].vec_dot = Some(f);
+    }
+
+    /// Removes every packed-panel product (see `quant::panel`).
+    #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
+    pub(crate) fn clear_panels(&mut self) {
+        self.types.iter_mut().for_each(|t| t.panel = None);
     }
 
     /// Sets the dot product in ggml's tiled-product order of `t` (see `TypeKernels::vec_dot_batch`).
