@@ -3,9 +3,16 @@
 //! results must agree within the case's bound. Prints a per-op summary.
 //!
 //! Without `LLAMAD_PEER_PYTHON` the test is skipped, unless `LLAMAD_REQUIRE_PEER=1` (scripts/test.sh)
-//! makes that a failure. `LLAMAD_OPDIFF_FILTER=substring` runs only the matching cases,
+//! makes that a failure. `LLAMAD_OPDIFF_FILTER=substring[|substring...]` runs only the matching cases,
 //! `LLAMAD_OPDIFF_VERBOSE=1` prints every case's figures, `LLAMAD_OPDIFF_DUMP=dir` writes every
 //! case's inputs and results there.
+//!
+//! Other references and servers under test (scripts/test-arm64-parity.sh): `LLAMAD_OPDIFF_REF_CMD`
+//! is a shell command line with `{port}` that starts the reference instead of the peer's Python
+//! (llama.cpp's aarch64 `ggml-rpc-server` under qemu-user); `LLAMAD_BIN` may be a wrapper that runs
+//! an aarch64 llamad under qemu-user. `LLAMAD_OPDIFF_KERNELS=<set>` forces llamad's kernel set
+//! (default: `avx2` on an AVX2 host, else none) and `LLAMAD_OPDIFF_EXACT=1|0` says whether the
+//! cases that require bit-identical results keep that requirement (default: on an AVX2 host).
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -17,10 +24,30 @@ use e2e::opdiff::data;
 use e2e::opdiff::run::run_graph;
 use e2e::server::{llamad_bin, Server};
 
-/// The reference peer's Python, or `None` when the test is to be skipped.
-fn peer_python() -> Option<PathBuf> {
+/// How the reference server starts.
+enum Reference {
+    /// `tests/interop/ref_server.py` under the peer's Python.
+    Python(PathBuf),
+    /// A command line with `{port}` (`LLAMAD_OPDIFF_REF_CMD`).
+    Command(String),
+}
+
+impl Reference {
+    fn start(&self) -> e2e::Result<Server> {
+        match self {
+            Reference::Python(p) => Server::reference(p),
+            Reference::Command(c) => Server::reference_cmd(c),
+        }
+    }
+}
+
+/// The reference, or `None` when the test is to be skipped.
+fn reference() -> Option<Reference> {
+    if let Some(c) = std::env::var("LLAMAD_OPDIFF_REF_CMD").ok().filter(|c| !c.is_empty()) {
+        return Some(Reference::Command(c));
+    }
     match std::env::var_os("LLAMAD_PEER_PYTHON").filter(|p| !p.is_empty()) {
-        Some(p) => Some(PathBuf::from(p)),
+        Some(p) => Some(Reference::Python(PathBuf::from(p))),
         None if std::env::var("LLAMAD_REQUIRE_PEER").as_deref() == Ok("1") => panic!(
             "LLAMAD_REQUIRE_PEER=1 but LLAMAD_PEER_PYTHON is not set: point it at the reference peer's \
              python (tests/peer/build-peer.sh prints it)"
@@ -69,15 +96,23 @@ struct OpStats {
 
 #[test]
 fn ops_match_llama_cpp() {
-    let Some(python) = peer_python() else {
+    let Some(reference_kind) = reference() else {
         eprintln!(
             "opdiff: skipped (LLAMAD_PEER_PYTHON is not set; LLAMAD_REQUIRE_PEER=1 makes this a failure)"
         );
         return;
     };
-    let exact_kernels = avx2();
-    let mut reference = Server::reference(&python).expect("start the reference server");
-    let llamad = Server::llamad(&llamad_bin(), exact_kernels.then_some("avx2")).expect("start llamad");
+    let exact_kernels = match std::env::var("LLAMAD_OPDIFF_EXACT").as_deref() {
+        Ok("1") => true,
+        Ok("0") => false,
+        _ => avx2(),
+    };
+    let kernels = std::env::var("LLAMAD_OPDIFF_KERNELS")
+        .ok()
+        .filter(|k| !k.is_empty())
+        .or_else(|| avx2().then(|| "avx2".to_string()));
+    let mut reference = reference_kind.start().expect("start the reference server");
+    let llamad = Server::llamad(&llamad_bin(), kernels.as_deref()).expect("start llamad");
     let filter = std::env::var("LLAMAD_OPDIFF_FILTER").unwrap_or_default();
 
     let all = cases::all();
@@ -85,7 +120,8 @@ fn ops_match_llama_cpp() {
     for c in &all {
         assert!(names.insert(c.name.clone()), "duplicate case name {}", c.name);
     }
-    let selected: Vec<&Case> = all.iter().filter(|c| c.name.contains(&filter)).collect();
+    // `a|b|c`: the cases whose name contains any of the substrings.
+    let selected: Vec<&Case> = all.iter().filter(|c| filter.split('|').any(|f| c.name.contains(f))).collect();
     assert!(!selected.is_empty(), "no case matches LLAMAD_OPDIFF_FILTER={filter}");
 
     let started = Instant::now();
@@ -120,7 +156,7 @@ fn ops_match_llama_cpp() {
                     reference.log_tail()
                 ));
                 drop(reference);
-                reference = Server::reference(&python).expect("restart the reference server");
+                reference = reference_kind.start().expect("restart the reference server");
                 s.failed += 1;
                 continue;
             }
@@ -162,10 +198,11 @@ fn ops_match_llama_cpp() {
     }
 
     eprintln!(
-        "\nopdiff: {} cases in {:.1} s (llamad kernels: {})",
+        "\nopdiff: {} cases in {:.1} s (llamad kernels: {}, exact cases required exact: {})",
         selected.len(),
         started.elapsed().as_secs_f64(),
-        if exact_kernels { "avx2" } else { "default" }
+        kernels.as_deref().unwrap_or("default"),
+        exact_kernels
     );
     eprintln!(
         "{:<16} {:>6} {:>10} {:>10} {:>11} {:>11} {:>7}",

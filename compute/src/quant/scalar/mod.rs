@@ -12,6 +12,7 @@ pub(crate) mod iq_grids;
 pub mod kquantize;
 pub mod kquants;
 pub mod legacy;
+pub mod neon_order;
 pub mod refquant;
 
 pub use extra::*;
