@@ -148,6 +148,25 @@ impl Server {
         })
     }
 
+    /// A reference server started from a shell command line in which `{port}` stands for the port
+    /// (`LLAMAD_OPDIFF_REF_CMD`, e.g. llama.cpp's aarch64 `ggml-rpc-server` under qemu-user:
+    /// `tests/peer/ggml-rpc-server-aarch64 neon-dotprod -H 127.0.0.1 -p {port} -t 1`). The command
+    /// runs through `sh -c 'exec ...'`, so the child is the server itself (its listening socket is
+    /// what [`Server::spawn_on`] waits for).
+    pub fn reference_cmd(template: &str) -> Result<Server> {
+        if !template.contains("{port}") {
+            return Err(Error::Server(format!("reference command has no {{port}}: {template}")));
+        }
+        let root = workspace_root();
+        Server::spawn("reference", |port| {
+            let mut cmd = Command::new("sh");
+            cmd.arg("-c")
+                .arg(format!("exec {}", template.replace("{port}", &port.to_string())))
+                .current_dir(&root);
+            cmd
+        })
+    }
+
     /// llamad (`bin`) with 1 thread, the admin API off and `kernels` forced when given
     /// (`LLAMAD_KERNELS`).
     pub fn llamad(bin: &Path, kernels: Option<&str>) -> Result<Server> {

@@ -3,7 +3,7 @@
 //! results must agree within the case's bound. Prints a per-op summary.
 //!
 //! Without `LLAMAD_PEER_PYTHON` the test is skipped, unless `LLAMAD_REQUIRE_PEER=1` (scripts/test.sh)
-//! makes that a failure. `LLAMAD_OPDIFF_FILTER=substring` runs only the matching cases,
+//! makes that a failure. `LLAMAD_OPDIFF_FILTER=substring[|substring...]` runs only the matching cases,
 //! `LLAMAD_OPDIFF_VERBOSE=1` prints every case's figures, `LLAMAD_OPDIFF_DUMP=dir` writes every
 //! case's inputs and results there.
 //!
@@ -12,6 +12,14 @@
 //! llamad runs its AVX2 kernel set (`LLAMAD_KERNELS=avx2`), under `avx512` its best set; both must
 //! meet the cases' bit-exactness requirements when the CPU runs the profile. Under `portable` (own
 //! summation orders) exact cases are held to the summation-order bound only.
+//!
+//! Other references and servers under test (scripts/test-arm64-parity.sh): `LLAMAD_OPDIFF_REF_CMD`
+//! is a shell command line with `{port}` that starts the reference instead of the peer's Python
+//! (llama.cpp's aarch64 `ggml-rpc-server` under qemu-user; no profile is passed then unless
+//! `LLAMAD_OPDIFF_PROFILE` names one); `LLAMAD_BIN` may be a wrapper that runs an aarch64 llamad
+//! under qemu-user. `LLAMAD_OPDIFF_KERNELS=<set>` forces llamad's kernel set and
+//! `LLAMAD_OPDIFF_EXACT=1|0` says whether the cases that require bit-identical results keep that
+//! requirement (defaults: as the profile says).
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -23,10 +31,30 @@ use e2e::opdiff::data;
 use e2e::opdiff::run::run_graph;
 use e2e::server::{llamad_bin, Server};
 
-/// The reference peer's Python, or `None` when the test is to be skipped.
-fn peer_python() -> Option<PathBuf> {
+/// How the reference server starts.
+enum Reference {
+    /// `tests/interop/ref_server.py` under the peer's Python.
+    Python(PathBuf),
+    /// A command line with `{port}` (`LLAMAD_OPDIFF_REF_CMD`).
+    Command(String),
+}
+
+impl Reference {
+    fn start(&self) -> e2e::Result<Server> {
+        match self {
+            Reference::Python(p) => Server::reference(p),
+            Reference::Command(c) => Server::reference_cmd(c),
+        }
+    }
+}
+
+/// The reference, or `None` when the test is to be skipped.
+fn reference() -> Option<Reference> {
+    if let Some(c) = std::env::var("LLAMAD_OPDIFF_REF_CMD").ok().filter(|c| !c.is_empty()) {
+        return Some(Reference::Command(c));
+    }
     match std::env::var_os("LLAMAD_PEER_PYTHON").filter(|p| !p.is_empty()) {
-        Some(p) => Some(PathBuf::from(p)),
+        Some(p) => Some(Reference::Python(PathBuf::from(p))),
         None if std::env::var("LLAMAD_REQUIRE_PEER").as_deref() == Ok("1") => panic!(
             "LLAMAD_REQUIRE_PEER=1 but LLAMAD_PEER_PYTHON is not set: point it at the reference peer's \
              python (tests/peer/build-peer.sh prints it)"
@@ -55,6 +83,19 @@ fn exact_profile(profile: &str) -> bool {
     #[cfg(not(target_arch = "x86_64"))]
     {
         let _ = profile;
+        false
+    }
+}
+
+/// Whether llamad's x86 AVX2 kernels run here (they reproduce ggml's AVX2 arithmetic): the default
+/// exactness requirement when no profile is named (an external reference, `LLAMAD_OPDIFF_REF_CMD`).
+fn avx2() -> bool {
+    #[cfg(target_arch = "x86_64")]
+    {
+        std::is_x86_feature_detected!("avx2")
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
         false
     }
 }
@@ -91,21 +132,30 @@ struct OpStats {
 
 #[test]
 fn ops_match_llama_cpp() {
-    let Some(python) = peer_python() else {
+    let Some(reference_kind) = reference() else {
         eprintln!(
             "opdiff: skipped (LLAMAD_PEER_PYTHON is not set; LLAMAD_REQUIRE_PEER=1 makes this a failure)"
         );
         return;
     };
-    let profile = std::env::var("LLAMAD_OPDIFF_PROFILE")
+    let profile = std::env::var("LLAMAD_OPDIFF_PROFILE").ok().filter(|p| !p.is_empty()).or_else(|| match &reference_kind {
+        Reference::Python(python) => Some(e2e::server::peer_numerics(python).unwrap_or("avx2").to_string()),
+        Reference::Command(_) => None,
+    });
+    let exact_kernels = match std::env::var("LLAMAD_OPDIFF_EXACT").as_deref() {
+        Ok("1") => true,
+        Ok("0") => false,
+        _ => profile.as_deref().map_or_else(avx2, exact_profile),
+    };
+    let kernels = std::env::var("LLAMAD_OPDIFF_KERNELS")
         .ok()
-        .filter(|p| !p.is_empty())
-        .unwrap_or_else(|| e2e::server::peer_numerics(&python).unwrap_or("avx2").to_string());
-    let exact_kernels = exact_profile(&profile);
-    let mut reference = Server::reference(&python).expect("start the reference server");
-    let kernels = (exact_kernels && profile == "avx2").then_some("avx2");
+        .filter(|k| !k.is_empty())
+        .or_else(|| (exact_kernels && profile.as_deref() == Some("avx2")).then(|| "avx2".to_string()));
+    let mut reference = reference_kind.start().expect("start the reference server");
+    let numerics_flag: Vec<&str> = profile.as_deref().map(|p| vec!["--numerics", p]).unwrap_or_default();
     let llamad =
-        Server::llamad_with(&llamad_bin(), kernels, &["--numerics", &profile]).expect("start llamad");
+        Server::llamad_with(&llamad_bin(), kernels.as_deref(), &numerics_flag).expect("start llamad");
+    let profile = profile.unwrap_or_else(|| "default".to_string());
     let filter = std::env::var("LLAMAD_OPDIFF_FILTER").unwrap_or_default();
 
     let all = cases::all();
@@ -113,7 +163,8 @@ fn ops_match_llama_cpp() {
     for c in &all {
         assert!(names.insert(c.name.clone()), "duplicate case name {}", c.name);
     }
-    let selected: Vec<&Case> = all.iter().filter(|c| c.name.contains(&filter)).collect();
+    // `a|b|c`: the cases whose name contains any of the substrings.
+    let selected: Vec<&Case> = all.iter().filter(|c| filter.split('|').any(|f| c.name.contains(f))).collect();
     assert!(!selected.is_empty(), "no case matches LLAMAD_OPDIFF_FILTER={filter}");
 
     let started = Instant::now();
@@ -149,7 +200,7 @@ fn ops_match_llama_cpp() {
                     reference.log_tail()
                 ));
                 drop(reference);
-                reference = Server::reference(&python).expect("restart the reference server");
+                reference = reference_kind.start().expect("restart the reference server");
                 s.failed += 1;
                 continue;
             }
@@ -194,7 +245,7 @@ fn ops_match_llama_cpp() {
         "\nopdiff: {} cases in {:.1} s (llamad --numerics {profile}, kernels {}, exact cases {})",
         selected.len(),
         started.elapsed().as_secs_f64(),
-        kernels.unwrap_or("default"),
+        kernels.as_deref().unwrap_or("default"),
         if exact_kernels { "required" } else { "held to the order bound" }
     );
     eprintln!(

@@ -287,6 +287,13 @@ pub(crate) unsafe fn prepare_mul_mat(
         },
         None => DotKernels::new(a.dtype(), vec_dot),
     };
+    // ggml's mul_mat runs its two-row kernels (aarch64 i8mm) for every output when the weight rows
+    // and the activation rows are both even in number, and one-row dots otherwise; for the types
+    // whose two-row kernel has its own order (ggml's smmla order) only the same rule gives its bits.
+    let mut k = k;
+    if two_row_order_differs(a.dtype()) && (a.ne[1] % 2 != 0 || b.ne[1] % 2 != 0) {
+        k.vec_dot_2x2 = None;
+    }
     let repack_local = if gemm.is_none() { plan_repack(&a, &b, &mut act) } else { 0 };
     let k = match act.repack {
         // Few columns: only the one-column dot runs, on prepared rows.
@@ -559,6 +566,13 @@ impl MulMat {
     }
 }
 
+/// Whether `t`'s two-row kernel (where the kernel set has one) sums in another order than its
+/// `vec_dot`: the legacy formats ggml runs through `smmla` with i8mm (Q4_0, Q4_1, Q8_0), whose
+/// aarch64 kernels follow ggml's order (`quant::aarch64`). Elsewhere the two agree bit for bit.
+fn two_row_order_differs(t: GgmlType) -> bool {
+    matches!(t, GgmlType::Q4_0 | GgmlType::Q4_1 | GgmlType::Q8_0)
+}
+
 /// The dot kernels of a planned matrix product.
 struct DotKernels {
     vec_dot: VecDotFn,
@@ -614,10 +628,27 @@ impl DotKernels {
                     j += 2;
                 }
                 if j < ys.len() {
-                    out[j * m + i0] = (self.vec_dot)(k, x[0], ys[j]);
-                    out[j * m + i0 + 1] = (self.vec_dot)(k, x[1], ys[j]);
+                    // The column twice: every output of the two-row kernel is its own lane.
+                    let [v0, _, v1, _] = k22(k, x, [ys[j], ys[j]]);
+                    out[j * m + i0] = v0;
+                    out[j * m + i0 + 1] = v1;
                 }
                 i0 += 2;
+            }
+            if i0 < m {
+                // A last odd row, paired with itself.
+                let x = xs[i0];
+                let mut j = 0;
+                while j < ys.len() {
+                    let y1 = ys.get(j + 1).unwrap_or(&ys[j]);
+                    let [v0, v1, _, _] = k22(k, [x, x], [ys[j], y1]);
+                    out[j * m + i0] = v0;
+                    if j + 1 < ys.len() {
+                        out[(j + 1) * m + i0] = v1;
+                    }
+                    j += 2;
+                }
+                return;
             }
         }
         for (i, x) in xs.iter().enumerate().skip(i0) {
@@ -728,7 +759,14 @@ pub(crate) unsafe fn prepare_mul_mat_id(n: &Node) -> Result<Plan> {
             b,
             ids,
             dst,
-            k: DotKernels::new(a.dtype(), vec_dot),
+            k: {
+                // ggml's mul_mat_id runs one-row dots only.
+                let mut k = DotKernels::new(a.dtype(), vec_dot);
+                if two_row_order_differs(a.dtype()) {
+                    k.vec_dot_2x2 = None;
+                }
+                k
+            },
             k_batch: DotKernels::batch(a.dtype()),
             act,
             lists_off,

@@ -165,6 +165,12 @@ impl Kernels {
         self.types[t as usize].vec_dot_2x2 = Some(f);
     }
 
+    /// Removes the two-row × two-column dot product of `t`.
+    #[cfg_attr(not(target_arch = "aarch64"), allow(dead_code))]
+    pub(crate) fn clear_vec_dot_2x2(&mut self, t: GgmlType) {
+        self.types[t as usize].vec_dot_2x2 = None;
+    }
+
     /// Sets the register-tiled matrix × matrix kernel of `t`.
     #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
     pub(crate) fn set_gemm(&mut self, t: GgmlType, f: super::GemmFn) {
@@ -212,7 +218,6 @@ impl Kernels {
     }
 
     /// Sets the GEMM-order dot product of `t` (see [`TypeKernels::vec_dot_gemm`]).
-    #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
     pub(crate) fn set_vec_dot_gemm(&mut self, t: GgmlType, f: VecDotFn) {
         self.types[t as usize].vec_dot_gemm = Some(f);
     }

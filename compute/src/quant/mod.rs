@@ -113,9 +113,9 @@ pub struct TypeKernels {
     /// Optional two-row × two-column form (see [`VecDot2x2Fn`]); matrix products prefer it over
     /// `vec_dot_x4` where both exist.
     pub vec_dot_2x2: Option<VecDot2x2Fn>,
-    /// The dot product as ggml's float GEMM computes it (llamafile's tinyBLAS), which ggml uses instead
-    /// of `vec_dot` for F32/F16 matrix products over two or more activation rows; `None` where the two
-    /// agree (the quantized types). Matrix products pick it so that results equal a llama.cpp CPU
+    /// The dot product as ggml's GEMM computes it (llamafile's tinyBLAS), which ggml uses instead of
+    /// `vec_dot` for F32/F16 matrix products over two or more activation rows (and, on aarch64 with
+    /// dotprod, for Q4_0 and Q8_0: `tinyBLAS_Q0_ARM`); `None` where the two agree. Matrix products pick it so that results equal a llama.cpp CPU
     /// backend's bit for bit.
     pub vec_dot_gemm: Option<VecDotFn>,
     /// The dot product as ggml's tiled K-quant matrix product computes it (`GGML_CPU_TILED_MM`,

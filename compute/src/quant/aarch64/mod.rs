@@ -15,13 +15,21 @@
 //! | Q8_1, Q8_K (activations) | — | — | — | — | NEON |
 //! | F32, F16, BF16 | NEON (fma) | — | — | F16, BF16 | F16, BF16 |
 //!
-//! Every quantized kernel reduces each block to its exact integer sum first and then applies the
-//! scalar reference's float steps in its order, so all levels and shapes equal the scalar
-//! `vec_dot` bit for bit; the float dots are within 1e-5 of the reference's f64 sums.
+//! [`install_neon_own_order`] installs kernels that reduce each block to its exact integer sum
+//! first and then apply the scalar reference's float steps in its order, so all levels and shapes
+//! equal the scalar `vec_dot` bit for bit; the float dots are within 1e-5 of the reference's f64
+//! sums. [`install_neon`] (the `neon-dotprod` and `neon-i8mm` tables) then replaces, from the
+//! dotprod level up, the legacy Q4_0, Q4_1, Q5_0, Q5_1 and Q8_0 dots and the Q8_0 / Q8_1
+//! activation quantizers with ggml's NEON order ([`ggml`], twins in `quant::scalar::neon_order`),
+//! so that they give the bits of llama.cpp built for armv8.2-a+dotprod. Still in our own order:
+//! the K-quants, IQ types and F16/F32 dots. At the i8mm level the two-row kernels of Q4_0, Q4_1 and
+//! Q8_0 are ggml's `smmla` ones, which ggml's mul_mat runs for every output exactly when the row and
+//! column counts are both even (matmul plans by that rule).
 
 mod dequant;
 mod dot;
 mod float;
+mod ggml;
 mod iq;
 mod kquants;
 mod legacy;
@@ -52,8 +60,60 @@ pub fn level_available(level: Level) -> bool {
     }
 }
 
-/// Installs the kernels of `level`; does nothing unless the CPU has its features.
+/// Installs the kernels of `level` (ggml's NEON order where [`ggml`] has it, from the dotprod
+/// level up); does nothing unless the CPU has its features.
 pub fn install_neon(k: &mut Kernels, level: Level) {
+    if !level_available(level) {
+        return;
+    }
+    install_neon_own_order(k, level);
+    if level >= Level::Dotprod {
+        install_ggml_order(k, level);
+    }
+}
+
+/// ggml's NEON order for the legacy formats and their activation quantizers (dotprod and up).
+fn install_ggml_order(k: &mut Kernels, level: Level) {
+    use crate::quant::scalar::neon_order as no;
+    use GgmlType::*;
+    macro_rules! ggml_order {
+        ($($t:ident => $b:ty, $m:ty, $gemm:expr);* $(;)?) => {$(
+            let (dot, x4, gemm) = ggml::set::<$b, $m>($gemm);
+            k.set_vec_dot($t, dot);
+            k.set_vec_dot_x4($t, x4);
+            if let Some(g) = gemm {
+                k.set_vec_dot_gemm($t, g);
+            }
+        )*};
+    }
+    // Q4_0 and Q8_0 at the dotprod level: llamafile's tinyBLAS_Q0_ARM for two or more activation
+    // rows (ggml-cpu.c turns llamafile off with i8mm or SVE).
+    let gemm = level == Level::Dotprod;
+    ggml_order! {
+        Q4_0 => legacy::Q40, no::Q40, gemm;
+        Q4_1 => legacy::Q41, no::Q41, false;
+        Q5_0 => legacy::Q50, no::Q50, false;
+        Q5_1 => legacy::Q51, no::Q51, false;
+        Q8_0 => legacy::Q80, no::Q80, gemm;
+    }
+    // Two-row kernels: ggml's smmla ones for Q4_0, Q4_1 and Q8_0 with i8mm; Q5_0 and Q5_1 have none.
+    for t in [Q5_0, Q5_1] {
+        k.clear_vec_dot_2x2(t);
+    }
+    if level >= Level::I8mm {
+        k.set_vec_dot_2x2(Q4_0, ggml::two_row::<legacy::Q40, no::Q40>());
+        k.set_vec_dot_2x2(Q4_1, ggml::two_row::<legacy::Q41, no::Q41>());
+        k.set_vec_dot_2x2(Q8_0, ggml::two_row::<legacy::Q80, no::Q80>());
+    }
+    k.set_from_f32(Q8_0, ggml::q8_0_from_f32);
+    k.set_from_f32(Q8_1, ggml::q8_1_from_f32);
+    tracing::debug!(?level, "installed ggml-order NEON kernels");
+}
+
+/// The NEON kernels of `level` in llamad's own order (bit-identical to the scalar reference
+/// kernels): what the `portable` numerics profile runs on aarch64; does nothing unless the CPU has
+/// the level's features.
+pub fn install_neon_own_order(k: &mut Kernels, level: Level) {
     if !level_available(level) {
         return;
     }

@@ -30,6 +30,34 @@ pub(crate) fn scalar_table() -> Kernels {
     Kernels::build(Isa::Scalar)
 }
 
+/// The scalar twins of `isa`'s kernels: the reference table, with ggml's NEON order
+/// (`quant::scalar::neon_order`) for the legacy dots, Q4_0 / Q8_0's `tinyBLAS_Q0_ARM` order and the
+/// Q8_0 / Q8_1 quantizers of the NEON sets from dotprod up (see `quant::aarch64`).
+pub(crate) fn twin_table(isa: Isa) -> Kernels {
+    let mut k = scalar_table();
+    if matches!(isa, Isa::NeonDotprod | Isa::NeonI8mm) {
+        use crate::quant::scalar::neon_order as no;
+        use GgmlType::*;
+        k.set_vec_dot(Q4_0, no::vec_dot_q4_0_q8_0_neon);
+        k.set_vec_dot(Q4_1, no::vec_dot_q4_1_q8_1_neon);
+        k.set_vec_dot(Q5_0, no::vec_dot_q5_0_q8_0_neon);
+        k.set_vec_dot(Q5_1, no::vec_dot_q5_1_q8_1_neon);
+        k.set_vec_dot(Q8_0, no::vec_dot_q8_0_q8_0_neon);
+        if isa == Isa::NeonDotprod {
+            k.set_vec_dot_gemm(Q4_0, no::gemm_q4_0_q8_0_neon);
+            k.set_vec_dot_gemm(Q8_0, no::gemm_q8_0_q8_0_neon);
+        }
+        k.set_from_f32(Q8_0, no::q8_0_from_f32_neon);
+        k.set_from_f32(Q8_1, no::q8_1_from_f32_neon);
+        if isa == Isa::NeonI8mm {
+            k.set_vec_dot_2x2(Q4_0, no::vec_dot_2x2_q4_0_q8_0_neon);
+            k.set_vec_dot_2x2(Q4_1, no::vec_dot_2x2_q4_1_q8_1_neon);
+            k.set_vec_dot_2x2(Q8_0, no::vec_dot_2x2_q8_0_q8_0_neon);
+        }
+    }
+    k
+}
+
 /// A seeded RNG.
 pub(crate) fn rng(seed: u64) -> StdRng {
     StdRng::seed_from_u64(seed)

@@ -62,7 +62,16 @@ fn levels_install_their_kernels() {
         for t in QUANT_TYPES {
             let e = k.get(t);
             assert!(e.vec_dot_x4.is_some(), "{} {t}: no x4", isa.name());
-            assert_eq!(e.vec_dot_2x2.is_some(), isa == Isa::NeonI8mm, "{} {t}: 2x2", isa.name());
+            // From dotprod up Q5_0 and Q5_1 have ggml's one-row order only (ggml's mul_mat runs no
+            // two-row kernel for them).
+            let ggml_one_row = matches!(isa, Isa::NeonDotprod | Isa::NeonI8mm)
+                && matches!(t, GgmlType::Q5_0 | GgmlType::Q5_1);
+            assert_eq!(
+                e.vec_dot_2x2.is_some(),
+                isa == Isa::NeonI8mm && !ggml_one_row,
+                "{} {t}: 2x2",
+                isa.name()
+            );
             let s = scalar_table();
             assert_ne!(e.vec_dot.unwrap() as usize, s.get(t).vec_dot.unwrap() as usize, "{} {t}", isa.name());
             assert_ne!(e.to_f32.unwrap() as usize, s.get(t).to_f32.unwrap() as usize, "{} {t}", isa.name());
@@ -95,12 +104,22 @@ fn nonfinite_scales(t: GgmlType, q: &[u8]) -> Vec<u8> {
     q
 }
 
-/// Asserts that every kernel shape of `isa` gives the scalar `vec_dot` of `t` bit for bit on `xs`
+/// Asserts that every kernel shape of `isa` gives its scalar twin's `vec_dot` of `t` bit for bit on `xs`
 /// against the activation rows `ys` (already quantized to the vec_dot type).
 fn assert_all_shapes_bitwise(isa: Isa, t: GgmlType, n: usize, xs: &[Vec<u8>], ys: &[Vec<u8>]) {
-    let (s, k) = (scalar_table(), Kernels::build(isa));
+    let (s, k) = (twin_table(isa), Kernels::build(isa));
     let want = |x: &[u8], y: &[u8]| (s.get(t).vec_dot.unwrap())(n, x, y);
     let e = k.get(t);
+    // The GEMM order (Q4_0 / Q8_0 from dotprod up) against its twin; exactly where the twin has one.
+    assert_eq!(e.vec_dot_gemm.is_some(), s.get(t).vec_dot_gemm.is_some(), "{} {t}: vec_dot_gemm", isa.name());
+    if let (Some(g), Some(tw)) = (e.vec_dot_gemm, s.get(t).vec_dot_gemm) {
+        for x in xs {
+            for y in ys {
+                let (a, b) = (g(n, x, y), tw(n, x, y));
+                assert!(same_bits(a, b), "{} {t} n={n}: vec_dot_gemm {a} vs twin {b}", isa.name());
+            }
+        }
+    }
     for (ix, x) in xs.iter().enumerate() {
         for (iy, y) in ys.iter().enumerate() {
             let got = (e.vec_dot.unwrap())(n, x, y);
@@ -120,13 +139,32 @@ fn assert_all_shapes_bitwise(isa: Isa, t: GgmlType, n: usize, xs: &[Vec<u8>], ys
             }
         }
     }
-    if let Some(k22) = e.vec_dot_2x2 {
+    // The two-row kernels against the twin's where it has one (Q4_1 in ggml's i8mm order), else
+    // against its one-row dot (llamad's own order: the scalar reference's).
+    let reference = scalar_table();
+    if let (Some(k22), Some(tw)) = (e.vec_dot_2x2, s.get(t).vec_dot_2x2) {
+        for xp in xs.windows(2) {
+            for yp in ys.windows(2) {
+                let (got, want) =
+                    (k22(n, [&xp[0], &xp[1]], [&yp[0], &yp[1]]), tw(n, [&xp[0], &xp[1]], [&yp[0], &yp[1]]));
+                for j in 0..4 {
+                    assert!(
+                        same_bits(got[j], want[j]),
+                        "{} {t} n={n}: 2x2 lane {j}: {} vs twin {}",
+                        isa.name(),
+                        got[j],
+                        want[j]
+                    );
+                }
+            }
+        }
+    } else if let Some(k22) = e.vec_dot_2x2 {
         for xp in xs.windows(2) {
             for yp in ys.windows(2) {
                 let got = k22(n, [&xp[0], &xp[1]], [&yp[0], &yp[1]]);
                 for (j, g) in got.iter().enumerate() {
                     let (x, y) = (&xp[j / 2], &yp[j % 2]);
-                    let v = want(x, y);
+                    let v = (reference.get(t).vec_dot.unwrap())(n, x, y);
                     assert!(same_bits(*g, v), "{} {t} n={n}: 2x2 lane {j}: {g} vs {v}", isa.name());
                 }
             }
@@ -263,7 +301,12 @@ fn nonfinite_inputs_equal_scalar_bitwise() {
         for isa in neon_sets() {
             let k = Kernels::build(isa);
             for a in &acts {
-                assert_eq!(quantize(&k, vt, a), quantize(&s, vt, a), "{} {vt} from_f32", isa.name());
+                assert_eq!(
+                    quantize(&k, vt, a),
+                    super::simd::quantize_twin(isa, vt, a),
+                    "{} {vt} from_f32",
+                    isa.name()
+                );
             }
             let ys: Vec<Vec<u8>> = acts.iter().map(|a| quantize(&s, vt, a)).collect();
             assert_all_shapes_bitwise(isa, t, n, &xs, &ys);

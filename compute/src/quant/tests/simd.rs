@@ -90,7 +90,7 @@ fn check_dot(isa: Isa, t: GgmlType, qx: &[u8], y: &[f32]) {
     let vt = s.get(t).vec_dot_type;
     let n = y.len();
     let qy = quantize(&s, vt, y);
-    let want = (s.get(t).vec_dot.unwrap())(n, qx, &qy);
+    let want = (super::twin_table(isa).get(t).vec_dot.unwrap())(n, qx, &qy);
     let got = (k.get(t).vec_dot.unwrap())(n, qx, &qy);
     if bitwise_with_scalar(isa, t) {
         let same = got.to_bits() == want.to_bits() || (got.is_nan() && want.is_nan());
@@ -118,13 +118,17 @@ fn check_bitwise(isa: Isa, t: GgmlType, qx: &[u8], x: &[f32]) {
 }
 
 /// The scalar twin of `isa`'s quantizer for `t`: on x86, Q8_0 and Q8_1 round as ggml's x86 path does
-/// (`127/amax`, half to even); everything else is the scalar reference.
-fn quantize_twin(isa: Isa, t: GgmlType, x: &[f32]) -> Vec<u8> {
+/// (`127/amax`, half to even); on the NEON sets from dotprod up as ggml's NEON path does (`1/d`, half
+/// to even); everything else is the scalar reference.
+pub(super) fn quantize_twin(isa: Isa, t: GgmlType, x: &[f32]) -> Vec<u8> {
     use crate::quant::scalar as sc;
     let x86 = matches!(isa, Isa::Avx2 | Isa::Avx512);
+    let neon = matches!(isa, Isa::NeonDotprod | Isa::NeonI8mm);
     let f: Option<crate::quant::FromF32Fn> = match t {
         GgmlType::Q8_0 if x86 => Some(sc::q8_0_from_f32_x86),
         GgmlType::Q8_1 if x86 => Some(sc::q8_1_from_f32_x86),
+        GgmlType::Q8_0 if neon => Some(sc::neon_order::q8_0_from_f32_neon),
+        GgmlType::Q8_1 if neon => Some(sc::neon_order::q8_1_from_f32_neon),
         _ => None,
     };
     match f {

@@ -1,0 +1,120 @@
+#!/usr/bin/env bash
+# aarch64 parity with llama.cpp under qemu-user (issue 25, point 4): builds llamad for aarch64 and
+# llama.cpp's ggml-rpc-server for each aarch64 profile (tests/peer/build-peer-aarch64.sh, cached
+# outside the checkout), then runs the differential op tests (tests/tests/opdiff.rs, on the x86 host,
+# over TCP) with both servers emulated, per kernel family, requiring bit-identical results where the
+# case is marked exact:
+#
+#   qemu CPU      llamad kernels  reference profile (GGML_CPU_ARM_ARCH)
+#   neoverse-n1   neon-dotprod    neon-dotprod (armv8.2-a+dotprod)
+#   max           neon-i8mm       neon-i8mm    (armv8.6-a+dotprod+i8mm)
+#   max, SVE 256  neon-i8mm       sve          (armv8.6-a+dotprod+fp16+sve+i8mm; llamad has no SVE
+#                                              kernels yet, so this row reports, it does not gate)
+#
+#   scripts/test-arm64-parity.sh [--quick] [--profiles "neon-dotprod neon-i8mm sve"]
+#
+# --quick: one subset per kernel family (legacy and K-quant MUL_MAT, F32/F16 MUL_MAT, SOFT_MAX,
+# RMS_NORM, ROPE, GLU). Exit status: non-zero when a gating row (neon-dotprod, neon-i8mm) has a
+# failing case. Prints a summary table per profile and family at the end.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+root=$PWD
+
+quick=0
+profiles="neon-dotprod neon-i8mm sve"
+while [ "$#" -gt 0 ]; do
+    case "$1" in
+        --quick) quick=1 ;;
+        --profiles) profiles=$2; shift ;;
+        *) echo "unknown argument $1" >&2; exit 2 ;;
+    esac
+    shift
+done
+
+# Toolchain (ref: /work/shared/notes/arm64-cross.md).
+need_install=0
+for bin in /usr/bin/rustc /usr/bin/aarch64-linux-gnu-gcc /usr/bin/aarch64-linux-gnu-g++ /usr/bin/qemu-aarch64-static; do
+    [ -x "$bin" ] || need_install=1
+done
+dpkg -s libstd-rust-web-dev:arm64 >/dev/null 2>&1 || need_install=1
+if [ "$need_install" = 1 ]; then
+    SUDO=""
+    [ "$(id -u)" = 0 ] || SUDO="sudo"
+    $SUDO dpkg --add-architecture arm64
+    $SUDO apt-get update
+    $SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends \
+        rustc-web libstd-rust-web-dev:arm64 gcc-aarch64-linux-gnu g++-aarch64-linux-gnu \
+        libc6-dev-arm64-cross qemu-user-static
+fi
+
+echo "== building llamad for aarch64" >&2
+(export RUSTC=/usr/bin/rustc RUSTDOC=/usr/bin/rustdoc && unset CARGO_TARGET_DIR &&
+    nice cargo build --release -p llamad --target aarch64-unknown-linux-gnu) || exit 1
+export LLAMAD_AARCH64_BIN="$root/target/aarch64-unknown-linux-gnu/release/llamad"
+
+for p in $profiles; do
+    echo "== reference ggml-rpc-server for $p" >&2
+    tests/peer/build-peer-aarch64.sh "$p" >/dev/null || exit 1
+done
+
+echo "== building the host op differential test" >&2
+(unset RUSTC RUSTDOC && cargo test --release -p e2e --test opdiff --no-run) || exit 1
+
+if [ "$quick" = 1 ]; then
+    families=(
+        "legacy:mul_mat/q4_0/|mul_mat/q4_1/|mul_mat/q5_0/|mul_mat/q5_1/|mul_mat/q8_0/"
+        "float:mul_mat/f32/|mul_mat/f16/"
+        "kquants:mul_mat/q4_k/|mul_mat/q6_k/"
+        "soft_max:soft_max/"
+        "rms_norm:rms_norm"
+        "rope:rope/"
+        "glu:glu/"
+    )
+else
+    families=(
+        "legacy:mul_mat/q4_0/|mul_mat/q4_1/|mul_mat/q5_0/|mul_mat/q5_1/|mul_mat/q8_0/|mul_mat/iq4_nl/|mul_mat/mxfp4/"
+        "float:mul_mat/f32/|mul_mat/f16/|mul_mat/bf16/"
+        "kquants:mul_mat/q2_k/|mul_mat/q3_k/|mul_mat/q4_k/|mul_mat/q5_k/|mul_mat/q6_k/|mul_mat/iq4_xs/"
+        "mul_mat_id:mul_mat_id/"
+        "soft_max:soft_max/"
+        "rms_norm:rms_norm|norm/"
+        "rope:rope/"
+        "glu:glu/|unary/"
+        "all:"
+    )
+fi
+
+log_dir="$root/target/test-arm64-parity"
+mkdir -p "$log_dir"
+summary=()
+status=0
+for p in $profiles; do
+    case "$p" in
+        neon-dotprod) cpu=neoverse-n1; kernels=neon-dotprod; gate=1 ;;
+        neon-i8mm) cpu=max; kernels=neon-i8mm; gate=1 ;;
+        sve) cpu=max,sve-default-vector-length=32; kernels=neon-i8mm; gate=0 ;;
+        *) echo "unknown profile $p" >&2; exit 2 ;;
+    esac
+    for fam in "${families[@]}"; do
+        name=${fam%%:*}
+        filter=${fam#*:}
+        log="$log_dir/$p-$name.log"
+        echo "== $p (qemu -cpu $cpu, llamad kernels $kernels): $name" >&2
+        LLAMAD_BIN="$root/scripts/llamad-qemu-aarch64" LLAMAD_QEMU_CPU=$cpu \
+            LLAMAD_OPDIFF_REF_CMD="$root/tests/peer/ggml-rpc-server-aarch64 $p -H 127.0.0.1 -p {port} -t 1" \
+            LLAMAD_OPDIFF_KERNELS=$kernels LLAMAD_OPDIFF_EXACT=1 LLAMAD_OPDIFF_FILTER="$filter" \
+            cargo test --release -p e2e --test opdiff -- --nocapture >"$log" 2>&1
+        rc=$?
+        # The per-op table of the run: "op cases identical exact-req max-nmse max-rel failed".
+        rows=$(awk '/^op +cases/{t=1; next} t && NF==7 {print}' "$log")
+        cases=$(echo "$rows" | awk '{s+=$2} END {print s+0}')
+        ident=$(echo "$rows" | awk '{s+=$3} END {print s+0}')
+        failed=$(echo "$rows" | awk '{s+=$7} END {print s+0}')
+        summary+=("$(printf '%-13s %-12s %-10s %6s %10s %7s  rc=%s' "$p" "$cpu" "$name" "$cases" "$ident" "$failed" "$rc")")
+        if [ "$rc" != 0 ] && [ "$gate" = 1 ]; then status=1; fi
+    done
+done
+echo "== aarch64 parity summary (logs in $log_dir)" >&2
+printf '%-13s %-12s %-10s %6s %10s %7s\n' profile qemu-cpu family cases identical failed >&2
+printf '%s\n' "${summary[@]}" >&2
+exit $status
