@@ -14,7 +14,9 @@ LLAMAD_PEER_PYTHON=$(LLAMAD_PEER_ISA=${LLAMAD_PEER_ISA:-avx2} tests/peer/build-p
 export LLAMAD_MODEL LLAMAD_PEER_PYTHON
 # Tests that need the peer (the Rust differential op tests, tests/tests/opdiff.rs) fail rather than skip.
 export LLAMAD_REQUIRE_PEER=1
-"$LLAMAD_PEER_PYTHON" -c 'import pytest' 2>/dev/null || "$LLAMAD_PEER_PYTHON" -m pip install --quiet pytest >/dev/null
+# pytest runs the interop tests; gguf lists the tensor types of the requantized models.
+peer_deps() { "$1" -c 'import pytest, gguf' 2>/dev/null || "$1" -m pip install --quiet pytest gguf >/dev/null; }
+peer_deps "$LLAMAD_PEER_PYTHON"
 
 echo "== cargo build"
 cargo build --workspace --release --bins
@@ -42,6 +44,13 @@ if [ "${LLAMAD_ARM64:-1}" != 0 ] && [ "$(uname -m)" = x86_64 ]; then
     # (scripts/test-arm64.sh installs Debian's cross toolchain on first use). LLAMAD_ARM64=0 skips.
     echo "== aarch64 kernel tests (qemu)"
     scripts/test-arm64.sh --lib
+    # llamad for aarch64 against llama.cpp's own ggml-rpc-server cross-built for armv8.2-a+dotprod
+    # (tests/peer/build-peer-aarch64.sh, cached outside the checkout), both under qemu -cpu
+    # neoverse-n1: the op differential tests per kernel family. Gated on the families in ggml's
+    # order (legacy quants, RMS_NORM; the K-quant row requires no exactness yet); the others are
+    # measured and printed. The full run: scripts/test-arm64-parity.sh (all profiles and families).
+    echo "== aarch64 parity with llama.cpp (qemu, quick)"
+    scripts/test-arm64-parity.sh --quick --profiles neon-dotprod --gate "legacy kquants rms_norm"
 fi
 
 if [ -d tests/interop ]; then
@@ -51,4 +60,20 @@ if [ -d tests/interop ]; then
     echo "== interop tests (pytest)"
     LLAMAD_BIN="${LLAMAD_BIN:-${CARGO_TARGET_DIR:-$root/target}/release/llamad}" \
         "$LLAMAD_PEER_PYTHON" -m pytest -q -rfE tests/interop
+fi
+
+if [ "${LLAMAD_NATIVE_PEER:-1}" != 0 ] && grep -qw avx512f /proc/cpuinfo && grep -qw avx512bw /proc/cpuinfo \
+    && grep -qw avx512vl /proc/cpuinfo; then
+    # llama.cpp built natively for this AVX-512 CPU (what its release binaries load here): llamad's
+    # `avx512` numerics profile must give its bits. The op differential tests, llama.cpp's master over
+    # llamad vs over its own RPC server (SmolLM2 Q4_1, FA off/on), and the requantized models with
+    # both masters. LLAMAD_NATIVE_PEER=0 skips.
+    echo "== native (AVX-512) llama.cpp peer"
+    native_python=$(tests/peer/build-peer.sh | tail -n 1)
+    peer_deps "$native_python"
+    LLAMAD_PEER_PYTHON=$native_python LLAMAD_BIN="${LLAMAD_BIN:-${CARGO_TARGET_DIR:-$root/target}/release/llamad}" \
+        cargo test --workspace --release --test opdiff -- --nocapture 2>&1 | grep -E "^opdiff:|failed|test result"
+    LLAMAD_BIN="${LLAMAD_BIN:-${CARGO_TARGET_DIR:-$root/target}/release/llamad}" \
+        "$native_python" -m pytest -q -rfE tests/interop/test_numerics.py tests/interop/test_weight_types.py \
+        -k "profile_matches or llamad_matches_reference_server or llamactl_matches_reference_server"
 fi

@@ -35,7 +35,12 @@ fn run(flash_attn: bool, want_logit: f32) {
     assert_eq!(logits.len(), 49152);
     assert_eq!(argmax(&logits), 253);
     let l = logits[253];
-    assert!((l - want_logit).abs() < 0.25, "logit of 253: {l}, llama.cpp {want_logit}");
+    // The bound is a sanity check of the whole model against x86 llama.cpp, not a parity test (those
+    // are the op differential tests and the interop tests, per numerics profile). On aarch64 the
+    // legacy dot products now follow ggml's NEON order and the rest the scalar reference's: 17.192 with
+    // FA off there (0.265 away from x86 llama.cpp; 17.618, 0.161 away, before), so aarch64 gets 0.3.
+    let bound = if cfg!(target_arch = "aarch64") { 0.3 } else { 0.25 };
+    assert!((l - want_logit).abs() < bound, "logit of 253: {l}, llama.cpp {want_logit}");
     let logits = s.decode(&[253]).unwrap().to_vec();
     assert_eq!(argmax(&logits), 905);
     // Graph reuse: further single-token steps build no new graph and allocate no arena.

@@ -5,9 +5,10 @@ peer's Python) into the git-ignored ``models/requant/``: Q4_K_M, Q5_K_M, Q6_K, Q
 576-wide rows of SmolLM2 are not whole 256-element super-blocks, so llama.cpp falls back to other types
 for some tensors; ``tensor_types`` lists what each file really holds (printed, and in the report).
 
-For each file, llama.cpp's master with every layer on one llamad worker (``LLAMAD_KERNELS=avx2``, the
-parity target: llamad's AVX2 kernels reproduce ggml's AVX2 build) must give the tokens of the same
-master with the layers on llama.cpp's own RPC server. llama.cpp's local CPU is not the reference here:
+For each file, llama.cpp's master with every layer on one llamad worker (running the numerics profile
+that reproduces the peer's build: ``avx2`` for the AVX2 baseline, ``avx512`` for a native AVX-512 build)
+must give the tokens of the same master with the layers on llama.cpp's own RPC server; so must
+``llamactl run``, with the layers on that worker and in-process. llama.cpp's local CPU is not the reference here:
 it repacks some types into its CPU_REPACK buffers (Q4_K, Q4_0, IQ4_NL, ...), whose kernels sum in
 another order, so its text may differ from its own RPC server's; ``test_local_cpu_vs_reference_server``
 records where it does without failing.
@@ -135,8 +136,9 @@ def reference_server():
 
 
 @pytest.fixture(scope="module")
-def llamad_avx2():
-    s = peer.start_llamad(threads=1, env_extra={"LLAMAD_KERNELS": "avx2"})
+def llamad_worker():
+    """One llamad worker with the profile of the peer's build (peer.start_llamad's default)."""
+    s = peer.start_llamad(threads=1)
     yield s
     s.stop()
 
@@ -163,12 +165,12 @@ def test_requantized_file_types(requantized, ftype):
 
 
 @pytest.mark.parametrize("ftype", FTYPES)
-def test_llamad_matches_reference_server(requantized, reference_server, llamad_avx2, ftype):
+def test_llamad_matches_reference_server(requantized, reference_server, llamad_worker, ftype):
     path = requantized[ftype]
     ref = run("reference", path, [reference_server.endpoint])
-    res = run("llamad-avx2", path, [llamad_avx2.endpoint])
+    res = run("llamad", path, [llamad_worker.endpoint])
     ok = matching(res, ref)
-    print(f"{ftype}: llamad (avx2) = reference server on {sum(ok)}/{len(ok)} prompts")
+    print(f"{ftype}: llamad ({peer.peer_numerics()}) = reference server on {sum(ok)}/{len(ok)} prompts")
     assert all(ok), f"{ftype}: llamad differs from llama.cpp's RPC server:\n" + diff_text("llamad", res, ref)
 
 
@@ -193,17 +195,18 @@ def test_local_cpu_vs_reference_server(requantized, reference_server, ftype):
         assert all(ok), f"{ftype}: local CPU differs from its RPC server:\n" + diff_text("local", loc, ref)
 
 
-def llamactl_texts(path: str, workers=None, env_extra=None) -> list:
+def llamactl_texts(path: str, workers=None) -> list:
     """`llamactl run` greedy texts of every prompt (one run per prompt), with the layers on `workers`
-    (endpoints) or in-process."""
-    env = dict(os.environ, **(env_extra or {}))
+    (endpoints) or in-process (with the profile of the peer's build)."""
     texts = []
     for prompt in PROMPTS:
         argv = [peer.llamactl_bin(), "run", "-m", path, "-p", prompt, "-n", str(N_TOKENS), "--temp", "0", "-t", "1",
                 "-c", "512", "--flash-attn", "off", "--no-progress"]
         if workers:
             argv += ["--workers", ",".join(workers)]
-        out = subprocess.run(argv, capture_output=True, timeout=MASTER_TIMEOUT, env=env)
+        elif not os.environ.get("LLAMAD_NUMERICS"):
+            argv += ["--numerics", peer.peer_numerics()]
+        out = subprocess.run(argv, capture_output=True, timeout=MASTER_TIMEOUT)
         assert out.returncode == 0, out.stderr.decode(errors="replace")[-3000:]
         text = out.stdout.decode(errors="replace")
         texts.append(text[:-1] if text.endswith("\n") else text)
@@ -212,15 +215,15 @@ def llamactl_texts(path: str, workers=None, env_extra=None) -> list:
 
 @pytest.mark.parametrize("where", ["llamad-worker", "in-process"])
 @pytest.mark.parametrize("ftype", FTYPES)
-def test_llamactl_matches_reference_server(requantized, reference_server, llamad_avx2, ftype, where):
+def test_llamactl_matches_reference_server(requantized, reference_server, llamad_worker, ftype, where):
     """Our own master gives the text of llama.cpp's master on llama.cpp's RPC server, with the layers on
-    one llamad worker and in-process (both with the AVX2 kernels, the parity target), every prompt."""
+    one llamad worker and in-process (both in the profile of the peer's build), every prompt."""
     path = requantized[ftype]
     ref = run("reference", path, [reference_server.endpoint])
     if where == "in-process":
-        got = llamactl_texts(path, env_extra={"LLAMAD_KERNELS": "avx2"})
+        got = llamactl_texts(path)
     else:
-        got = llamactl_texts(path, workers=[llamad_avx2.endpoint])
+        got = llamactl_texts(path, workers=[llamad_worker.endpoint])
     want = [r["text"] for r in ref.runs]
     ok = [a == b for a, b in zip(got, want)]
     print(f"{ftype}: llamactl ({where}) = reference server on {sum(ok)}/{len(ok)} prompts")

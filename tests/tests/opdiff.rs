@@ -138,10 +138,15 @@ fn ops_match_llama_cpp() {
         );
         return;
     };
-    let profile = std::env::var("LLAMAD_OPDIFF_PROFILE").ok().filter(|p| !p.is_empty()).or_else(|| match &reference_kind {
-        Reference::Python(python) => Some(e2e::server::peer_numerics(python).unwrap_or("avx2").to_string()),
-        Reference::Command(_) => None,
-    });
+    let profile =
+        std::env::var("LLAMAD_OPDIFF_PROFILE").ok().filter(|p| !p.is_empty()).or_else(
+            || match &reference_kind {
+                Reference::Python(python) => {
+                    Some(e2e::server::peer_numerics(python).unwrap_or("avx2").to_string())
+                }
+                Reference::Command(_) => None,
+            },
+        );
     let exact_kernels = match std::env::var("LLAMAD_OPDIFF_EXACT").as_deref() {
         Ok("1") => true,
         Ok("0") => false,

@@ -208,18 +208,13 @@ pub fn vec_dot_iq4_xs_q8_k_x86(n: usize, x: &[u8], y: &[u8]) -> f32 {
 // ---- ggml's tiled product (ggml-cpu `tiled/`, taken for 8+ activation rows) ----
 
 /// One super-block of ggml's tiled product: `r = d_x·float(s1)`, minus `dmin_x·float(s2)` fused when
-/// the type has mins, then `acc = fma(r, d_y, acc)` (AVX2 epilogue, `fused`) or `acc + r·d_y` (AVX-512
-/// VNNI epilogue); `s1 = Σ scale·w·y` and `s2 = Σ min·bsum` exact.
-fn tiled_step(s1: i32, mins: Option<(i32, f32)>, dx: f32, dy: f32, acc: f32, fused: bool) -> f32 {
+/// the type has mins, then `acc = fma(r, d_y, acc)`; `s1 = Σ scale·w·y` and `s2 = Σ min·bsum` exact.
+fn tiled_step(s1: i32, mins: Option<(i32, f32)>, dx: f32, dy: f32, acc: f32) -> f32 {
     let mut r = dx * s1 as f32;
     if let Some((s2, dmin_x)) = mins {
         r = (-dmin_x).mul_add(s2 as f32, r);
     }
-    if fused {
-        r.mul_add(dy, acc)
-    } else {
-        acc + r * dy
-    }
+    r.mul_add(dy, acc)
 }
 
 /// The row loop of the tiled order: `block` gives `(s1, mins, d_x)` per super-block.
@@ -227,7 +222,6 @@ fn run_tiled<X: bytemuck::Pod>(
     n: usize,
     x: &[u8],
     y: &[u8],
-    fused: bool,
     block: impl Fn(&X, &BlockQ8K) -> (i32, Option<(i32, f32)>, f32),
 ) -> f32 {
     assert_eq!(n % QK_K, 0, "vec_dot: n = {n} is not a whole number of super-blocks");
@@ -235,7 +229,7 @@ fn run_tiled<X: bytemuck::Pod>(
     let mut acc = 0.0f32;
     for (bx, by) in take_blocks::<X>(x, nb).iter().zip(take_blocks::<BlockQ8K>(y, nb)) {
         let (s1, mins, dx) = block(bx, by);
-        acc = tiled_step(s1, mins, dx, q8k_d(by), acc, fused);
+        acc = tiled_step(s1, mins, dx, q8k_d(by), acc);
     }
     acc
 }
@@ -246,8 +240,8 @@ fn exact(w: impl Fn(usize) -> i32, scale: impl Fn(usize) -> i32, y: &[i8; QK_K])
 }
 
 /// Q2_K · Q8_K in ggml's tiled order.
-fn q2_k_q8_k_tiled(n: usize, x: &[u8], y: &[u8], fused: bool) -> f32 {
-    run_tiled(n, x, y, fused, |bx: &BlockQ2K, by| {
+pub fn vec_dot_q2_k_q8_k_tiled_x86(n: usize, x: &[u8], y: &[u8]) -> f32 {
+    run_tiled(n, x, y, |bx: &BlockQ2K, by| {
         let q = q2k_quants(bx);
         let s1 = exact(|e| q[e] as i32, |e| (bx.scales[e / 16] & 0xF) as i32, &by.qs);
         let s2 = (0..16).map(|g| (bx.scales[g] >> 4) as i32 * bsum(by, g)).sum();
@@ -256,16 +250,16 @@ fn q2_k_q8_k_tiled(n: usize, x: &[u8], y: &[u8], fused: bool) -> f32 {
 }
 
 /// Q3_K · Q8_K in ggml's tiled order.
-fn q3_k_q8_k_tiled(n: usize, x: &[u8], y: &[u8], fused: bool) -> f32 {
-    run_tiled(n, x, y, fused, |bx: &BlockQ3K, by| {
+pub fn vec_dot_q3_k_q8_k_tiled_x86(n: usize, x: &[u8], y: &[u8]) -> f32 {
+    run_tiled(n, x, y, |bx: &BlockQ3K, by| {
         let (q, sc) = (q3k_quants(bx), q3k_scales(&bx.scales));
         (exact(|e| q[e] as i32, |e| sc[e / 16] as i32, &by.qs), None, f16le(bx.d))
     })
 }
 
 /// Q4_K · Q8_K in ggml's tiled order.
-fn q4_k_q8_k_tiled(n: usize, x: &[u8], y: &[u8], fused: bool) -> f32 {
-    run_tiled(n, x, y, fused, |bx: &BlockQ4K, by| {
+pub fn vec_dot_q4_k_q8_k_tiled_x86(n: usize, x: &[u8], y: &[u8]) -> f32 {
+    run_tiled(n, x, y, |bx: &BlockQ4K, by| {
         let (q, sm) = (q4k_quants(bx), k4_scales(&bx.scales));
         let s1 = exact(|e| q[e] as i32, |e| sm[e / 32].0 as i32, &by.qs);
         let s2 = (0..8).map(|j| sm[j].1 as i32 * (bsum(by, 2 * j) + bsum(by, 2 * j + 1))).sum();
@@ -274,8 +268,8 @@ fn q4_k_q8_k_tiled(n: usize, x: &[u8], y: &[u8], fused: bool) -> f32 {
 }
 
 /// Q5_K · Q8_K in ggml's tiled order.
-fn q5_k_q8_k_tiled(n: usize, x: &[u8], y: &[u8], fused: bool) -> f32 {
-    run_tiled(n, x, y, fused, |bx: &BlockQ5K, by| {
+pub fn vec_dot_q5_k_q8_k_tiled_x86(n: usize, x: &[u8], y: &[u8]) -> f32 {
+    run_tiled(n, x, y, |bx: &BlockQ5K, by| {
         let (q, sm) = (q5k_quants(bx), k4_scales(&bx.scales));
         let s1 = exact(|e| q[e] as i32, |e| sm[e / 32].0 as i32, &by.qs);
         let s2 = (0..8).map(|j| sm[j].1 as i32 * (bsum(by, 2 * j) + bsum(by, 2 * j + 1))).sum();
@@ -284,16 +278,16 @@ fn q5_k_q8_k_tiled(n: usize, x: &[u8], y: &[u8], fused: bool) -> f32 {
 }
 
 /// Q6_K · Q8_K in ggml's tiled order.
-fn q6_k_q8_k_tiled(n: usize, x: &[u8], y: &[u8], fused: bool) -> f32 {
-    run_tiled(n, x, y, fused, |bx: &BlockQ6K, by| {
+pub fn vec_dot_q6_k_q8_k_tiled_x86(n: usize, x: &[u8], y: &[u8]) -> f32 {
+    run_tiled(n, x, y, |bx: &BlockQ6K, by| {
         let q = q6k_quants(bx);
         (exact(|e| q[e] as i32, |e| bx.scales[e / 16] as i32, &by.qs), None, f16le(bx.d))
     })
 }
 
 /// IQ4_XS · Q8_K in ggml's tiled order.
-fn iq4_xs_q8_k_tiled(n: usize, x: &[u8], y: &[u8], fused: bool) -> f32 {
-    run_tiled(n, x, y, fused, |bx: &BlockIq4Xs, by| {
+pub fn vec_dot_iq4_xs_q8_k_tiled_x86(n: usize, x: &[u8], y: &[u8]) -> f32 {
+    run_tiled(n, x, y, |bx: &BlockIq4Xs, by| {
         let w = crate::quant::scalar::kquants::iq4xs_indices(bx).map(|i| KVALUES_IQ4NL[i as usize]);
         (exact(|e| w[e] as i32, |e| iq4xs_scale(bx, e / 32) - 32, &by.qs), None, f16le(bx.d))
     })
@@ -317,27 +311,4 @@ pub fn vec_dot_iq4_nl_q8_0_tinyblas_x86(n: usize, x: &[u8], y: &[u8]) -> f32 {
         a.fma8(f16le(bx.d) * f16le(by.d), l);
     }
     hsum8(a.acc)
-}
-
-/// The public models: the AVX2 build's fused epilogue, and the AVX-512 VNNI build's unfused one.
-macro_rules! tiled_models {
-    ($($inner:ident, $fused:ident, $unfused:ident;)*) => {$(
-        #[doc = concat!("`", stringify!($inner), "` with the AVX2 build's fused epilogue.")]
-        pub fn $fused(n: usize, x: &[u8], y: &[u8]) -> f32 {
-            $inner(n, x, y, true)
-        }
-        #[doc = concat!("`", stringify!($inner), "` with the AVX-512 VNNI build's unfused epilogue.")]
-        pub fn $unfused(n: usize, x: &[u8], y: &[u8]) -> f32 {
-            $inner(n, x, y, false)
-        }
-    )*};
-}
-
-tiled_models! {
-    q2_k_q8_k_tiled, vec_dot_q2_k_q8_k_tiled_x86, vec_dot_q2_k_q8_k_tiled_unfused_x86;
-    q3_k_q8_k_tiled, vec_dot_q3_k_q8_k_tiled_x86, vec_dot_q3_k_q8_k_tiled_unfused_x86;
-    q4_k_q8_k_tiled, vec_dot_q4_k_q8_k_tiled_x86, vec_dot_q4_k_q8_k_tiled_unfused_x86;
-    q5_k_q8_k_tiled, vec_dot_q5_k_q8_k_tiled_x86, vec_dot_q5_k_q8_k_tiled_unfused_x86;
-    q6_k_q8_k_tiled, vec_dot_q6_k_q8_k_tiled_x86, vec_dot_q6_k_q8_k_tiled_unfused_x86;
-    iq4_xs_q8_k_tiled, vec_dot_iq4_xs_q8_k_tiled_x86, vec_dot_iq4_xs_q8_k_tiled_unfused_x86;
 }

@@ -132,12 +132,11 @@ kernel!(vec_dot_q3_k_q8_k, q3_k_loop, q3_k_block, BlockQ3K, MinsKind::Other);
 kernel!(vec_dot_iq4_xs_q8_k, iq4_xs_loop, iq4_xs_block, BlockIq4Xs, MinsKind::Other);
 
 /// ggml's tiled product per super-block: `r = d_x·float(s1)` (minus `dmin_x·float(s2)`, fused),
-/// then `acc = fma(r, d_y, acc)` in its AVX2 epilogue (`FUSED`), or `acc + r·d_y` rounded twice in its
-/// AVX-512 VNNI epilogue; `s1` and `s2` are the block's exact integer sums, here the lane sums of the
-/// one-column kernel's [`Part`] (ref: ggml-cpu `tiled/tiled-kernel.cpp`; scalar model
-/// `quant::scalar::kquants_x86`).
+/// then `acc = fma(r, d_y, acc)`; `s1` and `s2` are the block's exact integer sums, here the lane
+/// sums of the one-column kernel's [`Part`] (ref: ggml-cpu `tiled/tiled-kernel.cpp`, AVX2 epilogue;
+/// scalar model `quant::scalar::kquants_x86`).
 #[inline(always)]
-fn tiled_step<const FUSED: bool>(p: &Part, dx: f32, dmin_x: f32, dy: f32, acc: f32) -> f32 {
+fn tiled_step(p: &Part, dx: f32, dmin_x: f32, dy: f32, acc: f32) -> f32 {
     // SAFETY: register arithmetic under the caller's AVX2.
     let (s1, s2) = unsafe {
         let s2 = match p.mins {
@@ -152,59 +151,40 @@ fn tiled_step<const FUSED: bool>(p: &Part, dx: f32, dmin_x: f32, dy: f32, acc: f
     if !matches!(p.mins, Mins::None) {
         r = (-dmin_x).mul_add(s2 as f32, r);
     }
-    if FUSED {
-        r.mul_add(dy, acc)
-    } else {
-        acc + r * dy
-    }
+    r.mul_add(dy, acc)
 }
 
 macro_rules! tiled_kernel {
-    ($pub_name:ident, $pub_unfused:ident, $loop_name:ident, $inner:ident, $blk:ty, |$b:ident| $dd:expr) => {
-        /// Dot product against Q8_K in the order of ggml's tiled product, AVX2 build (see
-        /// [`tiled_step`]).
+    ($pub_name:ident, $loop_name:ident, $inner:ident, $blk:ty, |$b:ident| $dd:expr) => {
+        /// Dot product against Q8_K in the order of ggml's tiled product (see [`tiled_step`]).
         pub(super) fn $pub_name(n: usize, x: &[u8], y: &[u8]) -> f32 {
             let (xs, ys) = rows::<$blk>(n, x, y);
             // SAFETY: installed only after AVX2/FMA/F16C detection (module docs of `avx2`);
             // the blocks are whole structs.
-            unsafe { $loop_name::<true>(xs, ys) }
-        }
-
-        /// As the fused one, in the order of ggml's AVX-512 VNNI build (unfused epilogue).
-        pub(in crate::quant::x86_64) fn $pub_unfused(n: usize, x: &[u8], y: &[u8]) -> f32 {
-            let (xs, ys) = rows::<$blk>(n, x, y);
-            // SAFETY: as above.
-            unsafe { $loop_name::<false>(xs, ys) }
+            unsafe { $loop_name(xs, ys) }
         }
 
         #[target_feature(enable = "avx2,fma,f16c")]
-        unsafe fn $loop_name<const FUSED: bool>(xs: &[$blk], ys: &[BlockQ8K]) -> f32 {
+        unsafe fn $loop_name(xs: &[$blk], ys: &[BlockQ8K]) -> f32 {
             let mut acc = 0.0f32;
             for ($b, by) in xs.iter().zip(ys) {
                 // SAFETY: register arithmetic and whole-block reads; features enabled on this fn.
                 let p = unsafe { $inner($b, by) };
                 // SAFETY: F16C enabled on this fn.
                 let (dx, dmin_x) = unsafe { $dd };
-                acc = tiled_step::<FUSED>(&p, dx, dmin_x, q8k_d(by), acc);
+                acc = tiled_step(&p, dx, dmin_x, q8k_d(by), acc);
             }
             acc
         }
     };
 }
 
-tiled_kernel!(vec_dot_q2_k_q8_k_tiled, vec_dot_q2_k_q8_k_tiled_unfused, q2_k_tiled, q2_k_block, BlockQ2K, |b| f16_pair(b.d, b.dmin));
-tiled_kernel!(vec_dot_q3_k_q8_k_tiled, vec_dot_q3_k_q8_k_tiled_unfused, q3_k_tiled, q3_k_block, BlockQ3K, |b| f16_pair(b.d, b.d));
-tiled_kernel!(vec_dot_q4_k_q8_k_tiled, vec_dot_q4_k_q8_k_tiled_unfused, q4_k_tiled, q4_k_block, BlockQ4K, |b| f16_pair(b.d, b.dmin));
-tiled_kernel!(vec_dot_q5_k_q8_k_tiled, vec_dot_q5_k_q8_k_tiled_unfused, q5_k_tiled, q5_k_block, BlockQ5K, |b| f16_pair(b.d, b.dmin));
-tiled_kernel!(vec_dot_q6_k_q8_k_tiled, vec_dot_q6_k_q8_k_tiled_unfused, q6_k_tiled, q6_k_block, BlockQ6K, |b| f16_pair(b.d, b.d));
-tiled_kernel!(
-    vec_dot_iq4_xs_q8_k_tiled,
-    vec_dot_iq4_xs_q8_k_tiled_unfused,
-    iq4_xs_tiled,
-    iq4_xs_block,
-    BlockIq4Xs,
-    |b| f16_pair(b.d, b.d)
-);
+tiled_kernel!(vec_dot_q2_k_q8_k_tiled, q2_k_tiled, q2_k_block, BlockQ2K, |b| f16_pair(b.d, b.dmin));
+tiled_kernel!(vec_dot_q3_k_q8_k_tiled, q3_k_tiled, q3_k_block, BlockQ3K, |b| f16_pair(b.d, b.d));
+tiled_kernel!(vec_dot_q4_k_q8_k_tiled, q4_k_tiled, q4_k_block, BlockQ4K, |b| f16_pair(b.d, b.dmin));
+tiled_kernel!(vec_dot_q5_k_q8_k_tiled, q5_k_tiled, q5_k_block, BlockQ5K, |b| f16_pair(b.d, b.dmin));
+tiled_kernel!(vec_dot_q6_k_q8_k_tiled, q6_k_tiled, q6_k_block, BlockQ6K, |b| f16_pair(b.d, b.d));
+tiled_kernel!(vec_dot_iq4_xs_q8_k_tiled, iq4_xs_tiled, iq4_xs_block, BlockIq4Xs, |b| f16_pair(b.d, b.d));
 
 /// Q4_K/Q5_K scales and mins as `[sc0..8, mn0..8]`, unpacked on 32-bit words: with
 /// `w0, w1, w2` the three little-endian words of `scales`, `sc0..3 = w0 & 0x3f…`,

@@ -16,21 +16,6 @@ pub(super) mod x4;
 use crate::dtype::GgmlType;
 use crate::quant::dispatch::Kernels;
 
-/// Installs the tiled-product K-quant dots in the order of ggml's AVX-512 VNNI build (its epilogue
-/// multiplies and adds, unfused); does nothing unless AVX2, FMA and F16C are present.
-pub fn install_tiled_unfused(k: &mut Kernels) {
-    if !super::avx2_available() {
-        return;
-    }
-    use GgmlType::*;
-    k.set_vec_dot_batch(Q2_K, kquants::vec_dot_q2_k_q8_k_tiled_unfused);
-    k.set_vec_dot_batch(Q3_K, kquants::vec_dot_q3_k_q8_k_tiled_unfused);
-    k.set_vec_dot_batch(Q4_K, kquants::vec_dot_q4_k_q8_k_tiled_unfused);
-    k.set_vec_dot_batch(Q5_K, kquants::vec_dot_q5_k_q8_k_tiled_unfused);
-    k.set_vec_dot_batch(Q6_K, kquants::vec_dot_q6_k_q8_k_tiled_unfused);
-    k.set_vec_dot_batch(IQ4_XS, kquants::vec_dot_iq4_xs_q8_k_tiled_unfused);
-}
-
 /// Installs IQ4_NL's product over two or more activation rows in tinyBLAS's order (the AVX-512
 /// set replaces it by its panel, which the ggml-order profiles remove).
 pub fn install_iq4_nl_gemm(k: &mut Kernels) {
