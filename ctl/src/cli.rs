@@ -101,7 +101,7 @@ pub struct RunArgs {
     #[arg(long = "ubatch-size", default_value_t = 512, conflicts_with = "server")]
     pub ubatch_size: u64,
     /// Round the attended KV extent up to a multiple of N while it is short, of up to 256 as it
-    /// grows (N a multiple of 32). The default, 256, is llama.cpp's rounding (the same graphs as
+    /// grows (N a multiple of 64). The default, 256, is llama.cpp's rounding (the same graphs as
     /// llama.cpp's master); every value gives the same tokens, a smaller one attends fewer empty
     /// cells.
     #[arg(long = "kv-pad", value_name = "N", default_value_t = compute::model::KV_PAD, value_parser = parse_kv_pad, conflicts_with = "server")]
@@ -269,7 +269,7 @@ pub struct BenchArgs {
     #[arg(long = "ubatch-size", default_value_t = 512)]
     pub ubatch_size: u64,
     /// Round the attended KV extent up to a multiple of N while it is short, of up to 256 as it
-    /// grows (N a multiple of 32; 256 attends what llama-bench attends). Every value gives the same
+    /// grows (N a multiple of 64; 256 attends what llama-bench attends). Every value gives the same
     /// logits.
     #[arg(long = "kv-pad", value_name = "N", default_value_t = compute::model::KV_PAD, value_parser = parse_kv_pad)]
     pub kv_pad: u64,
@@ -318,9 +318,9 @@ pub struct BenchArgs {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct UsageError(pub String);
 
-/// `--kv-pad`: a positive multiple of 32 (`compute::model::check_kv_pad`).
+/// `--kv-pad`: a positive multiple of 64 (`compute::model::check_kv_pad`).
 fn parse_kv_pad(s: &str) -> Result<u64, String> {
-    let n = s.parse::<u64>().map_err(|_| format!("{s:?} is not a positive multiple of 32"))?;
+    let n = s.parse::<u64>().map_err(|_| format!("{s:?} is not a positive multiple of 64"))?;
     compute::model::check_kv_pad(n).map_err(|e| e.to_string())?;
     Ok(n)
 }

@@ -74,10 +74,33 @@ fn pipelined_prompts_on_reference_servers_give_the_in_process_text() {
     let (Some(p1), Some(p2)) = (start_peer(), start_peer()) else { return };
     let model = smollm2();
     let m = model.to_str().unwrap();
-    let (w1, w2) = (support::Worker::start(512 << 20), support::Worker::start(512 << 20));
+    // Everything in the numerics profile of the peer's build (the in-process run, llamactl's master
+    // and the llamad workers), so that all three compute llama.cpp's bits.
+    let numerics = peer_python().and_then(|p| e2e::server::peer_numerics(&p)).unwrap_or("avx2");
+    let llamad = |_| {
+        Server::llamad_with(&e2e::server::llamad_bin(), None, &["--numerics", numerics, "--protocol", "7"])
+            .expect("start llamad")
+    };
+    let (w1, w2) = (llamad(1), llamad(2));
     let prompt = "Hello world, this is a test of the pipeline. ".repeat(16);
-    let base =
-        ["-m", m, "-p", &prompt, "-n", "12", "--temp", "0", "-t", "1", "-c", "512", "--flash-attn", "off"];
+    let base = [
+        "-m",
+        m,
+        "-p",
+        &prompt,
+        "-n",
+        "12",
+        "--temp",
+        "0",
+        "-t",
+        "1",
+        "-c",
+        "512",
+        "--flash-attn",
+        "off",
+        "--numerics",
+        numerics,
+    ];
     let run = |workers: Option<String>| {
         let mut a = vec!["run"];
         a.extend_from_slice(&base);

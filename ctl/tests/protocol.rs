@@ -361,11 +361,14 @@ fn later_bench_repetitions_replay_every_graph_from_the_store() {
                 "-p",
                 "0",
                 "-n",
-                "40",
+                "70",
                 "-r",
                 r,
                 "-t",
                 "1",
+                // 64-cell extents: 70 steps from an empty cache build two graphs (at 256, one).
+                "--kv-pad",
+                "64",
                 "--workers",
                 &w.addr,
             ]);

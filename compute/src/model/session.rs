@@ -7,7 +7,7 @@
 //! mask is `0` for cells `<= p` and `-inf` otherwise. `Nkv`, the cells attended, is the used
 //! extent rounded up to [`SessionConfig::kv_pad`] while short, to a granule growing to 256 as it
 //! grows (capped at the cache size; [`n_kv_for`]): 256 by default, llama.cpp's rounding, so the
-//! graphs have llama.cpp's shapes; 32 attends fewer empty cells with the same logits bit for bit
+//! graphs have llama.cpp's shapes; 64 attends fewer empty cells with the same logits bit for bit
 //! (see [`KV_PAD`]).
 
 use std::sync::Arc;
@@ -36,29 +36,31 @@ pub struct SessionConfig {
     /// Executor threads.
     pub n_threads: usize,
     /// `Nkv` is the used extent rounded up to a multiple of this while short ([`KV_PAD`], llama.cpp's
-    /// 256, by default; see [`n_kv_for`]). Must be a positive multiple of 32.
+    /// 256, by default; see [`n_kv_for`]). Must be a positive multiple of 64.
     pub kv_pad: u64,
 }
 
 /// The default rounding of the attended extent `Nkv`: llama.cpp's 256, so that every graph has the
 /// shapes llama.cpp's master gives it (`tests/interop/test_graphs.py` compares them node by node).
 ///
-/// Any multiple of 32 gives the same logits. Cells past the used extent are masked (`-inf`), so
+/// Any multiple of 64 gives the same logits. Cells past the used extent are masked (`-inf`), so
 /// they add exact zeros: to the softmax sum, to every lane of the `Σ softmax · v` dot products, and
-/// nothing at all to flash attention, which skips masked cells. As long as `Nkv` is a multiple of 32,
-/// the F16 dot products' vector step (four 8-lane accumulators), no nonzero term changes lane or
-/// order, so the logits equal those of the 256-cell rounding bit for bit (tested in
-/// `compute/tests/model_session.rs`). With 32 (`--kv-pad 32`), generation from a short context
+/// nothing at all to flash attention, which skips masked cells. As long as `Nkv` is a multiple of 64,
+/// the F16 dot products' vector step in every x86 profile (four 8-lane accumulators in ggml's AVX2
+/// order, four 16-lane ones in its AVX-512 order), no nonzero term changes lane or order, so the
+/// logits equal those of the 256-cell rounding bit for bit (tested in
+/// `compute/tests/model_session.rs`; 32 was enough before the AVX-512 profile). With 64
+/// (`--kv-pad 64`), generation from a short context
 /// attends up to 224 fewer empty cells per step (tg128 from an empty cache: 80 cells on average
 /// instead of 256), at the price of more graphs to build and keep (about 2 MB each for SmolLM2 on a
 /// worker that caches them), which is why the granule grows with the extent ([`n_kv_for`]): 28
 /// graph extents for a 4096-cell context against llama.cpp's 16.
 pub const KV_PAD: u64 = 256;
 
-/// Checks a [`SessionConfig::kv_pad`]: a positive multiple of 32 (see [`KV_PAD`]).
+/// Checks a [`SessionConfig::kv_pad`]: a positive multiple of 64 (see [`KV_PAD`]).
 pub fn check_kv_pad(pad: u64) -> Result<()> {
-    if pad == 0 || !pad.is_multiple_of(32) {
-        return Err(Error::Model(format!("kv_pad {pad} is not a positive multiple of 32")));
+    if pad == 0 || !pad.is_multiple_of(64) {
+        return Err(Error::Model(format!("kv_pad {pad} is not a positive multiple of 64")));
     }
     Ok(())
 }

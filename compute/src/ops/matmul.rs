@@ -221,8 +221,16 @@ struct Extents {
     off: usize,
 }
 
-/// Group of elements the float GEMM order accumulates per lane step (see [`Extents`]).
-const EXTENT_STEP: usize = 8;
+/// Group of elements the float GEMM order accumulates per lane step (see [`Extents`]): 8 lanes in
+/// ggml's AVX2 order, 16 in its AVX-512 order (the `avx512` numerics profile, whose F16 GEMM also
+/// takes only whole 16-element steps and falls back to `vec_dot`'s order otherwise).
+fn extent_step() -> usize {
+    if crate::numerics::active() == crate::numerics::Numerics::Avx512 {
+        16
+    } else {
+        8
+    }
+}
 
 /// The interleaved copy of `a` and its kernel, when the product can read it: a 2-D matrix of a
 /// type with an interleaved kernel, whose rows form whole groups, and a copy that holds them all.
@@ -324,7 +332,7 @@ pub(crate) unsafe fn prepare_mul_mat(
         && a.dtype() == GgmlType::F16
         && act.convert
         && act.vdt == GgmlType::F16
-        && a.ne[0].is_multiple_of(EXTENT_STEP))
+        && a.ne[0].is_multiple_of(extent_step()))
     .then(|| -> Result<Extents> {
         let off = shared_bytes.next_multiple_of(4);
         shared_bytes = b
@@ -501,7 +509,8 @@ impl MulMat {
             })
             .max()
             .unwrap_or(0);
-        longest.next_multiple_of(EXTENT_STEP).clamp(EXTENT_STEP, self.a.ne[0])
+        let step = extent_step();
+        longest.next_multiple_of(step).clamp(step, self.a.ne[0])
     }
 
     /// One unit on the interleaved copy: the group of rows `r0..r0 + 16` against the one or two

@@ -11,7 +11,7 @@
 //!
 //! The context holds `max(256, pad256(p + n))` cells for the largest test, as llama-bench's does.
 //! The attended extent `Nkv` of a step is the used cells rounded up to `--kv-pad` (256 by default,
-//! what llama-bench attends, see `compute::model::KV_PAD`); `--kv-pad 32` gives the same logits and
+//! what llama-bench attends, see `compute::model::KV_PAD`); `--kv-pad 64` gives the same logits and
 //! attends fewer empty cells while the cache is short.
 
 use std::io::Write;
