@@ -580,8 +580,6 @@ impl MulMat {
 /// aarch64 kernels follow ggml's order (`quant::aarch64`). Elsewhere the two agree bit for bit.
 fn two_row_order_differs(t: GgmlType) -> bool {
     matches!(t, GgmlType::Q4_0 | GgmlType::Q4_1 | GgmlType::Q8_0)
-        && cfg!(target_arch = "aarch64")
-        && crate::numerics::active() != crate::numerics::Numerics::Portable
 }
 
 /// The dot kernels of a planned matrix product.

@@ -106,22 +106,6 @@ impl Kernels {
         if k.isa != Isa::Scalar && matches!(numerics, Numerics::Avx2 | Numerics::Avx512) {
             super::x86_64::install_ggml_orders(&mut k, numerics == Numerics::Avx512);
         }
-        #[cfg(target_arch = "aarch64")]
-        if numerics == Numerics::Portable {
-            // The NEON kernels in their own order (each block's exact integer sum, then the scalar
-            // reference's float steps) instead of ggml's.
-            if let Isa::Neon | Isa::NeonDotprod | Isa::NeonI8mm = k.isa {
-                let level = match k.isa {
-                    Isa::Neon => super::aarch64::Level::Neon,
-                    Isa::NeonDotprod => super::aarch64::Level::Dotprod,
-                    _ => super::aarch64::Level::I8mm,
-                };
-                let mut own = build_scalar();
-                own.isa = k.isa;
-                super::aarch64::install_neon_own_order(&mut own, level);
-                k = own;
-            }
-        }
         let _ = numerics;
         k
     }
