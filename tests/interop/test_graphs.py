@@ -51,14 +51,13 @@ def synth_dir(model, tmp_path_factory):
 
 
 def capture_both(model_path, servers, tmp, prompt, n_tokens, fa, n_ctx):
-    """Runs llama.cpp's master and llamactl through capturing proxies in front of `servers` (one or a
-    list; the layers are split across them); returns, per server, ((llama.cpp evaluations, run),
-    (llamactl evaluations, text)) (a single pair for a single server)."""
-    servers_ = servers if isinstance(servers, list) else [servers]
+    """Runs llama.cpp's master and llamactl through capturing proxies in front of `servers` (the layers
+    are split across them); returns, per server, ((llama.cpp evaluations, run), (llamactl evaluations,
+    text))."""
     out = []
     for who in ("cpp", "ctl"):
-        caps = [os.path.join(tmp, f"{who}{i}") for i in range(len(servers_))]
-        proxies = [proxy.Proxy(s.port, capture_dir=c) for s, c in zip(servers_, caps)]
+        caps = [os.path.join(tmp, f"{who}{i}") for i in range(len(servers))]
+        proxies = [proxy.Proxy(s.port, capture_dir=c) for s, c in zip(servers, caps)]
         for px in proxies:
             px.__enter__()
         endpoints = [px.endpoint for px in proxies]
@@ -80,8 +79,7 @@ def capture_both(model_path, servers, tmp, prompt, n_tokens, fa, n_ctx):
                 px.wait_closed()
                 px.__exit__(None, None, None)
         out.append([(graphdiff.evaluations(c), result) for c in caps])
-    pairs = list(zip(out[0], out[1]))
-    return pairs[0] if not isinstance(servers, list) else pairs
+    return list(zip(out[0], out[1]))
 
 
 def assert_same_graphs(what, cpp, ctl, n_tokens):
@@ -101,14 +99,14 @@ def assert_same_graphs(what, cpp, ctl, n_tokens):
 @pytest.mark.parametrize("arch", ARCHS)
 def test_llamactl_graphs_equal_llamacpp(arch, fa, synth_dir, server, tmp_path):
     """Prompt and generation graphs of each architecture, flash attention off and on."""
-    cpp, ctl = capture_both(str(synth_dir / f"{arch}.gguf"), server, tmp_path, PROMPT, N_TOKENS, fa, 512)
+    (cpp, ctl), = capture_both(str(synth_dir / f"{arch}.gguf"), [server], tmp_path, PROMPT, N_TOKENS, fa, 512)
     assert_same_graphs(f"{arch} fa={'on' if fa else 'off'}", cpp, ctl, N_TOKENS)
 
 
 @pytest.mark.parametrize("fa", [False, True], ids=["fa-off", "fa-on"])
 def test_llamactl_graphs_equal_llamacpp_smollm2(model, fa, server, tmp_path):
     """The real model (30 layers, 9 heads over 3 KV heads, tied output), with a prompt of digits."""
-    cpp, ctl = capture_both(model, server, tmp_path, "Q: What is 12 times 7?\nA:", 4, fa, 512)
+    (cpp, ctl), = capture_both(model, [server], tmp_path, "Q: What is 12 times 7?\nA:", 4, fa, 512)
     assert_same_graphs(f"smollm2 fa={'on' if fa else 'off'}", cpp, ctl, 4)
 
 
@@ -117,7 +115,7 @@ def test_llamactl_graphs_equal_llamacpp_over_two_ubatches(arch, synth_dir, serve
     """A prompt of more than 512 tokens: two ubatches (the second attending the first's cells), the
     output row selection of the last one, then generation past 512 cells."""
     prompt = " ".join(f"item {i} of the list is {i * 7 % 100}." for i in range(80))
-    cpp, ctl = capture_both(str(synth_dir / f"{arch}.gguf"), server, tmp_path, prompt, 2, False, 1024)
+    (cpp, ctl), = capture_both(str(synth_dir / f"{arch}.gguf"), [server], tmp_path, prompt, 2, False, 1024)
     assert len(cpp[0]) == 3, f"expected two prompt ubatches and one generation step, got {len(cpp[0])}"
     assert_same_graphs(f"{arch} two ubatches", cpp, ctl, 2)
 

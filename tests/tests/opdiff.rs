@@ -87,19 +87,6 @@ fn exact_profile(profile: &str) -> bool {
     }
 }
 
-/// Whether llamad's x86 AVX2 kernels run here (they reproduce ggml's AVX2 arithmetic): the default
-/// exactness requirement when no profile is named (an external reference, `LLAMAD_OPDIFF_REF_CMD`).
-fn avx2() -> bool {
-    #[cfg(target_arch = "x86_64")]
-    {
-        std::is_x86_feature_detected!("avx2")
-    }
-    #[cfg(not(target_arch = "x86_64"))]
-    {
-        false
-    }
-}
-
 /// Writes a case's inputs and both results to `dir` (`LLAMAD_OPDIFF_DUMP`, for bisecting a
 /// difference): `<case>.in<k>.bin`, `<case>.out<k>.reference.bin`, `<case>.out<k>.llamad.bin`.
 fn dump(dir: &std::path::Path, name: &str, g: &e2e::opdiff::graph::Graph, want: &[Vec<u8>], got: &[Vec<u8>]) {
@@ -150,7 +137,8 @@ fn ops_match_llama_cpp() {
     let exact_kernels = match std::env::var("LLAMAD_OPDIFF_EXACT").as_deref() {
         Ok("1") => true,
         Ok("0") => false,
-        _ => profile.as_deref().map_or_else(avx2, exact_profile),
+        // An external reference (LLAMAD_OPDIFF_REF_CMD) names no profile: exact where the AVX2 one runs.
+        _ => exact_profile(profile.as_deref().unwrap_or("avx2")),
     };
     let kernels = std::env::var("LLAMAD_OPDIFF_KERNELS")
         .ok()
