@@ -77,3 +77,16 @@ if [ "${LLAMAD_NATIVE_PEER:-1}" != 0 ] && grep -qw avx512f /proc/cpuinfo && grep
         "$native_python" -m pytest -q -rfE tests/interop/test_numerics.py tests/interop/test_weight_types.py \
         -k "profile_matches or llamad_matches_reference_server or llamactl_matches_reference_server"
 fi
+
+if [ "${LLAMAD_NETWORK:-1}" != 0 ]; then
+    # Distributed inference over emulated links (bench/network.py --quick): workers in network
+    # namespaces joined by bench/netem (loopback-like, 1 Gbit/s and Wi-Fi profiles); llamactl's
+    # split modes layer, row and auto and llama.cpp's layer split must each complete and report,
+    # and split mode auto must pick the faster of layer and row wherever they differ by a third or
+    # more. Needs root (namespaces, TUN): without it the bench says so and passes. The full table:
+    # bench/network.sh. LLAMAD_NETWORK=0 skips.
+    echo "== network bench (quick)"
+    bin_dir="${CARGO_TARGET_DIR:-$root/target}/release"
+    "$LLAMAD_PEER_PYTHON" bench/network.py --llamactl "$bin_dir/llamactl" --llamad "$bin_dir/llamad" \
+        --netem "$bin_dir/llamad-netem" --model "$LLAMAD_MODEL" --quick --check-auto
+fi

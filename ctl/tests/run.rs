@@ -206,6 +206,50 @@ fn unreachable_worker_is_a_clear_error() {
     assert!(err.contains(&format!("worker {addr} is unreachable")), "{err}");
 }
 
+/// Layers per worker from `llamactl run`'s layer-split line (`ADDR [a..b)` per worker).
+fn layers_per_worker(stderr: &str, addrs: &[&str]) -> Vec<u32> {
+    let line = stderr.lines().find(|l| l.contains("layers here")).unwrap_or_else(|| panic!("{stderr}"));
+    addrs
+        .iter()
+        .map(|a| {
+            let rest = line.split(&format!("{a} [")).nth(1).unwrap_or_else(|| panic!("{a} in {line}"));
+            let range = rest.split(')').next().unwrap();
+            let (lo, hi) = range.split_once("..").unwrap();
+            hi.parse::<u32>().unwrap() - lo.parse::<u32>().unwrap()
+        })
+        .collect()
+}
+
+#[test]
+fn smollm2_pooled_across_three_workers_smaller_than_the_model() {
+    // SmolLM2's weights are ~92 MiB; no worker can hold them (56, 48, 72 MiB budgets), the three
+    // together can. Layer split follows each worker's free memory (llama.cpp's rule), split mode
+    // row gives each a third; both give the in-process text (layer split bit for bit; row split
+    // on this prompt too, its sums in another order notwithstanding).
+    let model = smollm2();
+    let m = model.to_str().unwrap();
+    let base = greedy(m, "The capital of France is", "16");
+    let local = run_text(&base);
+    let ws = [Worker::start(56 << 20), Worker::start(48 << 20), Worker::start(72 << 20)];
+    let addrs: Vec<&str> = ws.iter().map(|w| w.addr.as_str()).collect();
+    let three = addrs.join(",");
+    let out = llamactl(&with(with(vec!["run"], &base), &["--workers", &three, "--split-mode", "layer"]));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    assert_eq!(String::from_utf8_lossy(&out.stdout), local, "layer split");
+    let layers = layers_per_worker(&err, &addrs);
+    assert_eq!(layers.iter().sum::<u32>(), 30, "{err}");
+    // More memory, more layers: 72 > 56 > 48 MiB.
+    assert!(layers[2] > layers[0] && layers[0] > layers[1], "{layers:?}: {err}");
+    let row = run_text(&with(base.clone(), &["--workers", &three, "--split-mode", "row"]));
+    assert_eq!(row, local, "split mode row");
+    // Two of them alone (104 MiB) cannot hold weights, KV cache and compute buffers: refused
+    // before any upload, with the numbers.
+    let two = format!("{},{}", addrs[0], addrs[1]);
+    let err = run_err(&with(base.clone(), &["--workers", &two, "-c", "4096"]));
+    assert!(err.contains("does not fit in the workers' memory") && err.contains("short by"), "{err}");
+}
+
 #[test]
 fn model_too_large_for_the_workers_says_by_how_much() {
     let model = smollm2();

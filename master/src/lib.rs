@@ -3,6 +3,7 @@
 //! ([`compute::model::Session`]) or split across RPC workers ([`pipeline`], [`tensor_parallel`]).
 //! It does blocking socket I/O on the caller's thread and knows nothing of HTTP or async runtimes.
 //!
+//! * [`auto_split`] — split mode `auto`: round trips measured at connect time pick `layer` or `row`.
 //! * [`split`] — llama.cpp's layer assignment (ref: ggml-rpc-protocol.md §11.3).
 //! * [`export`] — abstract graph → GRAPH_COMPUTE blob (ref §4.3, §8.2).
 //! * [`remote`] — one worker: probe, buffers, weight upload, per-ubatch execution.
@@ -16,6 +17,7 @@
 //! * [`generate`] — the sampling loop over any [`Forward`].
 //! * [`error`] — [`Error`], with the context chain of what failed.
 
+pub mod auto_split;
 pub mod error;
 pub mod export;
 pub mod generate;
@@ -38,6 +40,9 @@ pub enum SplitMode {
     Layer,
     /// Every layer split across the workers, which run each phase together (tensor parallelism).
     Row,
+    /// `row` or `layer`, whichever the round trips measured at connect time make faster for the
+    /// model ([`auto_split`]).
+    Auto,
 }
 
 /// Connects to the workers `addrs` and loads `model` on them in `mode` (for callers that only need
@@ -50,8 +55,14 @@ pub fn open_workers(
     mode: SplitMode,
     on_load: &(dyn Fn(usize, pipeline::LoadEvent<'_>) + Sync),
 ) -> Result<Box<dyn Forward>> {
+    let mode = match mode {
+        SplitMode::Auto => auto_split::choose(addrs, opts, model.hp.n_layer, model.weight_bytes())?.mode,
+        m => m,
+    };
     Ok(match mode {
-        SplitMode::Layer => Box::new(pipeline::Pipeline::new(model, cfg, addrs, opts, on_load)?),
+        SplitMode::Auto | SplitMode::Layer => {
+            Box::new(pipeline::Pipeline::new(model, cfg, addrs, opts, on_load)?)
+        }
         SplitMode::Row => Box::new(tensor_parallel::TensorParallel::new(model, cfg, addrs, opts, on_load)?),
     })
 }

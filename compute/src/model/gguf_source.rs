@@ -37,4 +37,8 @@ impl WeightSource for Gguf {
         let t = Gguf::tensor(self, name).ok()?;
         Some(WeightView { dtype: t.info.dtype(), ne: t.info.layout.ne, data: t.data })
     }
+
+    fn weight_bytes(&self) -> Option<u64> {
+        (self.bytes().len() as u64).checked_sub(self.data_offset())
+    }
 }

@@ -94,6 +94,11 @@ impl Model {
         Ok(Model { hp, src })
     }
 
+    /// Bytes of the model's weights (0 where the source cannot tell).
+    pub fn weight_bytes(&self) -> u64 {
+        self.src.weight_bytes().unwrap_or(0)
+    }
+
     /// Opens a GGUF file memory-mapped (weights are used in place).
     ///
     /// # Safety

@@ -46,6 +46,11 @@ pub trait WeightSource: Send + Sync {
     fn meta(&self, key: &str) -> Option<MetaValue>;
     /// The weight named `name`.
     fn tensor(&self, name: &str) -> Option<WeightView<'_>>;
+    /// Bytes of all weights, where the source knows it cheaply (split mode `auto` weighs compute
+    /// against round trips with it).
+    fn weight_bytes(&self) -> Option<u64> {
+        None
+    }
 }
 
 /// Typed metadata accessors over a [`WeightSource`].
@@ -163,6 +168,10 @@ impl WeightSource for MemWeights {
 
     fn tensor(&self, name: &str) -> Option<WeightView<'_>> {
         self.tensors.get(name).map(|(dtype, ne, data)| WeightView { dtype: *dtype, ne: *ne, data })
+    }
+
+    fn weight_bytes(&self) -> Option<u64> {
+        Some(self.tensors.values().map(|(_, _, data)| data.len() as u64).sum())
     }
 }
 

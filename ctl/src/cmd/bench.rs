@@ -368,6 +368,8 @@ pub fn run(args: &BenchArgs) -> Result<()> {
             n_threads: nt,
             kv_pad: args.kv_pad,
         };
+        // Auto resolves to the mode measured when the workers connect.
+        let mut mode = args.split_mode;
         let mut fwd: Box<dyn Forward> = if workers.is_empty() {
             Box::new(Session::new(model.clone(), cfg.clone())?)
         } else {
@@ -382,19 +384,22 @@ pub fn run(args: &BenchArgs) -> Result<()> {
                 tls: None,
                 no_worker_links: args.no_worker_links,
             };
-            let f = crate::master::open_workers(
-                &model,
-                cfg.clone(),
-                &workers,
-                &opts,
-                args.split_mode,
-                &|_, _| {},
-            )?;
+            if args.split_mode == SplitMode::Auto {
+                let c = crate::master::auto_split::choose(
+                    &workers,
+                    &opts,
+                    model.hp.n_layer,
+                    model.weight_bytes(),
+                )?;
+                eprintln!("llamactl: {c}");
+                mode = c.mode;
+            }
+            let f = crate::master::open_workers(&model, cfg.clone(), &workers, &opts, mode, &|_, _| {})?;
             super::run::save_hash_memo(memo.as_deref());
             f
         };
-        let split_mode = match args.split_mode {
-            SplitMode::Layer => "layer",
+        let split_mode = match mode {
+            SplitMode::Auto | SplitMode::Layer => "layer",
             SplitMode::Row => "row",
         };
         let run =

@@ -170,6 +170,7 @@ pub fn run(c: &Client, verb: &JobsVerb, mode: OutputMode, out: &mut dyn Write) -
                 split_mode: match split_mode {
                     crate::master::SplitMode::Layer => llamad_api::SplitMode::Layer,
                     crate::master::SplitMode::Row => llamad_api::SplitMode::Row,
+                    crate::master::SplitMode::Auto => llamad_api::SplitMode::Auto,
                 },
                 hash_threshold: *hash_threshold,
             };

@@ -196,7 +196,16 @@ fn open_forward(
         let progress = LoadProgress::new(show_bars);
         let addrs: Vec<String> =
             args.workers.iter().map(|a| a.trim().to_string()).filter(|a| !a.is_empty()).collect();
-        let fwd: Box<dyn Forward> = if args.split_mode == SplitMode::Row {
+        let mode = match args.split_mode {
+            SplitMode::Auto => {
+                let c =
+                    crate::master::auto_split::choose(&addrs, &opts, model.hp.n_layer, model.weight_bytes())?;
+                eprintln!("llamactl: {c}");
+                c.mode
+            }
+            m => m,
+        };
+        let fwd: Box<dyn Forward> = if mode == SplitMode::Row {
             let tp = TensorParallel::new(&model, cfg, &addrs, &opts, &|i, ev| progress.event(i, ev))?;
             progress.finish();
             eprintln!(

@@ -60,6 +60,7 @@ pub fn request(args: &RunArgs) -> Result<JobSubmit> {
         split_mode: match args.split_mode {
             SplitMode::Layer => llamad_api::SplitMode::Layer,
             SplitMode::Row => llamad_api::SplitMode::Row,
+            SplitMode::Auto => llamad_api::SplitMode::Auto,
         },
         hash_threshold: Some(args.hash_threshold),
     })

@@ -77,6 +77,8 @@ pub enum SplitMode {
     Layer,
     /// Every layer split across the workers, which compute each phase together.
     Row,
+    /// `row` or `layer`, whichever the round trips measured when the job connects make faster.
+    Auto,
 }
 
 /// Where a job's weights went: one entry per worker.

@@ -578,8 +578,25 @@ fn open_on_workers(
         });
     };
     // Sendable, so that a failed job's workers can be released on another thread.
-    let opened: llamad_master::Result<Box<dyn Forward + Send>> = match req.split_mode {
-        SplitMode::Layer => Pipeline::new(model, cfg, addrs, &opts, &on_load).map(|p| Box::new(p) as _),
+    let mode = match req.split_mode {
+        SplitMode::Auto => {
+            match llamad_master::auto_split::choose(addrs, &opts, model.hp.n_layer, model.weight_bytes()) {
+                Ok(c) if c.mode == llamad_master::SplitMode::Row => SplitMode::Row,
+                Ok(_) => SplitMode::Layer,
+                Err(e) => {
+                    return Err(fail(
+                        code::WORKER_FAILED,
+                        format!("measuring the workers' links: {}", worker_error(inner, &e)),
+                    ))
+                }
+            }
+        }
+        m => m,
+    };
+    let opened: llamad_master::Result<Box<dyn Forward + Send>> = match mode {
+        SplitMode::Auto | SplitMode::Layer => {
+            Pipeline::new(model, cfg, addrs, &opts, &on_load).map(|p| Box::new(p) as _)
+        }
         SplitMode::Row => TensorParallel::new(model, cfg, addrs, &opts, &on_load).map(|p| Box::new(p) as _),
     };
     let fwd = opened.map_err(|e| {
