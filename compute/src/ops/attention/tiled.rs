@@ -66,7 +66,7 @@ pub(super) fn applies(q: &Tv, k: &Tv, v: &Tv) -> bool {
         Numerics::NeonDotprod | Numerics::NeonI8mm => 4,
         _ => 1,
     };
-    ggml_types && dv % lanes == 0
+    ggml_types && dv.is_multiple_of(lanes)
 }
 
 impl Tiled {
@@ -75,7 +75,7 @@ impl Tiled {
     pub(super) fn new(nq: usize, h: usize, hkv: usize, ne3: usize, dk: usize, dv: usize) -> Tiled {
         let rep = h / hkv;
         let blocks = nq.div_ceil(Q_TILE);
-        let divisors = (1..=rep).rev().filter(|g| rep % g == 0);
+        let divisors = (1..=rep).rev().filter(|g| rep.is_multiple_of(*g));
         let mut group = 1;
         for g in divisors {
             let fits = g * dk.max(dv) <= 512;
@@ -128,7 +128,7 @@ fn load_mask(mk: &Tv, i1: usize, i2: usize, i3: usize, from: usize, slope: f32, 
 /// order matter.
 fn row_max(x: &[f32]) -> f32 {
     let seq = |x: &[f32]| x.iter().fold(f32::NEG_INFINITY, |m, &v| if m > v { m } else { v });
-    if x.len() % 16 != 0 {
+    if !x.len().is_multiple_of(16) {
         return seq(x);
     }
     let mut lanes = [f32::NEG_INFINITY; 16];
