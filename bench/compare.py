@@ -10,6 +10,9 @@ Cases (issue 8):
      servers (1 thread each), and vs llamactl over one 2-thread llamad worker; also llamactl in
      llama.cpp's split mode (layer, prompts pipelined in micro-batches) vs llama.cpp (the four in
      rotation, fresh workers per repetition)
+  fa prompt processing with flash attention on: llamactl in-process (FA on, FA off) and over 2 llamad
+     workers of 1 thread (layer split and split mode row, FA on and off) vs llama.cpp with FA on
+     (its CPU backend; its 2 reference servers), all in rotation in one run
   d  model load with a cold vs a warm worker cache (llamad -c, llama.cpp's server with its cache)
   e  a llamad worker's peak RSS (VmHWM) vs the bytes of the buffers it holds (admin API)
   bw streaming-read memory bandwidth, and generation's weight bytes/s as a fraction of it
@@ -41,7 +44,7 @@ import peer  # noqa: E402
 FTYPES = {"Q4_0": 2, "Q4_1": 3, "Q8_0": 7, "Q4_K": 14, "Q6_K": 18, "IQ3_XXS": 23, "IQ4_XS": 30, "TQ2_0": 37}
 SYNTH_TYPES = ["Q4_0", "Q4_1", "Q8_0", "Q4_K", "Q5_K", "Q6_K", "IQ1_S", "IQ1_M", "IQ2_XXS", "IQ2_XS", "IQ2_S",
                "IQ3_XXS", "IQ3_S", "IQ4_NL", "IQ4_XS", "TQ1_0", "TQ2_0", "MXFP4"]
-ALL_CASES = ["a", "b", "c", "d", "e", "bw"]
+ALL_CASES = ["a", "b", "c", "fa", "d", "e", "bw"]
 
 
 def log(msg: str) -> None:
@@ -106,12 +109,12 @@ def llamactl_bench(bin_: str, model: str, p, n, reps: int, threads: int, workers
     return json.loads(out.stdout)
 
 
-def lcpp_bench(model: str, p, n, reps: int, threads: int, endpoints=(), load_only=False) -> dict:
+def lcpp_bench(model: str, p, n, reps: int, threads: int, endpoints=(), load_only=False, flash_attn=False) -> dict:
     with tempfile.TemporaryDirectory(prefix="compare-lcpp-") as tmp:
         a, o = os.path.join(tmp, "args.json"), os.path.join(tmp, "out.json")
         with open(a, "w") as f:
             json.dump({"model": model, "endpoints": list(endpoints), "threads": threads, "reps": reps,
-                       "n_prompt": list(p), "n_gen": list(n), "load_only": load_only}, f)
+                       "n_prompt": list(p), "n_gen": list(n), "load_only": load_only, "flash_attn": flash_attn}, f)
         r = subprocess.run([sys.executable, os.path.join(HERE, "lcpp_bench.py"), a, o],
                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=3600)
         if r.returncode != 0 or not os.path.exists(o):
@@ -313,6 +316,58 @@ def case_c(cfg, model, t: Table, res: dict) -> None:
                 "llamactl+2 llamad", "llama.cpp+2 rpc-server")
 
 
+def case_fa(cfg, model, t: Table, res: dict) -> None:
+    t.section(f"(fa) prompt processing with flash attention on (t/s): llamactl FA on vs FA off vs llama.cpp FA on")
+    p = [x for x in cfg.p if x > 0] or [512]
+    fa = ["--flash-attn", "on"]
+
+    def local(on: bool):
+        def run():
+            log(f"(fa) llamactl bench -t {cfg.threads} --flash-attn {'on' if on else 'off'}")
+            return by_test(llamactl_bench(cfg.llamactl, model, p, [0], 1, cfg.threads, extra=fa if on else []))
+        return run
+
+    def local_theirs():
+        log(f"(fa) llama.cpp CPU -t {cfg.threads}, flash attention on")
+        return by_test(lcpp_bench(model, p, [0], 1, cfg.threads, flash_attn=True)["results"])
+
+    def workers(on: bool, split: str):
+        def run():
+            with llamad(1) as w1, llamad(1) as w2:
+                log(f"(fa) llamactl over 2 llamad x 1 thread, split {split}, flash attention {'on' if on else 'off'}")
+                extra = (fa if on else []) + (["--split-mode", "row"] if split == "row" else [])
+                return by_test(llamactl_bench(cfg.llamactl, model, p, [0], 1, 1, [w1.endpoint, w2.endpoint], extra))
+        return run
+
+    def workers_theirs():
+        with peer.start_reference_server(threads=1) as r1, peer.start_reference_server(threads=1) as r2:
+            log("(fa) llama.cpp over 2 reference servers x 1 thread, flash attention on")
+            return by_test(lcpp_bench(model, p, [0], 1, 1, [r1.endpoint, r2.endpoint], flash_attn=True)["results"])
+
+    names = ["local_on", "local_off", "local_lcpp_on", "layer_on", "layer_off", "row_on", "row_off", "2x1_lcpp_on"]
+    runs = rotated(cfg.reps, [local(True), local(False), local_theirs, workers(True, "layer"),
+                              workers(False, "layer"), workers(True, "row"), workers(False, "row"), workers_theirs])
+    r = dict(zip(names, runs))
+    res["fa"] = {k: list(v.values()) for k, v in r.items()}
+    for key in sorted(r["local_on"]):
+        test = r["local_on"][key]["test"]
+        loc = f"local, {cfg.threads} thread(s)"
+        t.speed("fa", f"{loc}: FA on vs llama.cpp FA on", test, r["local_on"][key], r["local_lcpp_on"][key], 1.0,
+                "llamactl FA on", "llama.cpp FA on")
+        t.speed("fa", f"{loc}: FA off vs llama.cpp FA on", test, r["local_off"][key], r["local_lcpp_on"][key], None,
+                "llamactl FA off", "llama.cpp FA on")
+        t.speed("fa", f"{loc}: FA on vs FA off", test, r["local_on"][key], r["local_off"][key], 1.0,
+                "llamactl FA on", "llamactl FA off")
+        for split in ("layer", "row"):
+            on, off, th = r[f"{split}_on"][key], r[f"{split}_off"][key], r["2x1_lcpp_on"][key]
+            what = f"2 llamad x 1 thread, split {split}"
+            t.speed("fa", f"{what}: FA on vs llama.cpp FA on", test, on, th, 1.0, "llamactl FA on",
+                    "llama.cpp+2 rpc-server FA on")
+            t.speed("fa", f"{what}: FA off vs llama.cpp FA on", test, off, th, None, "llamactl FA off",
+                    "llama.cpp+2 rpc-server FA on")
+            t.speed("fa", f"{what}: FA on vs FA off", test, on, off, 1.0, "llamactl FA on", "llamactl FA off")
+
+
 def llamactl_load_s(cfg, model: str, endpoint: str, extra=()) -> float:
     """`llamactl run`'s reported load time (open, tokenizer, connect, allocate, upload)."""
     r = subprocess.run([cfg.llamactl, "run", "-m", model, "-p", "hi", "-n", "1", "--temp", "0", "--no-progress",
@@ -499,6 +554,8 @@ def main() -> int:
         case_b(cfg, base, t, res)
     if "c" in cases:
         case_c(cfg, base, t, res)
+    if "fa" in cases:
+        case_fa(cfg, base, t, res)
     if "d" in cases:
         case_d(cfg, base, t, res)
     if "e" in cases:

@@ -10,7 +10,7 @@ batch of N random tokens, ``tgN`` decodes N random tokens one at a time, each fo
 with llama-bench's fields (``n_prompt``, ``n_gen``, ``avg_ts``, ``stddev_ts``, ``samples_ts``).
 
 ARGS.json: {"model": path, "endpoints": ["127.0.0.1:PORT", ...], "threads": 1, "reps": 3,
-"n_prompt": [512], "n_gen": [128], "n_ubatch": 512, "load_only": false}. With endpoints every layer
+"n_prompt": [512], "n_gen": [128], "n_ubatch": 512, "flash_attn": false, "load_only": false}. With endpoints every layer
 goes to the RPC devices (``n_gpu_layers = 99``); registration is process-global in ggml, so each
 configuration runs in its own process (ref: tests/interop/ref_master.py). ``load_s`` in the output
 is the wall time of ``llama_model_load_from_file`` (for RPC: including the weight upload).
@@ -84,7 +84,8 @@ def main() -> int:
         cp.n_ubatch = n_ubatch
         cp.n_threads = threads
         cp.n_threads_batch = threads
-        cp.flash_attn_type = 0  # off, as llama-bench's default and llamactl bench's
+        # Off unless asked (llama-bench's default and llamactl bench's); on = LLAMA_FLASH_ATTN_TYPE_ENABLED.
+        cp.flash_attn_type = 1 if args.get("flash_attn") else 0
         cp.no_perf = True
         ctx = llama_cpp.llama_init_from_model(model, cp)
         if not ctx:

@@ -297,9 +297,11 @@ def run_master(
     n_ctx: int = 512,
     timeout: float = 300.0,
     logits_dir: Optional[str] = None,
+    n_batch: Optional[int] = None,
 ) -> MasterResult:
     """Runs ref_master.py in a fresh process: loads the model (layers on the endpoints' RPC devices
-    when any, else the local CPU) and returns greedy completions of ``n_tokens`` for each prompt."""
+    when any, else the local CPU) and returns greedy completions of ``n_tokens`` for each prompt
+    (``n_batch``: the prompt's batch and micro-batch, llama.cpp's 512 when None)."""
     if n_gpu_layers is None:
         n_gpu_layers = 99 if endpoints else 0
     with tempfile.TemporaryDirectory(prefix="interop-master-") as tmp:
@@ -318,6 +320,7 @@ def run_master(
                     "prompts": list(prompts),
                     "n_tokens": n_tokens,
                     "logits_dir": logits_dir,
+                    "n_batch": n_batch,
                 },
                 f,
             )

@@ -9,6 +9,9 @@ Registering RPC devices is process-global in ggml and cannot be undone, so every
      "flash_attn": bool, "n_ctx": 512, "seed": 1234, "n_threads": 1,
      "prompts": [str, ...], "n_tokens": 32}
 
+An optional "n_batch" sets the prompt's decode batch and micro-batch (llama.cpp's default is 512), so
+that a prompt longer than it spans several micro-batches.
+
 With "logits_dir", the logits at every prompt position are saved as logits-I.npy; "token_prompts"
 ([[id, ...], ...]) gives those prompts as token ids instead (no tokenizer needed: tiny test models),
 and "prompts" may then be left out (no generation).
@@ -51,6 +54,7 @@ def main() -> int:
         n_gpu_layers=args.get("n_gpu_layers", 0),
         flash_attn=bool(args.get("flash_attn", False)),
         n_ctx=args.get("n_ctx", 512),
+        **({"n_batch": args["n_batch"], "n_ubatch": args["n_batch"]} if args.get("n_batch") else {}),
         seed=args.get("seed", 1234),
         n_threads=args.get("n_threads", 1),
         n_threads_batch=args.get("n_threads", 1),

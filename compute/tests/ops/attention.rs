@@ -204,3 +204,74 @@ fn flash_attn_fully_masked_row_is_zero_and_bad_shapes_refused() {
     let wrong = T::new(GgmlType::F32, [32, 1, 2, 1]);
     assert!(validate(vec![node(GgmlOp::FlashAttnExt, wrong.t(), &[q.t(), k.t(), v.t()])]).is_err());
 }
+
+/// Prompt batches (64 query rows and more, ggml's tiled path for F16/F32 K and V; the per-row path
+/// for quantized caches): block edges (64, 65, 127, 128 rows), head sizes 64–256, GQA ratios 1–8,
+/// softcap, ALiBi with sinks, and rows that see no key at all in some tiles.
+#[test]
+fn flash_attn_ext_prompt_batches_match_f64() {
+    let mut kv_types = vec![GgmlType::F16, GgmlType::F32];
+    for t in [GgmlType::Q8_0, GgmlType::Q4_0] {
+        if has_matmul_kernels(t) {
+            kv_types.push(t);
+        }
+    }
+    let mut seed = 900;
+    for &kv_type in &kv_types {
+        for nq in [64u64, 65, 127, 128] {
+            for (softcap, max_bias, sinks) in [(0.0f32, 0.0f32, false), (20.0, 0.0, false), (0.0, 8.0, true)]
+            {
+                seed += 1;
+                let c = Case {
+                    kv_type,
+                    d: 64,
+                    h: 6,
+                    hkv: 2,
+                    nq,
+                    nkv: nq + 10,
+                    softcap,
+                    max_bias,
+                    sinks,
+                    mask: true,
+                };
+                run_case(&c, seed);
+            }
+        }
+    }
+    // Head sizes and GQA ratios (F16, the cache llama.cpp uses by default).
+    for (d, h, hkv) in [(80u64, 4u64, 4u64), (96, 8, 4), (128, 8, 2), (256, 8, 1), (64, 7, 7), (128, 6, 2)] {
+        for mask in [true, false] {
+            seed += 1;
+            let c = Case {
+                kv_type: GgmlType::F16,
+                d,
+                h,
+                hkv,
+                nq: 70,
+                nkv: 150,
+                softcap: 0.0,
+                max_bias: 0.0,
+                sinks: false,
+                mask,
+            };
+            run_case(&c, seed);
+        }
+    }
+    // A full ubatch of 511 and 512 rows.
+    for nq in [511u64, 512] {
+        seed += 1;
+        let c = Case {
+            kv_type: GgmlType::F16,
+            d: 64,
+            h: 3,
+            hkv: 1,
+            nq,
+            nkv: 512,
+            softcap: 0.0,
+            max_bias: 0.0,
+            sinks: false,
+            mask: true,
+        };
+        run_case(&c, seed);
+    }
+}

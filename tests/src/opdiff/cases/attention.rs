@@ -1,16 +1,17 @@
 //! SOFT_MAX (masks F32/F16, per-head masks, ALiBi, sinks, scale), DIAG_MASK_INF and
-//! FLASH_ATTN_EXT (the F16 KV-cache views llama.cpp sends, GQA, masks, ALiBi, softcap).
+//! FLASH_ATTN_EXT (the KV-cache views llama.cpp sends: F16, F32, Q8_0 and Q4_0 caches, GQA ratios
+//! 1–8, head sizes 64–256, padded causal masks, ALiBi, softcap, sinks, batches around ggml's 64-row
+//! switch to its tiled path and a full ubatch).
 //!
 //! ref: ggml-compute-semantics.md §3.3 SOFT_MAX, FLASH_ATTN_EXT, §4.3. SOFT_MAX uses ggml's
-//! vectorised `exp` and f64 sums: exact. Flash attention keeps ggml's f16 V accumulator only
-//! approximately (tests/interop/README.md): bounded by NMSE.
+//! vectorised `exp` and f64 sums: exact. Flash attention follows ggml's per-row path (f16 V
+//! accumulator) and its tiled path (from 64 rows): exact.
 
 use compute::{GgmlOp, GgmlType};
 use half::f16;
 use GgmlType::*;
 
 use super::{f32_input, input, push, tn, Case, Form, EXACT};
-use crate::opdiff::compare::Bound;
 use crate::opdiff::data;
 use crate::opdiff::graph::{f32p, Graph, Id};
 use crate::opdiff::Result;
@@ -19,7 +20,6 @@ const D: u64 = 64;
 const HKV: u64 = 3;
 const H: u64 = 9;
 const NKV: u64 = 256;
-const KV: u64 = 512;
 
 /// The causal mask of `t` queries after `past` cached tokens over `nkv` cells (−inf beyond).
 fn causal(t: u64, nkv: u64, past: u64) -> Vec<f32> {
@@ -123,48 +123,118 @@ fn softmax(v: &mut Vec<Case>) {
     });
 }
 
-/// A permuted `[D, NKV, HKV]` view of a `[HKV*D, KV]` cache of type `t` (ref: §4.3).
-fn kv_view(g: &mut Graph, cache: Id, t: GgmlType) -> Result<Id> {
-    let row = t.row_size(D).unwrap_or(0);
-    let v = g.view(cache, [D, HKV, NKV, 1], [row, HKV * row, HKV * row * NKV], 0);
+/// One FLASH_ATTN_EXT case: types, shape and options.
+#[derive(Clone, Copy)]
+struct Fa {
+    /// K and V cache type.
+    kt: GgmlType,
+    /// Head size, query heads, KV heads.
+    d: u64,
+    h: u64,
+    hkv: u64,
+    /// Query rows, KV cells, and cached tokens before the queries (the causal mask's offset).
+    t: u64,
+    nkv: u64,
+    past: u64,
+    mask: bool,
+    max_bias: f32,
+    softcap: f32,
+    /// Attention sinks (src 4; only with a mask, src 3).
+    sinks: bool,
+}
+
+impl Fa {
+    /// SmolLM2's attention (D 64, 9 heads over 3), F16 cache, causal mask after 10 tokens.
+    const fn smol(t: u64, nkv: u64) -> Fa {
+        Fa {
+            kt: F16,
+            d: D,
+            h: H,
+            hkv: HKV,
+            t,
+            nkv,
+            past: 10,
+            mask: true,
+            max_bias: 0.0,
+            softcap: 0.0,
+            sinks: false,
+        }
+    }
+}
+
+/// A permuted `[d, nkv, hkv]` view of a `[hkv*d, nkv]` cache of type `t` (ref: §4.3).
+fn kv_view(g: &mut Graph, cache: Id, t: GgmlType, c: &Fa) -> Result<Id> {
+    let row = t.row_size(c.d).unwrap_or(0);
+    let v = g.view(cache, [c.d, c.hkv, c.nkv, 1], [row, c.hkv * row, c.hkv * row * c.nkv], 0);
     g.permute(v, [0, 2, 1, 3])
 }
 
+/// Under 64 query rows ggml runs its per-row path (f16 V accumulator for F16), from 64 rows its tiled
+/// f32 path for F16/F32 caches and still the per-row one for quantized caches: llamad reproduces
+/// each bit for bit.
+fn fa_case(v: &mut Vec<Case>, name: String, c: Fa) {
+    push(v, "FLASH_ATTN_EXT", name, EXACT, move |rng| {
+        let mut g = Graph::new();
+        let n = (c.hkv * c.d * c.nkv) as usize;
+        let ne = [c.hkv * c.d, c.nkv, 1, 1];
+        let ck = g.input(c.kt, ne, data::convert(c.kt, n, &data::normal(rng, n, 1.0))?)?;
+        let cv = g.input(c.kt, ne, data::convert(c.kt, n, &data::normal(rng, n, 1.0))?)?;
+        let kp = kv_view(&mut g, ck, c.kt, &c)?;
+        let vp = kv_view(&mut g, cv, c.kt, &c)?;
+        let q = input(&mut g, rng, F32, [c.d, c.h, c.t, 1], 1.0, Form::Contig)?;
+        let qp = g.permute(q, [0, 2, 1, 3])?;
+        let mut src = vec![qp, kp, vp];
+        if c.mask {
+            // Rows padded to a multiple of 64 past the query count, as llama.cpp pads them.
+            let rows = c.t.next_multiple_of(64);
+            src.push(mask_input(&mut g, F16, [c.nkv, rows, 1, 1], &causal(rows, c.nkv, c.past))?);
+            if c.sinks {
+                let s = data::normal(rng, c.h as usize, 1.0);
+                src.push(f32_input(&mut g, [c.h, 1, 1, 1], &s)?);
+            }
+        }
+        let scale = 1.0 / (c.d as f32).sqrt();
+        let params = [f32p(scale), f32p(c.max_bias), f32p(c.softcap), 10];
+        let d = g.op(GgmlOp::FlashAttnExt, F32, [c.d, c.h, c.t, 1], &src, &params)?;
+        g.output(d);
+        Ok(g)
+    });
+}
+
 fn flash_attn(v: &mut Vec<Case>) {
-    // (name, kv type, mask, max_bias, softcap)
-    let variants: [(&str, GgmlType, bool, f32, f32); 5] = [
-        ("mask", F16, true, 0.0, 0.0),
-        ("nomask", F16, false, 0.0, 0.0),
-        ("alibi", F16, true, 8.0, 0.0),
-        ("softcap", F16, true, 0.0, 30.0),
-        ("mask", F32, true, 0.0, 0.0),
+    // Batch sizes around ggml's 64-row switch and its 64-row tiles, up to a full ubatch.
+    for t in [1u64, 5, 64, 65, 70, 127, 128, 512] {
+        let nkv = if t > 200 { 768 } else { NKV };
+        fa_case(v, format!("flash_attn_ext/mask/f16/d64h9kv3/t{t}"), Fa::smol(t, nkv));
+    }
+    // The second ubatch of a prompt: 100 rows after 130 cached tokens (blocks across key tiles).
+    fa_case(
+        v,
+        "flash_attn_ext/mask/f16/d64h9kv3/t100-past130".into(),
+        Fa { past: 130, ..Fa::smol(100, NKV) },
+    );
+    // (name, kv type, mask, max_bias, softcap, sinks) at a per-row and two tiled batch sizes.
+    let variants: [(&str, GgmlType, bool, f32, f32, bool); 6] = [
+        ("nomask", F16, false, 0.0, 0.0, false),
+        ("alibi-sinks", F16, true, 8.0, 0.0, true),
+        ("softcap", F16, true, 0.0, 30.0, false),
+        ("mask", F32, true, 0.0, 0.0, false),
+        ("mask", Q8_0, true, 0.0, 0.0, false),
+        ("mask", Q4_0, true, 0.0, 0.0, false),
     ];
-    // Under 64 query rows llamad follows ggml's per-row path bit for bit (f16 V accumulator for F16);
-    // from 64 rows ggml switches to a tiled f32 path whose order llamad does not reproduce.
-    for t in [1u64, 5, 70] {
-        let bound = if t < 64 { EXACT } else { Bound::close(1e-11, 1e-5) };
-        for (vname, kt, masked, max_bias, softcap) in variants {
-            let name = format!("flash_attn_ext/{vname}/{}/d64h9kv3/t{t}", tn(kt));
-            push(v, "FLASH_ATTN_EXT", name, bound, move |rng| {
-                let mut g = Graph::new();
-                let n = (HKV * D * KV) as usize;
-                let ck =
-                    g.input(kt, [HKV * D, KV, 1, 1], data::convert(kt, n, &data::normal(rng, n, 1.0))?)?;
-                let cv =
-                    g.input(kt, [HKV * D, KV, 1, 1], data::convert(kt, n, &data::normal(rng, n, 1.0))?)?;
-                let kp = kv_view(&mut g, ck, kt)?;
-                let vp = kv_view(&mut g, cv, kt)?;
-                let q = input(&mut g, rng, F32, [D, H, t, 1], 1.0, Form::Contig)?;
-                let qp = g.permute(q, [0, 2, 1, 3])?;
-                let mut src = vec![qp, kp, vp];
-                if masked {
-                    src.push(mask_input(&mut g, F16, [NKV, t, 1, 1], &causal(t, NKV, 10))?);
-                }
-                let params = [f32p(0.125), f32p(max_bias), f32p(softcap), 10];
-                let d = g.op(GgmlOp::FlashAttnExt, F32, [D, H, t, 1], &src, &params)?;
-                g.output(d);
-                Ok(g)
-            });
+    for t in [5u64, 70, 128] {
+        for (vname, kt, mask, max_bias, softcap, sinks) in variants {
+            let c = Fa { kt, mask, max_bias, softcap, sinks, ..Fa::smol(t, NKV) };
+            fa_case(v, format!("flash_attn_ext/{vname}/{}/d64h9kv3/t{t}", tn(kt)), c);
+        }
+    }
+    // Head sizes and GQA ratios 1–8.
+    let shapes: [(u64, u64, u64); 6] =
+        [(80, 4, 4), (96, 8, 4), (128, 8, 2), (256, 8, 1), (64, 6, 2), (64, 5, 1)];
+    for (d, h, hkv) in shapes {
+        for t in [5u64, 65] {
+            let c = Fa { d, h, hkv, ..Fa::smol(t, 128) };
+            fa_case(v, format!("flash_attn_ext/mask/f16/d{d}h{h}kv{hkv}/t{t}"), c);
         }
     }
 }

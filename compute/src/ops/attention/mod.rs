@@ -1,12 +1,13 @@
 //! FLASH_ATTN_EXT: fused attention with an online softmax.
 //!
-//! ref: ggml-compute-semantics.md §3.3 FLASH_ATTN_EXT. Each thread takes whole query rows
-//! (query, head, sequence). Q is converted to K's `vec_dot_type` (as the ggml CPU backend does for
-//! small batches) so scores use the SIMD dot kernels. For batches of fewer than [`F16_ACC_MAX_ROWS`]
-//! query rows with an F16 V, the running `Σ softmax·v` row is kept at f16 precision exactly as ggml's
-//! CPU backend keeps it ([`super::f16acc`]), so results are bit-identical to llama.cpp's; otherwise V
-//! rows are widened to f32 once and accumulated in f32 (ggml's tiled path for large batches also
-//! accumulates in f32, in its own order: close, not bit-identical).
+//! ref: ggml-compute-semantics.md §3.3 FLASH_ATTN_EXT. Two paths, chosen as ggml's CPU backend chooses:
+//! - [`tiled`] from [`tiled::Q_TILE`] query rows when Q is F32 and K and V are both F16 or both F32
+//!   (under the `portable` profile: any loadable types): blocks of query rows against tiles of keys,
+//!   both products in ggml's tiled order, bit-identical to llama.cpp's;
+//! - otherwise one query row per unit (this file): Q is converted to K's `vec_dot_type` so scores use
+//!   the SIMD dot kernels, and with an F16 V the running `Σ softmax·v` row is kept at f16 precision
+//!   exactly as ggml keeps it ([`super::f16acc`]); other V types are widened to f32 once and
+//!   accumulated in f32. Bit-identical to llama.cpp's per-row path.
 
 use crate::dtype::GgmlType;
 use crate::error::Result;
@@ -19,18 +20,16 @@ use super::rows::check_loadable;
 use super::softmax::alibi_slope;
 use super::{check_overlap, opt_tv, param_f32, shape_err, src, tv, types_err, Alias, Ctx, Kind, Plan};
 
+mod gemm;
+mod tiled;
+
 /// How scores are computed.
 enum Scores {
     /// Q converted to K's vec_dot type, then the table's vec_dot.
     VecDot { vec_dot: VecDotFn, from_f32: Option<FromF32Fn>, row: usize },
-    /// K rows widened to f32, then the f32 dot kernel with f32 Q (ggml's tiled path for large
-    /// batches, and any K type without a vec_dot).
+    /// K rows widened to f32, then the f32 dot kernel with f32 Q (a K type without a vec_dot).
     F32 { dot: VecDotFn },
 }
-
-/// ggml's CPU backend switches from the per-row path (f16 accumulator for F16 V) to a tiled f32 path at
-/// this many query rows (ref: ggml-compute-semantics.md §3.3).
-const F16_ACC_MAX_ROWS: usize = 64;
 
 /// How many keys ahead the K and V rows are prefetched.
 const PREFETCH_KEYS: usize = 4;
@@ -57,6 +56,8 @@ pub(crate) struct FlashAttn {
     softcap: f32,
     scores: Scores,
     acc: Acc,
+    /// Set when the tiled path runs (then `scores` and `acc` are unused).
+    tiled: Option<tiled::Tiled>,
 }
 
 /// Validates FLASH_ATTN_EXT.
@@ -124,7 +125,7 @@ pub(crate) unsafe fn prepare(n: &Node) -> Result<Plan> {
     let kk = quant::kernels(k.dtype());
     let vdt = kk.vec_dot_type;
     let scores = match (kk.vec_dot, quant::kernels(vdt).from_f32) {
-        (Some(vec_dot), Some(f)) if dk % vdt.blck_size() == 0 && nq < F16_ACC_MAX_ROWS => {
+        (Some(vec_dot), Some(f)) if dk % vdt.blck_size() == 0 => {
             let row = vdt.row_size(dk as u64).unwrap_or(0) as usize;
             let from_f32 = if vdt == GgmlType::F32 { None } else { Some(f) };
             Scores::VecDot { vec_dot, from_f32, row }
@@ -140,16 +141,14 @@ pub(crate) unsafe fn prepare(n: &Node) -> Result<Plan> {
     };
     // Layout of the local scratch: q (dk) | k row (dk) | acc (dv) | v row (dv) | converted q.
     let local = 2 * dk + 2 * dv + conv_words;
+    let acc =
+        if v.dtype() == GgmlType::F16 { Acc::F16 } else { Acc::F32 { widen: v.dtype() != GgmlType::F32 } };
     let mut softcap = param_f32(n, 2);
     if !softcap.is_finite() {
         softcap = 0.0;
     }
-    let acc = if v.dtype() == GgmlType::F16 && nq < F16_ACC_MAX_ROWS {
-        Acc::F16
-    } else {
-        Acc::F32 { widen: v.dtype() != GgmlType::F32 }
-    };
-    let v_conv = acc == Acc::F32 { widen: true };
+    let tiled = tiled::applies(&q, &k, &v).then(|| tiled::Tiled::new(nq, h, hkv, ne3, dk, dv));
+    let v_conv = tiled.is_none() && acc == Acc::F32 { widen: true };
     let shared_bytes = if v_conv {
         v.nrows().checked_mul(dv * 4).ok_or_else(|| shape_err(op, "scratch size overflows"))?
     } else {
@@ -167,7 +166,13 @@ pub(crate) unsafe fn prepare(n: &Node) -> Result<Plan> {
         softcap,
         scores,
         acc,
+        tiled,
     };
+    if let Some(t) = tiled {
+        let (units, local_f32) = (t.units(h, ne3), t.local_words(dk, dv));
+        let kind = Kind::FlashAttn(Box::new(plan));
+        return Ok(Plan { phases: 1, units: [units, 0], shared_bytes: 0, local_f32, kind });
+    }
     let phases = if v_conv { 2 } else { 1 };
     let rows = nq * h * ne3;
     let units = if v_conv { [v.nrows().clamp(1, super::MAX_UNITS), rows] } else { [rows, 0] };
@@ -190,6 +195,10 @@ impl FlashAttn {
     }
 
     pub(crate) fn run(&self, phase: u8, ctx: &mut Ctx<'_>) {
+        if let Some(t) = &self.tiled {
+            self.run_tiled(t, ctx);
+            return;
+        }
         let v_conv = self.acc == Acc::F32 { widen: true };
         if v_conv && phase == 0 {
             self.convert_v(ctx);
