@@ -30,12 +30,14 @@ mod dequant;
 mod dot;
 mod float;
 mod ggml;
+mod ggml_float;
 mod iq;
 mod kquants;
 mod legacy;
 mod quantize;
 
 use super::dispatch::Kernels;
+use super::GemmRule;
 use crate::dtype::GgmlType;
 
 /// A NEON kernel level.
@@ -107,6 +109,39 @@ fn install_ggml_order(k: &mut Kernels, level: Level) {
     }
     k.set_from_f32(Q8_0, ggml::q8_0_from_f32);
     k.set_from_f32(Q8_1, ggml::q8_1_from_f32);
+    // The K-quants and IQ4_XS: ggml's NEON one-row order (ggml's own two-row i8mm kernels of Q4_K and
+    // Q6_K are not reproduced; the others have none), so no two-row kernel at any level.
+    macro_rules! ggml_kquants {
+        ($($t:ident => $b:ty),* $(,)?) => {$(
+            let (dot, x4, _) = kquants::set::<kquants::Ggml<$b>>(true, false);
+            k.set_vec_dot($t, dot);
+            k.set_vec_dot_x4($t, x4);
+            k.clear_vec_dot_2x2($t);
+        )*};
+    }
+    ggml_kquants! {
+        Q2_K => kquants::Q2K,
+        Q3_K => kquants::Q3K,
+        Q4_K => kquants::Q4K,
+        Q5_K => kquants::Q5K,
+        Q6_K => kquants::Q6K,
+        IQ4_XS => kquants::Iq4Xs,
+    }
+    // F32 / F16 / BF16: ggml's NEON vec_dot orders (BF16 has no NEON path in ggml: the scalar
+    // reference is its order); at the dotprod level llamafile's tinyBLAS for matrix products, F32
+    // from four activation rows, F16 weights against the unconverted f32 activations.
+    k.set_vec_dot(F32, ggml_float::vec_dot_f32_f32);
+    k.set_vec_dot(F16, ggml_float::vec_dot_f16_f16);
+    k.set_vec_dot(BF16, crate::quant::scalar::vec_dot_bf16_bf16);
+    if gemm {
+        k.set_vec_dot_gemm(F32, ggml_float::gemm_f32_f32);
+        k.set_gemm_rule(F32, GemmRule { min_cols: 4, f32_activations: false });
+        k.set_vec_dot_gemm(F16, ggml_float::gemm_f16_f32);
+        k.set_gemm_rule(F16, GemmRule { min_cols: 2, f32_activations: true });
+    } else {
+        k.clear_vec_dot_gemm(F32);
+        k.clear_vec_dot_gemm(F16);
+    }
     tracing::debug!(?level, "installed ggml-order NEON kernels");
 }
 
