@@ -21,10 +21,13 @@
 //! sums. [`install_neon`] (the `neon-dotprod` and `neon-i8mm` tables) then replaces, from the
 //! dotprod level up, the legacy Q4_0, Q4_1, Q5_0, Q5_1 and Q8_0 dots and the Q8_0 / Q8_1
 //! activation quantizers with ggml's NEON order ([`ggml`], twins in `quant::scalar::neon_order`),
-//! so that they give the bits of llama.cpp built for armv8.2-a+dotprod. Still in our own order:
-//! the K-quants, IQ types and F16/F32 dots. At the i8mm level the two-row kernels of Q4_0, Q4_1 and
-//! Q8_0 are ggml's `smmla` ones, which ggml's mul_mat runs for every output exactly when the row and
-//! column counts are both even (matmul plans by that rule).
+//! so that they give the bits of llama.cpp built for armv8.2-a+dotprod; likewise the K-quants and
+//! IQ4_XS (`kquants::Ggml`: ggml's float step per super-block), the F32/F16 dots and, at the dotprod
+//! level, llamafile's float GEMM ([`ggml_float`]); BF16 takes the scalar reference (ggml has no NEON
+//! BF16 dot). Still in our own order: the grid IQ types, and the two-row i8mm kernels of Q4_K/Q6_K
+//! (ggml's are not reproduced, so the K-quants have none). At the i8mm level the two-row kernels of
+//! Q4_0, Q4_1 and Q8_0 are ggml's `smmla` ones, which ggml's mul_mat runs for every output exactly
+//! when the row and column counts are both even (matmul plans by that rule).
 
 mod dequant;
 mod dot;
