@@ -46,11 +46,12 @@ if [ "${LLAMAD_ARM64:-1}" != 0 ] && [ "$(uname -m)" = x86_64 ]; then
     scripts/test-arm64.sh --lib
     # llamad for aarch64 against llama.cpp's own ggml-rpc-server cross-built for armv8.2-a+dotprod
     # (tests/peer/build-peer-aarch64.sh, cached outside the checkout), both under qemu -cpu
-    # neoverse-n1: the op differential tests per kernel family. Gated on the families in ggml's
-    # order (legacy quants, RMS_NORM; the K-quant row requires no exactness yet); the others are
-    # measured and printed. The full run: scripts/test-arm64-parity.sh (all profiles and families).
+    # neoverse-n1: the op differential tests per kernel family, every quick family gated (legacy
+    # quants, F32/F16 MUL_MAT, K-quants, SOFT_MAX, RMS_NORM, ROPE, GLU are in ggml's NEON order; GLU's
+    # GEGLU_ERF uses llamad's own erf and is held to its error bound only). The full run:
+    # scripts/test-arm64-parity.sh (all profiles and families).
     echo "== aarch64 parity with llama.cpp (qemu, quick)"
-    scripts/test-arm64-parity.sh --quick --profiles neon-dotprod --gate "legacy rms_norm"
+    scripts/test-arm64-parity.sh --quick --profiles neon-dotprod --gate "legacy float kquants soft_max rms_norm rope glu"
 fi
 
 if [ -d tests/interop ]; then

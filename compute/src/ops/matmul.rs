@@ -279,11 +279,31 @@ pub(crate) unsafe fn prepare_mul_mat(
     check_overlap(op, &dst, &b, Alias::Never)?;
     let (vec_dot, mut act) = plan_activations(op, &a, &b)?;
     // ggml multiplies F16 weights (and F32 weights by contiguous F32 activations) with its float GEMM
-    // when there are two or more activation rows, and with `vec_dot` otherwise; use the same arithmetic
-    // so results match a llama.cpp CPU backend bit for bit.
-    let gemm = quant::kernels(a.dtype())
-        .vec_dot_gemm
-        .filter(|_| b.ne[1] >= 2 && (a.dtype() != GgmlType::F32 || b.l.is_contiguous()));
+    // (llamafile's tinyBLAS) when there are enough activation rows and the weight rows are a multiple
+    // of 4, and with `vec_dot` otherwise; use the same arithmetic so results match a llama.cpp CPU
+    // backend bit for bit (the conditions of the build: `GemmRule`).
+    let rule = quant::kernels(a.dtype()).gemm_rule;
+    let gemm = quant::kernels(a.dtype()).vec_dot_gemm.filter(|_| {
+        let fits = b.ne[1] >= rule.min_cols && a.ne[1].is_multiple_of(4);
+        let operands = if rule.f32_activations {
+            b.dtype() == GgmlType::F32 && b.l.is_contiguous() && a.ne[0].is_multiple_of(4)
+        } else {
+            a.dtype() != GgmlType::F32 || b.l.is_contiguous()
+        };
+        fits && operands
+    });
+    if gemm.is_some() && rule.f32_activations {
+        // The GEMM dot reads the f32 rows of `src1` in place.
+        let row = 4 * a.ne[0];
+        act = Activations {
+            convert: false,
+            from_f32: None,
+            row,
+            repack: None,
+            vdt_row: row,
+            vdt: GgmlType::F32,
+        };
+    }
     // The float GEMM order is its own kernel: neither the four-column nor the tiled quantized
     // kernels apply to it.
     let k = match gemm {

@@ -277,14 +277,36 @@ impl Rope {
                 Mode::Neox | Mode::Multi { .. } => self.n_dims / 2,
                 Mode::Vision { .. } => self.n_dims,
             };
+            let vector = vector_pairs(self.mode, self.n_dims, self.a.dtype() == crate::dtype::GgmlType::F32);
             for k in 0..n_pairs {
                 let (c, s) = (cache[2 * k], cache[2 * k + 1]);
                 let (j0, j1) = if stride == 0 { (2 * k, 2 * k + 1) } else { (k, k + stride) };
                 let (x0, x1) = (w[j0], w[j1]);
-                w[j0] = x0.mul_add(c, -(x1 * s));
+                w[j0] = if k < vector {
+                    // GCC's vectorised NORMAL loop on aarch64 (`ld2`, `fmul` + `fmls`).
+                    (-x1).mul_add(s, x0 * c)
+                } else {
+                    x0.mul_add(c, -(x1 * s))
+                };
                 w[j1] = x0.mul_add(s, x1 * c);
             }
             d.store_row(i1, i2, i3, x);
         }
+    }
+}
+
+/// How many leading pairs of a row ggml's build rotates with the other contraction: ggml's
+/// `rotate_pairs` is C++ compiled with FP contraction, `x0*cos - x1*sin` and `x0*sin + x1*cos` each
+/// fused once. Scalar code (and x86's vectorised loops) fuse the `x0` product; on aarch64 GCC 12
+/// vectorises the NORMAL mode loop (pairs interleaved, `ld2`/`st2`, read off the disassembly of the
+/// reference built by tests/peer/build-peer-aarch64.sh) when `n_dims > 6`, four pairs at a time, and
+/// there rounds `x0*cos` and fuses `x1*sin` in the first output (the second is fused as in scalar
+/// code); the last `pairs % 4` stay scalar. Only
+/// the F32 instance is vectorised (`f32`: the rows are F32); the F16 one stays scalar.
+fn vector_pairs(mode: Mode, n_dims: usize, f32: bool) -> usize {
+    if cfg!(target_arch = "aarch64") && f32 && matches!(mode, Mode::Normal) && n_dims > 6 {
+        n_dims / 2 / 4 * 4
+    } else {
+        0
     }
 }

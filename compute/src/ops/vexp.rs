@@ -2,8 +2,10 @@
 //! SwiGLU give the same bits as a llama.cpp CPU backend built for AVX2. The algorithm is the published
 //! Arm optimized-routines single-precision `exp` (range reduction by `n = round(x/ln2)`, a degree-5
 //! polynomial, scale by `2^n` with special cases for |n| > 126), restated here from its constants.
-//! Elements past the last whole group of 8 use the C library's `expf`, as ggml does. Without AVX2 the
-//! rows use `expf` throughout (ggml's scalar and NEON builds differ from its x86 build anyway).
+//! Elements past the last whole group of 8 use the C library's `expf`, as ggml does. On aarch64 the
+//! rows follow ggml's NEON build: the same `exp` on 4 lanes, each group's softmax sum reduced as
+//! `vaddvq_f32` (`(l0 + l1) + (l2 + l3)`), `expf` past the last whole group of 4 ([`ref_exp_neon`]
+//! is the per-lane twin). With the `scalar` kernel set the rows use `expf` throughout.
 //!
 //! Under the `avx512` numerics profile the rows follow ggml's AVX-512 build instead: 16 lanes, whose
 //! `exp` evaluates the polynomial with its leading 1 folded in and scales by `2^n` with `vscalefps`
@@ -19,6 +21,10 @@ pub(crate) fn soft_max_exp(x: &[f32], max: f32, y: &mut [f32]) -> f64 {
     }
     #[cfg(target_arch = "x86_64")]
     if let Some(t) = avx2::Token::get() {
+        return t.soft_max_exp(x, max, y);
+    }
+    #[cfg(target_arch = "aarch64")]
+    if let Some(t) = neon::Token::get() {
         return t.soft_max_exp(x, max, y);
     }
     let mut sum = 0.0f64;
@@ -37,7 +43,9 @@ pub(crate) fn swiglu_in_place(x: &mut [f32], g: &[f32]) {
         Some(t) => t.swiglu(x, g),
         None => avx2::Token::get().map_or(0, |t| t.swiglu(x, g)),
     };
-    #[cfg(not(target_arch = "x86_64"))]
+    #[cfg(target_arch = "aarch64")]
+    let head = neon::Token::get().map_or(0, |t| t.swiglu(x, g));
+    #[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
     let head = 0;
     for i in head..x.len() {
         x[i] = silu(x[i]) * g[i];
@@ -48,14 +56,49 @@ fn silu(x: f32) -> f32 {
     x / (1.0 + (-x).exp())
 }
 
-/// Elements per vector group of [`soft_max_exp`] (16 under the `avx512` profile, else 8): a row cut
-/// at a multiple of it keeps every group's sum.
+/// Elements per vector group of [`soft_max_exp`] (16 under the `avx512` profile, 4 on aarch64, else
+/// 8): a row cut at a multiple of it keeps every group's sum.
 pub(crate) fn group() -> usize {
     #[cfg(target_arch = "x86_64")]
     if avx512::Token::get().is_some() {
         return 16;
     }
+    #[cfg(target_arch = "aarch64")]
+    if neon::Token::get().is_some() {
+        return 4;
+    }
     8
+}
+
+/// ggml's NEON `exp` of one value (the scalar twin of the 4-lane kernel; the same algorithm as the
+/// AVX2 one, from the same routine): `n = round(x/ln2)` by the shift trick, `b = x - n·ln2` in two
+/// fused steps, `j = c0·b + (p23 + p45·u)·u` with `u = b²`, then `k + k·j` with `k = 2^n` from the
+/// exponent bits, or for |n| > 126 the two-factor scaling (|n| > 192: `s1²`, 0 or +inf).
+#[cfg(test)]
+pub(crate) fn ref_exp_neon(x: f32) -> f32 {
+    let c = f32::from_bits;
+    let r = c(0x4b40_0000);
+    let z = x.mul_add(c(0x3fb8_aa3b), r);
+    let n = z - r;
+    let b = (-n).mul_add(c(0x35bf_be8e), (-n).mul_add(c(0x3f31_7200), x));
+    let e = z.to_bits() << 23;
+    let k = c(e.wrapping_add(1.0f32.to_bits()));
+    let u = b * b;
+    let p23 = c(0x3e2a_af33).mul_add(b, c(0x3eff_fedb));
+    let p45 = c(0x3c07_2010).mul_add(b, c(0x3d2b_9f17));
+    let j = p45.mul_add(u, p23).mul_add(u, c(0x3f7f_fff6) * b);
+    let big = n.abs() > 126.0; // false for NaN, as `vcagtq_f32`
+    if !big {
+        return j.mul_add(k, k);
+    }
+    let d = if n <= 0.0 { 0x8200_0000u32 } else { 0 };
+    let s1 = c(d.wrapping_add(0x7f00_0000));
+    let s2 = c(e.wrapping_sub(d));
+    if n.abs() > 192.0 {
+        s1 * s1
+    } else {
+        s2.mul_add(j, s2) * s1
+    }
 }
 
 /// ggml's AVX-512 `exp` of each value, one lane at a time (the scalar twin of the 16-lane kernel):
@@ -329,6 +372,113 @@ mod avx512 {
     }
 }
 
+#[cfg(target_arch = "aarch64")]
+mod neon {
+    use std::arch::aarch64::*;
+
+    /// Proof that the NEON kernel set is in use (NEON is part of every aarch64 CPU; the `scalar`
+    /// kernel set keeps the C library's `expf`).
+    #[derive(Clone, Copy)]
+    pub(super) struct Token(());
+
+    impl Token {
+        pub(super) fn get() -> Option<Token> {
+            (crate::quant::active_isa() != "scalar" && std::arch::is_aarch64_feature_detected!("neon"))
+                .then_some(Token(()))
+        }
+
+        pub(super) fn soft_max_exp(self, x: &[f32], max: f32, y: &mut [f32]) -> f64 {
+            // SAFETY: the token proves NEON; the body reads and writes whole groups of 4 within the
+            // equal-length slices (asserted by the caller).
+            unsafe { soft_max_exp(x, max, y) }
+        }
+
+        pub(super) fn swiglu(self, x: &mut [f32], g: &[f32]) -> usize {
+            // SAFETY: as above.
+            unsafe { swiglu(x, g) }
+        }
+    }
+
+    /// exp of 4 lanes as ggml's NEON `ggml_v_expf` (twin: `super::ref_exp_neon`).
+    #[inline(always)]
+    unsafe fn exp4(x: float32x4_t) -> float32x4_t {
+        // SAFETY: register arithmetic; the callers are compiled with NEON.
+        unsafe {
+            let c = |b: u32| vdupq_n_f32(f32::from_bits(b));
+            let r = c(0x4b40_0000);
+            let z = vfmaq_f32(r, x, c(0x3fb8_aa3b));
+            let n = vsubq_f32(z, r);
+            let b = vfmsq_f32(vfmsq_f32(x, n, c(0x3f31_7200)), n, c(0x35bf_be8e));
+            let e = vshlq_n_u32::<23>(vreinterpretq_u32_f32(z));
+            let k = vreinterpretq_f32_u32(vaddq_u32(e, vreinterpretq_u32_f32(vdupq_n_f32(1.0))));
+            let big = vcagtq_f32(n, vdupq_n_f32(126.0));
+            let u = vmulq_f32(b, b);
+            let j = vfmaq_f32(
+                vmulq_f32(c(0x3f7f_fff6), b),
+                vfmaq_f32(
+                    vfmaq_f32(c(0x3eff_fedb), c(0x3e2a_af33), b),
+                    vfmaq_f32(c(0x3d2b_9f17), c(0x3c07_2010), b),
+                    u,
+                ),
+                u,
+            );
+            if vmaxvq_u32(big) == 0 {
+                return vfmaq_f32(k, j, k);
+            }
+            let d = vandq_u32(vclezq_f32(n), vdupq_n_u32(0x8200_0000));
+            let s1 = vreinterpretq_f32_u32(vaddq_u32(d, vdupq_n_u32(0x7f00_0000)));
+            let s2 = vreinterpretq_f32_u32(vsubq_u32(e, d));
+            vbslq_f32(
+                vcagtq_f32(n, vdupq_n_f32(192.0)),
+                vmulq_f32(s1, s1),
+                vbslq_f32(big, vmulq_f32(vfmaq_f32(s2, s2, j), s1), vfmaq_f32(k, k, j)),
+            )
+        }
+    }
+
+    /// # Safety
+    /// NEON must be available; `x.len() == y.len()`.
+    #[target_feature(enable = "neon")]
+    unsafe fn soft_max_exp(x: &[f32], max: f32, y: &mut [f32]) -> f64 {
+        let head = x.len() / 4 * 4;
+        let mut sum = 0.0f64;
+        let m = vdupq_n_f32(max);
+        for i in (0..head).step_by(4) {
+            // SAFETY: i + 4 <= head <= len of both slices.
+            unsafe {
+                let v = exp4(vsubq_f32(vld1q_f32(x.as_ptr().add(i)), m));
+                vst1q_f32(y.as_mut_ptr().add(i), v);
+                // vaddvq_f32: (l0 + l1) + (l2 + l3).
+                let p = vpaddq_f32(v, v);
+                sum += vgetq_lane_f32::<0>(vpaddq_f32(p, p)) as f64;
+            }
+        }
+        for i in head..x.len() {
+            y[i] = (x[i] - max).exp();
+            sum += y[i] as f64;
+        }
+        sum
+    }
+
+    /// # Safety
+    /// NEON must be available; `x` and `g` have equal lengths. Returns the elements done.
+    #[target_feature(enable = "neon")]
+    unsafe fn swiglu(x: &mut [f32], g: &[f32]) -> usize {
+        let head = x.len() / 4 * 4;
+        for i in (0..head).step_by(4) {
+            // SAFETY: i + 4 <= head <= len of both slices.
+            unsafe {
+                let p = x.as_mut_ptr().add(i);
+                let v = vld1q_f32(p);
+                let e = exp4(vsubq_f32(vdupq_n_f32(0.0), v));
+                let silu = vdivq_f32(v, vaddq_f32(vdupq_n_f32(1.0), e));
+                vst1q_f32(p, vmulq_f32(silu, vld1q_f32(g.as_ptr().add(i))));
+            }
+        }
+        head
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -367,6 +517,59 @@ mod tests {
         swiglu_in_place(&mut s, &g);
         for i in 0..head {
             let want = fin[i] / (1.0 + ref_exp512(-fin[i])) * g[i];
+            assert_eq!(s[i].to_bits(), want.to_bits(), "swiglu({})", fin[i]);
+        }
+    }
+
+    #[test]
+    fn neon_exp_twin_is_close_to_libm() {
+        // The scalar model of ggml's NEON exp on every target: within 2 ulp of the C library's expf.
+        for i in -2000..2000 {
+            let x = i as f32 * 0.05;
+            let (v, want) = (ref_exp_neon(x), x.exp());
+            if want.is_infinite() || want == 0.0 {
+                assert!(v == want || (want == 0.0 && v < 1e-37), "exp({x}) = {v}, libm {want}");
+                continue;
+            }
+            let ulps = (v.to_bits() as i64 - want.to_bits() as i64).abs();
+            assert!(ulps <= 2, "exp({x}) = {v}, libm {want} ({ulps} ulp)");
+        }
+        assert_eq!(ref_exp_neon(f32::NEG_INFINITY), 0.0);
+        assert_eq!(ref_exp_neon(200.0), f32::INFINITY);
+    }
+
+    #[cfg(target_arch = "aarch64")]
+    #[test]
+    fn neon_rows_equal_their_scalar_twin() {
+        if group() != 4 {
+            return;
+        }
+        let xs: Vec<f32> = (-3000..3000)
+            .map(|i| i as f32 * 0.037)
+            .chain([-200.0, -104.5, -103.9, -87.3, -0.0, 88.3, 88.4, 89.0, 200.0, f32::NEG_INFINITY, 1.5])
+            .collect();
+        let mut y = vec![0.0f32; xs.len()];
+        let sum = soft_max_exp(&xs, 0.0, &mut y);
+        let head = xs.len() / 4 * 4;
+        let mut want_sum = 0.0f64;
+        for (g, chunk) in xs[..head].chunks(4).enumerate() {
+            let e: Vec<f32> = chunk.iter().map(|&v| ref_exp_neon(v)).collect();
+            for (l, &v) in e.iter().enumerate() {
+                assert_eq!(y[4 * g + l].to_bits(), v.to_bits(), "exp({})", chunk[l]);
+            }
+            want_sum += ((e[0] + e[1]) + (e[2] + e[3])) as f64;
+        }
+        for &v in &xs[head..] {
+            want_sum += v.exp() as f64;
+        }
+        assert_eq!(sum.to_bits(), want_sum.to_bits());
+        let g: Vec<f32> = (0..xs.len()).map(|i| 0.5 + (i % 7) as f32 * 0.25).collect();
+        let fin: Vec<f32> = xs.iter().map(|v| if v.is_finite() { *v } else { -50.0 }).collect();
+        let mut s = fin.clone();
+        swiglu_in_place(&mut s, &g);
+        for i in 0..fin.len() {
+            let e = if i < head { ref_exp_neon(-fin[i]) } else { (-fin[i]).exp() };
+            let want = fin[i] / (1.0 + e) * g[i];
             assert_eq!(s[i].to_bits(), want.to_bits(), "swiglu({})", fin[i]);
         }
     }

@@ -228,8 +228,13 @@ impl Kernels {
         self.types[t as usize].vec_dot_gemm = Some(f);
     }
 
+    /// Sets when the GEMM-order dot of `t` runs (see [`super::GemmRule`]).
+    #[cfg_attr(not(target_arch = "aarch64"), allow(dead_code))]
+    pub(crate) fn set_gemm_rule(&mut self, t: GgmlType, rule: super::GemmRule) {
+        self.types[t as usize].gemm_rule = rule;
+    }
+
     /// Removes the float-GEMM-order dot of `t` (a kernel set that prefers its own product).
-    #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
     pub(crate) fn clear_vec_dot_gemm(&mut self, t: GgmlType) {
         self.types[t as usize].vec_dot_gemm = None;
     }
@@ -289,6 +294,7 @@ fn entry(to: ToF32Fn, from: Option<FromF32Fn>, dot: Option<VecDotFn>, vdt: GgmlT
         vec_dot_x4: None,
         vec_dot_2x2: None,
         vec_dot_gemm: None,
+        gemm_rule: super::GemmRule::DEFAULT,
         vec_dot_batch: None,
         gemm: None,
         vec_dot_prepared: None,
@@ -308,6 +314,7 @@ fn build_scalar() -> Kernels {
         vec_dot_x4: None,
         vec_dot_2x2: None,
         vec_dot_gemm: None,
+        gemm_rule: super::GemmRule::DEFAULT,
         vec_dot_batch: None,
         gemm: None,
         vec_dot_prepared: None,

@@ -118,6 +118,8 @@ pub struct TypeKernels {
     /// dotprod, for Q4_0 and Q8_0: `tinyBLAS_Q0_ARM`); `None` where the two agree. Matrix products pick it so that results equal a llama.cpp CPU
     /// backend's bit for bit.
     pub vec_dot_gemm: Option<VecDotFn>,
+    /// When a matrix product takes `vec_dot_gemm` (llamafile's conditions, which differ per build).
+    pub gemm_rule: GemmRule,
     /// The dot product as ggml's tiled K-quant matrix product computes it (`GGML_CPU_TILED_MM`,
     /// ggml-cpu `tiled/`), which ggml uses instead of `vec_dot` for the K-quants, IQ4_XS and the grid
     /// IQ types when a matrix product has [`TILED_MIN_ROWS`] or more activation rows (per expert for
@@ -135,6 +137,25 @@ pub struct TypeKernels {
     /// Optional product of interleaved weights (see [`interleave`]) with 1..=2 prepared activation
     /// rows: `vec_dot_prepared`'s values bit for bit, 16 rows at a time.
     pub interleaved_dot: Option<interleave::InterleavedDotFn>,
+}
+
+/// The conditions under which ggml's float GEMM (llamafile's tinyBLAS) serves a matrix product, so
+/// that [`TypeKernels::vec_dot_gemm`] replaces `vec_dot`. Always: the weight rows are a multiple of
+/// 4 (tinyBLAS's smallest row tile; else ggml falls back to `vec_dot`), and, for F32 weights, the
+/// activations are contiguous.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct GemmRule {
+    /// Fewest activation rows (2 on x86; ggml's NEON F32 tinyBLAS asks for 4).
+    pub min_cols: usize,
+    /// The GEMM dot reads the activations as unconverted f32 (`y` is an f32 row, not one of the
+    /// `vec_dot_type`): ggml's NEON F16 × F32 tinyBLAS without fp16 vector arithmetic, which runs
+    /// only on contiguous F32 activations and a shared dimension that is a multiple of 4.
+    pub f32_activations: bool,
+}
+
+impl GemmRule {
+    /// The x86 rule: two or more activation rows, converted activations.
+    pub const DEFAULT: GemmRule = GemmRule { min_cols: 2, f32_activations: false };
 }
 
 /// Fewest activation rows for which ggml's CPU backend takes its tiled K-quant product (see

@@ -50,6 +50,77 @@ pub(super) trait KBlock {
     /// The reference's f32 term of one block from the exact `isc = Σ scale·(q·y)` and
     /// `imn = Σ min·bsum`.
     fn value(isc: i32, imn: i32, x: &Self::X, y: &BlockQ8K) -> f32;
+    /// The running sum after one block: the reference's `sum + value` unless the format follows
+    /// another order ([`Ggml`]).
+    #[inline(always)]
+    fn step(sum: f32, isc: i32, imn: i32, x: &Self::X, y: &BlockQ8K) -> f32 {
+        sum + Self::value(isc, imn, x, y)
+    }
+}
+
+/// A K-quant in ggml's NEON order (the `neon-dotprod` / `neon-i8mm` tables): the same decoder and
+/// exact integer sums, folded into the running sum by ggml's float step
+/// (`quant::scalar::neon_order::neon_step_*`, whose twins are the `vec_dot_*_neon` there).
+pub(super) struct Ggml<B>(std::marker::PhantomData<B>);
+
+/// ggml's NEON float step of a format.
+pub(super) trait GgmlStep: KBlock {
+    /// The running sum after one block.
+    fn ggml_step(sum: f32, isc: i32, imn: i32, x: &Self::X, y: &BlockQ8K) -> f32;
+}
+
+impl<B: GgmlStep> KBlock for Ggml<B> {
+    type X = B::X;
+    const MINS: bool = B::MINS;
+    const PER32: bool = B::PER32;
+    #[inline(always)]
+    unsafe fn decode(x: &B::X) -> Decoded {
+        // SAFETY: forwarded contract.
+        unsafe { B::decode(x) }
+    }
+    fn value(isc: i32, imn: i32, x: &B::X, y: &BlockQ8K) -> f32 {
+        B::value(isc, imn, x, y)
+    }
+    #[inline(always)]
+    fn step(sum: f32, isc: i32, imn: i32, x: &B::X, y: &BlockQ8K) -> f32 {
+        B::ggml_step(sum, isc, imn, x, y)
+    }
+}
+
+mod ggml_steps {
+    use super::*;
+    use crate::quant::scalar::neon_order as no;
+
+    impl GgmlStep for Q2K {
+        fn ggml_step(sum: f32, isc: i32, imn: i32, x: &BlockQ2K, y: &BlockQ8K) -> f32 {
+            no::neon_step_q2k(sum, isc, imn, h2f(x.d), h2f(x.dmin), dy(y))
+        }
+    }
+    impl GgmlStep for Q3K {
+        fn ggml_step(sum: f32, isc: i32, _imn: i32, x: &BlockQ3K, y: &BlockQ8K) -> f32 {
+            no::neon_step_q3k(sum, isc, h2f(x.d), dy(y))
+        }
+    }
+    impl GgmlStep for Q4K {
+        fn ggml_step(sum: f32, isc: i32, imn: i32, x: &BlockQ4K, y: &BlockQ8K) -> f32 {
+            no::neon_step_q4k(sum, isc, imn, h2f(x.d), h2f(x.dmin), dy(y))
+        }
+    }
+    impl GgmlStep for Q5K {
+        fn ggml_step(sum: f32, isc: i32, imn: i32, x: &BlockQ5K, y: &BlockQ8K) -> f32 {
+            no::neon_step_q5k(sum, isc, imn, h2f(x.d), h2f(x.dmin), dy(y))
+        }
+    }
+    impl GgmlStep for Iq4Xs {
+        fn ggml_step(sum: f32, isc: i32, _imn: i32, x: &BlockIq4Xs, y: &BlockQ8K) -> f32 {
+            no::neon_step_q6k(sum, isc, h2f(x.d), dy(y))
+        }
+    }
+    impl GgmlStep for Q6K {
+        fn ggml_step(sum: f32, isc: i32, _imn: i32, x: &BlockQ6K, y: &BlockQ8K) -> f32 {
+            no::neon_step_q6k(sum, isc, h2f(x.d), dy(y))
+        }
+    }
 }
 
 #[inline(always)]
@@ -102,7 +173,7 @@ unsafe fn dot1<B: KBlock, D: Dot>(xs: &[B::X], ys: &[BlockQ8K]) -> f32 {
         for (bx, by) in xs.iter().zip(ys) {
             let d = B::decode(bx);
             let isc = vaddvq_s32(scaled::<B, D>(&d, by));
-            sum += B::value(isc, mins::<B>(&d, by), bx, by);
+            sum = B::step(sum, isc, mins::<B>(&d, by), bx, by);
         }
         B::C * sum
     }
@@ -124,7 +195,7 @@ unsafe fn dot4<B: KBlock, D: Dot>(xs: &[B::X], ys: [&[BlockQ8K]; 4]) -> [f32; 4]
             let s = lanes(hsum4(p));
             for c in 0..4 {
                 let by = &ys[c][i];
-                sum[c] += B::value(s[c], mins::<B>(&d, by), bx, by);
+                sum[c] = B::step(sum[c], s[c], mins::<B>(&d, by), bx, by);
             }
         }
         sum.map(|v| B::C * v)
@@ -152,10 +223,10 @@ unsafe fn dot2x2<B: KBlock>(xs: [&[B::X]; 2], ys: [&[BlockQ8K]; 2]) -> [f32; 4] 
                 acc = vmlaq_s32(acc, t, vld1q_s32(sc.as_ptr()));
             }
             let s = lanes(acc);
-            sum[0] += B::value(s[0], mins::<B>(&d0, y0), x0, y0);
-            sum[1] += B::value(s[1], mins::<B>(&d0, y1), x0, y1);
-            sum[2] += B::value(s[2], mins::<B>(&d1, y0), x1, y0);
-            sum[3] += B::value(s[3], mins::<B>(&d1, y1), x1, y1);
+            sum[0] = B::step(sum[0], s[0], mins::<B>(&d0, y0), x0, y0);
+            sum[1] = B::step(sum[1], s[1], mins::<B>(&d0, y1), x0, y1);
+            sum[2] = B::step(sum[2], s[2], mins::<B>(&d1, y0), x1, y0);
+            sum[3] = B::step(sum[3], s[3], mins::<B>(&d1, y1), x1, y1);
         }
         sum.map(|v| B::C * v)
     }

@@ -21,21 +21,26 @@
 //! sums. [`install_neon`] (the `neon-dotprod` and `neon-i8mm` tables) then replaces, from the
 //! dotprod level up, the legacy Q4_0, Q4_1, Q5_0, Q5_1 and Q8_0 dots and the Q8_0 / Q8_1
 //! activation quantizers with ggml's NEON order ([`ggml`], twins in `quant::scalar::neon_order`),
-//! so that they give the bits of llama.cpp built for armv8.2-a+dotprod. Still in our own order:
-//! the K-quants, IQ types and F16/F32 dots. At the i8mm level the two-row kernels of Q4_0, Q4_1 and
-//! Q8_0 are ggml's `smmla` ones, which ggml's mul_mat runs for every output exactly when the row and
-//! column counts are both even (matmul plans by that rule).
+//! so that they give the bits of llama.cpp built for armv8.2-a+dotprod; likewise the K-quants and
+//! IQ4_XS (`kquants::Ggml`: ggml's float step per super-block), the F32/F16 dots and, at the dotprod
+//! level, llamafile's float GEMM ([`ggml_float`]); BF16 takes the scalar reference (ggml has no NEON
+//! BF16 dot). Still in our own order: the grid IQ types, and the two-row i8mm kernels of Q4_K/Q6_K
+//! (ggml's are not reproduced, so the K-quants have none). At the i8mm level the two-row kernels of
+//! Q4_0, Q4_1 and Q8_0 are ggml's `smmla` ones, which ggml's mul_mat runs for every output exactly
+//! when the row and column counts are both even (matmul plans by that rule).
 
 mod dequant;
 mod dot;
 mod float;
 mod ggml;
+mod ggml_float;
 mod iq;
 mod kquants;
 mod legacy;
 mod quantize;
 
 use super::dispatch::Kernels;
+use super::GemmRule;
 use crate::dtype::GgmlType;
 
 /// A NEON kernel level.
@@ -107,6 +112,39 @@ fn install_ggml_order(k: &mut Kernels, level: Level) {
     }
     k.set_from_f32(Q8_0, ggml::q8_0_from_f32);
     k.set_from_f32(Q8_1, ggml::q8_1_from_f32);
+    // The K-quants and IQ4_XS: ggml's NEON one-row order (ggml's own two-row i8mm kernels of Q4_K and
+    // Q6_K are not reproduced; the others have none), so no two-row kernel at any level.
+    macro_rules! ggml_kquants {
+        ($($t:ident => $b:ty),* $(,)?) => {$(
+            let (dot, x4, _) = kquants::set::<kquants::Ggml<$b>>(true, false);
+            k.set_vec_dot($t, dot);
+            k.set_vec_dot_x4($t, x4);
+            k.clear_vec_dot_2x2($t);
+        )*};
+    }
+    ggml_kquants! {
+        Q2_K => kquants::Q2K,
+        Q3_K => kquants::Q3K,
+        Q4_K => kquants::Q4K,
+        Q5_K => kquants::Q5K,
+        Q6_K => kquants::Q6K,
+        IQ4_XS => kquants::Iq4Xs,
+    }
+    // F32 / F16 / BF16: ggml's NEON vec_dot orders (BF16 has no NEON path in ggml: the scalar
+    // reference is its order); at the dotprod level llamafile's tinyBLAS for matrix products, F32
+    // from four activation rows, F16 weights against the unconverted f32 activations.
+    k.set_vec_dot(F32, ggml_float::vec_dot_f32_f32);
+    k.set_vec_dot(F16, ggml_float::vec_dot_f16_f16);
+    k.set_vec_dot(BF16, crate::quant::scalar::vec_dot_bf16_bf16);
+    if gemm {
+        k.set_vec_dot_gemm(F32, ggml_float::gemm_f32_f32);
+        k.set_gemm_rule(F32, GemmRule { min_cols: 4, f32_activations: false });
+        k.set_vec_dot_gemm(F16, ggml_float::gemm_f16_f32);
+        k.set_gemm_rule(F16, GemmRule { min_cols: 2, f32_activations: true });
+    } else {
+        k.clear_vec_dot_gemm(F32);
+        k.clear_vec_dot_gemm(F16);
+    }
     tracing::debug!(?level, "installed ggml-order NEON kernels");
 }
 

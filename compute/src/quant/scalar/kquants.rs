@@ -243,70 +243,105 @@ fn isum<W: Copy + Into<i32>>(w: &[W], a: &[i8], range: std::ops::Range<usize>) -
     w[range.clone()].iter().zip(&a[range]).map(|(&w, &a)| w.into() * a as i32).sum()
 }
 
+/// The exact integer sums of one Q2_K super-block against Q8_K: `(Σ scale·(q·y), Σ min·bsum)`.
+pub fn q2k_ints(bx: &BlockQ2K, by: &BlockQ8K) -> (i32, i32) {
+    let q = q2k_quants(bx);
+    let (mut isc, mut imn) = (0i32, 0i32);
+    for g in 0..16 {
+        let sc = bx.scales[g];
+        isc += (sc & 0xF) as i32 * isum(&q, &by.qs, g * 16..g * 16 + 16);
+        imn += (sc >> 4) as i32 * bsum(by, g);
+    }
+    (isc, imn)
+}
+
 /// Q2_K · Q8_K.
 pub fn vec_dot_q2_k_q8_k(n: usize, x: &[u8], y: &[u8]) -> f32 {
     dot_blocks(n, x, y, QK_K, QK_K, |bx: &BlockQ2K, by: &[BlockQ8K]| {
-        let (by, q) = (&by[0], q2k_quants(bx));
-        let (mut isc, mut imn) = (0i32, 0i32);
-        for g in 0..16 {
-            let sc = bx.scales[g];
-            isc += (sc & 0xF) as i32 * isum(&q, &by.qs, g * 16..g * 16 + 16);
-            imn += (sc >> 4) as i32 * bsum(by, g);
-        }
+        let by = &by[0];
+        let (isc, imn) = q2k_ints(bx, by);
         let dy = q8k_d(by);
         dy * f16le(bx.d) * isc as f32 - dy * f16le(bx.dmin) * imn as f32
     })
 }
 
+/// The exact `Σ scale·(q·y)` of one Q3_K super-block against Q8_K (signed quants and scales).
+pub fn q3k_ints(bx: &BlockQ3K, by: &BlockQ8K) -> i32 {
+    let (q, sc) = (q3k_quants(bx), q3k_scales(&bx.scales));
+    let mut isc = 0i32;
+    for g in 0..16 {
+        isc += sc[g] as i32 * isum(&q, &by.qs, g * 16..g * 16 + 16);
+    }
+    isc
+}
+
 /// Q3_K · Q8_K.
 pub fn vec_dot_q3_k_q8_k(n: usize, x: &[u8], y: &[u8]) -> f32 {
     dot_blocks(n, x, y, QK_K, QK_K, |bx: &BlockQ3K, by: &[BlockQ8K]| {
-        let (by, q, sc) = (&by[0], q3k_quants(bx), q3k_scales(&bx.scales));
-        let mut isc = 0i32;
-        for g in 0..16 {
-            isc += sc[g] as i32 * isum(&q, &by.qs, g * 16..g * 16 + 16);
-        }
-        q8k_d(by) * f16le(bx.d) * isc as f32
+        let by = &by[0];
+        q8k_d(by) * f16le(bx.d) * q3k_ints(bx, by) as f32
     })
+}
+
+/// The exact integer sums of one Q4_K super-block against Q8_K: `(Σ scale·(q·y), Σ min·bsum)`.
+pub fn q4k_ints(bx: &BlockQ4K, by: &BlockQ8K) -> (i32, i32) {
+    k4_ints(&q4k_quants(bx), &k4_scales(&bx.scales), by)
+}
+
+/// The exact integer sums of one Q5_K super-block against Q8_K: `(Σ scale·(q·y), Σ min·bsum)`.
+pub fn q5k_ints(bx: &BlockQ5K, by: &BlockQ8K) -> (i32, i32) {
+    k4_ints(&q5k_quants(bx), &k4_scales(&bx.scales), by)
 }
 
 /// Q4_K · Q8_K.
 pub fn vec_dot_q4_k_q8_k(n: usize, x: &[u8], y: &[u8]) -> f32 {
     dot_blocks(n, x, y, QK_K, QK_K, |bx: &BlockQ4K, by: &[BlockQ8K]| {
-        let (by, q, sm) = (&by[0], q4k_quants(bx), k4_scales(&bx.scales));
-        k4_dot(&q, &sm, by, f16le(bx.d), f16le(bx.dmin))
+        let by = &by[0];
+        k4_value(q4k_ints(bx, by), by, f16le(bx.d), f16le(bx.dmin))
     })
 }
 
 /// Q5_K · Q8_K.
 pub fn vec_dot_q5_k_q8_k(n: usize, x: &[u8], y: &[u8]) -> f32 {
     dot_blocks(n, x, y, QK_K, QK_K, |bx: &BlockQ5K, by: &[BlockQ8K]| {
-        let (by, q, sm) = (&by[0], q5k_quants(bx), k4_scales(&bx.scales));
-        k4_dot(&q, &sm, by, f16le(bx.d), f16le(bx.dmin))
+        let by = &by[0];
+        k4_value(q5k_ints(bx, by), by, f16le(bx.d), f16le(bx.dmin))
     })
 }
 
-/// The Q4_K/Q5_K super-block dot: scaled sub-block sums minus the mins times the bsums.
+/// The Q4_K/Q5_K super-block integer sums: scaled sub-block sums, and the mins times the bsums.
 #[inline(always)]
-fn k4_dot(q: &[u8; QK_K], sm: &[(u8, u8); 8], by: &BlockQ8K, d: f32, dmin: f32) -> f32 {
+fn k4_ints(q: &[u8; QK_K], sm: &[(u8, u8); 8], by: &BlockQ8K) -> (i32, i32) {
     let (mut isc, mut imn) = (0i32, 0i32);
     for (j, &(sc, mn)) in sm.iter().enumerate() {
         isc += sc as i32 * isum(q, &by.qs, j * 32..j * 32 + 32);
         imn += mn as i32 * (bsum(by, 2 * j) + bsum(by, 2 * j + 1));
     }
+    (isc, imn)
+}
+
+/// The reference's float steps of a Q4_K/Q5_K super-block.
+#[inline(always)]
+fn k4_value((isc, imn): (i32, i32), by: &BlockQ8K, d: f32, dmin: f32) -> f32 {
     let dy = q8k_d(by);
     dy * d * isc as f32 - dy * dmin * imn as f32
+}
+
+/// The exact `Σ scale·(q·y)` of one Q6_K super-block against Q8_K (quants minus 32).
+pub fn q6k_ints(bx: &BlockQ6K, by: &BlockQ8K) -> i32 {
+    let q = q6k_quants(bx);
+    let mut isc = 0i32;
+    for g in 0..16 {
+        isc += bx.scales[g] as i32 * isum(&q, &by.qs, g * 16..g * 16 + 16);
+    }
+    isc
 }
 
 /// Q6_K · Q8_K.
 pub fn vec_dot_q6_k_q8_k(n: usize, x: &[u8], y: &[u8]) -> f32 {
     dot_blocks(n, x, y, QK_K, QK_K, |bx: &BlockQ6K, by: &[BlockQ8K]| {
-        let (by, q) = (&by[0], q6k_quants(bx));
-        let mut isc = 0i32;
-        for g in 0..16 {
-            isc += bx.scales[g] as i32 * isum(&q, &by.qs, g * 16..g * 16 + 16);
-        }
-        q8k_d(by) * f16le(bx.d) * isc as f32
+        let by = &by[0];
+        q8k_d(by) * f16le(bx.d) * q6k_ints(bx, by) as f32
     })
 }
 
@@ -314,11 +349,16 @@ pub fn vec_dot_q6_k_q8_k(n: usize, x: &[u8], y: &[u8]) -> f32 {
 pub fn vec_dot_iq4_xs_q8_k(n: usize, x: &[u8], y: &[u8]) -> f32 {
     dot_blocks(n, x, y, QK_K, QK_K, |bx: &BlockIq4Xs, by: &[BlockQ8K]| {
         let by = &by[0];
-        let w = iq4xs_indices(bx).map(|i| KVALUES_IQ4NL[i as usize]);
-        let mut isc = 0i32;
-        for ib in 0..8 {
-            isc += (iq4xs_scale(bx, ib) - 32) * isum(&w, &by.qs, ib * 32..ib * 32 + 32);
-        }
-        q8k_d(by) * f16le(bx.d) * isc as f32
+        q8k_d(by) * f16le(bx.d) * iq4xs_ints(bx, by) as f32
     })
+}
+
+/// The exact `Σ (scale - 32)·(w·y)` of one IQ4_XS super-block against Q8_K.
+pub fn iq4xs_ints(bx: &BlockIq4Xs, by: &BlockQ8K) -> i32 {
+    let w = iq4xs_indices(bx).map(|i| KVALUES_IQ4NL[i as usize]);
+    let mut isc = 0i32;
+    for ib in 0..8 {
+        isc += (iq4xs_scale(bx, ib) - 32) * isum(&w, &by.qs, ib * 32..ib * 32 + 32);
+    }
+    isc
 }

@@ -13,6 +13,7 @@ pub mod kquantize;
 pub mod kquants;
 pub mod kquants_x86;
 pub mod legacy;
+pub mod neon_float;
 pub mod neon_order;
 pub mod refquant;
 

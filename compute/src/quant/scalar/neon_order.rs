@@ -357,6 +357,107 @@ pub fn gemm_q8_0_q8_0_neon(n: usize, x: &[u8], y: &[u8]) -> f32 {
     gemm_q0_neon::<Q80>(n, x, y)
 }
 
+// ---- K-quants (ggml-cpu/arch/arm/quants.c, NEON with dotprod, one row) ----
+//
+// ggml's NEON K-quant dots form the same exact integer sums per super-block as the reference
+// (`Σ scale·(q·y)` and `Σ min·bsum`, [`super::kquants::q2k_ints`] etc.), then fold them into one
+// running f32 sum with the block's own float steps, which GCC contracts (read off the aarch64
+// disassembly of the reference): the `neon_step_*` functions below, shared by the NEON kernels and
+// their twins. `d = y.d·x.d` and `dmin = y.d·x.dmin` are rounded products.
+
+/// Q2_K: `sum = fma(Σmin, -(y.d·x.dmin), sum)`, then `fma(Σscale, y.d·x.d, sum)`.
+#[inline(always)]
+pub fn neon_step_q2k(sum: f32, isc: i32, imn: i32, xd: f32, xdmin: f32, yd: f32) -> f32 {
+    let sum = (imn as f32).mul_add(-(yd * xdmin), sum);
+    (isc as f32).mul_add(yd * xd, sum)
+}
+
+/// Q3_K: `sum = fma(Σscale, y.d·x.d, sum)`.
+#[inline(always)]
+pub fn neon_step_q3k(sum: f32, isc: i32, xd: f32, yd: f32) -> f32 {
+    (isc as f32).mul_add(yd * xd, sum)
+}
+
+/// Q4_K: `sum = fma(-Σmin, dmin, sum)`, then `fma(Σscale, d, sum)`.
+#[inline(always)]
+pub fn neon_step_q4k(sum: f32, isc: i32, imn: i32, xd: f32, xdmin: f32, yd: f32) -> f32 {
+    let sum = (-(imn as f32)).mul_add(yd * xdmin, sum);
+    (isc as f32).mul_add(yd * xd, sum)
+}
+
+/// Q5_K: `sum + fma(Σscale, d, -(Σmin·dmin))` (`sumf += d*sumi - dmin*sumi_mins`).
+#[inline(always)]
+pub fn neon_step_q5k(sum: f32, isc: i32, imn: i32, xd: f32, xdmin: f32, yd: f32) -> f32 {
+    sum + (isc as f32).mul_add(yd * xd, -((imn as f32) * (yd * xdmin)))
+}
+
+/// Q6_K (and IQ4_XS): `sum = fma(x.d·y.d, Σscale·(q-32), sum)`.
+#[inline(always)]
+pub fn neon_step_q6k(sum: f32, isc: i32, xd: f32, yd: f32) -> f32 {
+    (xd * yd).mul_add(isc as f32, sum)
+}
+
+fn k_rows<'a, X: bytemuck::Pod>(n: usize, x: &'a [u8], y: &'a [u8]) -> (&'a [X], &'a [BlockQ8K]) {
+    use crate::dtype::QK_K;
+    assert_eq!(n % QK_K, 0, "vec_dot: n = {n} is not a whole number of blocks of {QK_K}");
+    (take_blocks::<X>(x, n / QK_K), take_blocks::<BlockQ8K>(y, n / QK_K))
+}
+
+fn yd(b: &BlockQ8K) -> f32 {
+    f32::from_le_bytes(b.d)
+}
+
+/// Q2_K · Q8_K in ggml's NEON order.
+pub fn vec_dot_q2_k_q8_k_neon(n: usize, x: &[u8], y: &[u8]) -> f32 {
+    let (xs, ys) = k_rows::<BlockQ2K>(n, x, y);
+    xs.iter().zip(ys).fold(0.0, |s, (bx, by)| {
+        let (isc, imn) = super::kquants::q2k_ints(bx, by);
+        neon_step_q2k(s, isc, imn, f16le(bx.d), f16le(bx.dmin), yd(by))
+    })
+}
+
+/// Q3_K · Q8_K in ggml's NEON order.
+pub fn vec_dot_q3_k_q8_k_neon(n: usize, x: &[u8], y: &[u8]) -> f32 {
+    let (xs, ys) = k_rows::<BlockQ3K>(n, x, y);
+    xs.iter()
+        .zip(ys)
+        .fold(0.0, |s, (bx, by)| neon_step_q3k(s, super::kquants::q3k_ints(bx, by), f16le(bx.d), yd(by)))
+}
+
+/// Q4_K · Q8_K in ggml's NEON order.
+pub fn vec_dot_q4_k_q8_k_neon(n: usize, x: &[u8], y: &[u8]) -> f32 {
+    let (xs, ys) = k_rows::<BlockQ4K>(n, x, y);
+    xs.iter().zip(ys).fold(0.0, |s, (bx, by)| {
+        let (isc, imn) = super::kquants::q4k_ints(bx, by);
+        neon_step_q4k(s, isc, imn, f16le(bx.d), f16le(bx.dmin), yd(by))
+    })
+}
+
+/// Q5_K · Q8_K in ggml's NEON order.
+pub fn vec_dot_q5_k_q8_k_neon(n: usize, x: &[u8], y: &[u8]) -> f32 {
+    let (xs, ys) = k_rows::<BlockQ5K>(n, x, y);
+    xs.iter().zip(ys).fold(0.0, |s, (bx, by)| {
+        let (isc, imn) = super::kquants::q5k_ints(bx, by);
+        neon_step_q5k(s, isc, imn, f16le(bx.d), f16le(bx.dmin), yd(by))
+    })
+}
+
+/// Q6_K · Q8_K in ggml's NEON order.
+pub fn vec_dot_q6_k_q8_k_neon(n: usize, x: &[u8], y: &[u8]) -> f32 {
+    let (xs, ys) = k_rows::<BlockQ6K>(n, x, y);
+    xs.iter()
+        .zip(ys)
+        .fold(0.0, |s, (bx, by)| neon_step_q6k(s, super::kquants::q6k_ints(bx, by), f16le(bx.d), yd(by)))
+}
+
+/// IQ4_XS · Q8_K in ggml's NEON order (the float step of Q6_K: `fma(x.d·y.d, Σ, sum)`).
+pub fn vec_dot_iq4_xs_q8_k_neon(n: usize, x: &[u8], y: &[u8]) -> f32 {
+    let (xs, ys) = k_rows::<BlockIq4Xs>(n, x, y);
+    xs.iter()
+        .zip(ys)
+        .fold(0.0, |s, (bx, by)| neon_step_q6k(s, super::kquants::iq4xs_ints(bx, by), f16le(bx.d), yd(by)))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -32,7 +32,8 @@ pub(crate) fn scalar_table() -> Kernels {
 
 /// The scalar twins of `isa`'s kernels: the reference table, with ggml's NEON order
 /// (`quant::scalar::neon_order`) for the legacy dots, Q4_0 / Q8_0's `tinyBLAS_Q0_ARM` order and the
-/// Q8_0 / Q8_1 quantizers of the NEON sets from dotprod up (see `quant::aarch64`).
+/// Q8_0 / Q8_1 quantizers of the NEON sets from dotprod up, and ggml's NEON F32 / F16 dots and
+/// tinyBLAS orders (`quant::scalar::neon_float`; see `quant::aarch64`).
 pub(crate) fn twin_table(isa: Isa) -> Kernels {
     let mut k = scalar_table();
     if matches!(isa, Isa::NeonDotprod | Isa::NeonI8mm) {
@@ -49,6 +50,19 @@ pub(crate) fn twin_table(isa: Isa) -> Kernels {
         }
         k.set_from_f32(Q8_0, no::q8_0_from_f32_neon);
         k.set_from_f32(Q8_1, no::q8_1_from_f32_neon);
+        k.set_vec_dot(Q2_K, no::vec_dot_q2_k_q8_k_neon);
+        k.set_vec_dot(Q3_K, no::vec_dot_q3_k_q8_k_neon);
+        k.set_vec_dot(Q4_K, no::vec_dot_q4_k_q8_k_neon);
+        k.set_vec_dot(Q5_K, no::vec_dot_q5_k_q8_k_neon);
+        k.set_vec_dot(Q6_K, no::vec_dot_q6_k_q8_k_neon);
+        k.set_vec_dot(IQ4_XS, no::vec_dot_iq4_xs_q8_k_neon);
+        use crate::quant::scalar::neon_float as nf;
+        k.set_vec_dot(F32, nf::vec_dot_f32_f32_neon);
+        k.set_vec_dot(F16, nf::vec_dot_f16_f16_neon);
+        if isa == Isa::NeonDotprod {
+            k.set_vec_dot_gemm(F32, nf::gemm_f32_f32_neon);
+            k.set_vec_dot_gemm(F16, nf::gemm_f16_f32_neon);
+        }
         if isa == Isa::NeonI8mm {
             k.set_vec_dot_2x2(Q4_0, no::vec_dot_2x2_q4_0_q8_0_neon);
             k.set_vec_dot_2x2(Q4_1, no::vec_dot_2x2_q4_1_q8_1_neon);

@@ -62,10 +62,12 @@ fn levels_install_their_kernels() {
         for t in QUANT_TYPES {
             let e = k.get(t);
             assert!(e.vec_dot_x4.is_some(), "{} {t}: no x4", isa.name());
-            // From dotprod up Q5_0 and Q5_1 have ggml's one-row order only (ggml's mul_mat runs no
-            // two-row kernel for them).
+            // From dotprod up Q5_0, Q5_1 and the K-quants have ggml's one-row order only (ggml's
+            // mul_mat runs no two-row kernel for Q5_0, Q5_1, Q2_K, Q3_K, Q5_K; its i8mm Q4_K and
+            // Q6_K ones are not reproduced).
+            use GgmlType::*;
             let ggml_one_row = matches!(isa, Isa::NeonDotprod | Isa::NeonI8mm)
-                && matches!(t, GgmlType::Q5_0 | GgmlType::Q5_1);
+                && matches!(t, Q5_0 | Q5_1 | Q2_K | Q3_K | Q4_K | Q5_K | Q6_K | IQ4_XS);
             assert_eq!(
                 e.vec_dot_2x2.is_some(),
                 isa == Isa::NeonI8mm && !ggml_one_row,
@@ -362,4 +364,54 @@ fn float_conversions_bitwise_on_special_values() {
             }
         }
     }
+}
+
+/// ggml's NEON F32 / F16 orders (from dotprod up): `vec_dot` and, at the dotprod level, the
+/// tinyBLAS dots (F16 weights against unconverted f32 rows) equal their twins in
+/// `quant::scalar::neon_float` bit for bit, on every leftover length, random and special values;
+/// BF16 is the scalar reference (ggml has no NEON BF16 dot).
+#[test]
+fn float_dots_in_ggml_order_equal_their_twins() {
+    use crate::quant::scalar::neon_float as nf;
+    let mut r = rng(31);
+    let s = scalar_table();
+    let specials = [f32::NAN, f32::INFINITY, -0.0, 1e-40, 65504.0, -1e30, 1.0 + 1.0 / 4096.0];
+    let mut checked = 0;
+    for isa in neon_sets().into_iter().filter(|&i| i != Isa::Neon) {
+        let k = Kernels::build(isa);
+        let (f32k, f16k) = (k.get(GgmlType::F32), k.get(GgmlType::F16));
+        assert_eq!(f32k.vec_dot_gemm.is_some(), isa == Isa::NeonDotprod, "{}", isa.name());
+        assert_eq!(f16k.vec_dot_gemm.is_some(), isa == Isa::NeonDotprod, "{}", isa.name());
+        assert_eq!(
+            k.get(GgmlType::BF16).vec_dot.map(|f| f as usize),
+            s.get(GgmlType::BF16).vec_dot.map(|f| f as usize)
+        );
+        for n in [1usize, 3, 4, 7, 8, 15, 16, 17, 19, 20, 23, 31, 32, 36, 100, 256, 1000] {
+            for scale in [1.0f32, 1e3, 1e-3] {
+                let mut x: Vec<f32> = gaussian(&mut r, n).iter().map(|v| v * scale).collect();
+                let y = gaussian(&mut r, n);
+                if scale == 1e-3 {
+                    x[n / 2] = specials[n % specials.len()];
+                }
+                let (x32, y32) = (quantize(&s, GgmlType::F32, &x), quantize(&s, GgmlType::F32, &y));
+                let (x16, y16) = (quantize(&s, GgmlType::F16, &x), quantize(&s, GgmlType::F16, &y));
+                let pairs: [(&str, crate::quant::VecDotFn, crate::quant::VecDotFn, &[u8], &[u8]); 2] = [
+                    ("f32 vec_dot", f32k.vec_dot.unwrap(), nf::vec_dot_f32_f32_neon, &x32, &y32),
+                    ("f16 vec_dot", f16k.vec_dot.unwrap(), nf::vec_dot_f16_f16_neon, &x16, &y16),
+                ];
+                for (what, got, want, a, b) in pairs {
+                    let (g, w) = (got(n, a, b), want(n, a, b));
+                    assert!(same_bits(g, w), "{} {what} n={n}: {g} vs twin {w}", isa.name());
+                }
+                if let (Some(g32), Some(g16)) = (f32k.vec_dot_gemm, f16k.vec_dot_gemm) {
+                    let (g, w) = (g32(n, &x32, &y32), nf::gemm_f32_f32_neon(n, &x32, &y32));
+                    assert!(same_bits(g, w), "f32 gemm n={n}: {g} vs twin {w}");
+                    let (g, w) = (g16(n, &x16, &y32), nf::gemm_f16_f32_neon(n, &x16, &y32));
+                    assert!(same_bits(g, w), "f16 x f32 gemm n={n}: {g} vs twin {w}");
+                }
+                checked += 1;
+            }
+        }
+    }
+    eprintln!("float orders: {checked} row pairs checked");
 }

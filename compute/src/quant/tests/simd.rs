@@ -78,11 +78,15 @@ pub(super) fn activations(r: &mut StdRng, n: usize) -> Vec<Vec<f32>> {
     ]
 }
 
-/// Whether `isa`'s dot products of `t` must equal the scalar reference bit for bit: the NEON sets'
-/// quantized kernels (see `quant::aarch64`).
+/// Whether `isa`'s dot products of `t` must equal their scalar twin bit for bit: the NEON sets'
+/// quantized kernels, and from dotprod up the float ones in ggml's NEON order (see `quant::aarch64`).
 pub(super) fn bitwise_with_scalar(isa: Isa, t: GgmlType) -> bool {
-    matches!(isa, Isa::Neon | Isa::NeonDotprod | Isa::NeonI8mm)
-        && !matches!(t, GgmlType::F32 | GgmlType::F16 | GgmlType::BF16)
+    let float = matches!(t, GgmlType::F32 | GgmlType::F16 | GgmlType::BF16);
+    match isa {
+        Isa::Neon => !float,
+        Isa::NeonDotprod | Isa::NeonI8mm => true,
+        _ => false,
+    }
 }
 
 fn check_dot(isa: Isa, t: GgmlType, qx: &[u8], y: &[f32]) {
