@@ -336,7 +336,7 @@ def concurrent(client, prompts, max_tokens, model="smol"):
 
 def test_concurrent_streams_keep_their_text_and_multiply_throughput(server):
     c = server.client()
-    n_tok = 48
+    n_tok = 64
     # Warm up the graphs of one and eight sequences.
     concurrent(c, PROMPTS, 4)
     alone = {}
@@ -351,7 +351,7 @@ def test_concurrent_streams_keep_their_text_and_multiply_throughput(server):
         out, secs = concurrent(c, PROMPTS[:k], n_tok)
         for i in range(k):
             assert out[i]["text"] == alone[i]["text"], f"stream {i} of {k}"
-            assert out[i]["tokens"] == n_tok
+            assert out[i]["tokens"] == alone[i]["tokens"]
         rows.append((f"{k} streams", sum(o["tokens"] for o in out.values()) / secs,
                      sum(o["ttft"] for o in out.values()) / k))
     m1 = server.metrics()
@@ -365,7 +365,9 @@ def test_concurrent_streams_keep_their_text_and_multiply_throughput(server):
         print(f"| {name} | {rate:.1f} | {rate / seq_rate:.2f}x | {ttft * 1000:.0f} ms |")
     print(f"tokens per ubatch while batched: {ub_tok / ub:.2f}")
     assert ub_tok / ub > 3
-    assert rows[2][1] >= 3 * seq_rate, f"8 streams {rows[2][1]:.1f} tok/s vs one {seq_rate:.1f}"
+    # The bar is 3x (LLAMAD_OPENAI_MIN_SPEEDUP overrides it, to measure other machines).
+    want = float(os.environ.get("LLAMAD_OPENAI_MIN_SPEEDUP", "3"))
+    assert rows[2][1] >= want * seq_rate, f"8 streams {rows[2][1]:.1f} tok/s vs one {seq_rate:.1f}"
 
 
 def test_disconnect_cancels_the_sequence(server):

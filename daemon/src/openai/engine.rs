@@ -320,6 +320,8 @@ impl Scheduler {
     fn run(mut self, rx: mpsc::Receiver<Job>) {
         loop {
             if self.active.is_empty() && self.waiting.is_empty() {
+                // Idle: the gauges say so before the wait.
+                self.publish_gauges();
                 match rx.recv() {
                     Ok(j) => self.waiting.push_back((j, Instant::now())),
                     Err(_) => return,

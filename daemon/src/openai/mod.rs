@@ -142,8 +142,8 @@ impl ModelConfig {
     }
 }
 
-/// The validated `[openai]` settings.
-#[derive(Clone, Debug, PartialEq, Eq)]
+/// The validated `[openai]` settings (`Debug` shows how many keys, never the keys).
+#[derive(Clone, PartialEq, Eq)]
 pub struct OpenAiConfig {
     /// `host:port`.
     pub listen: String,
@@ -157,6 +157,19 @@ pub struct OpenAiConfig {
     pub threads: usize,
     /// The models.
     pub models: Vec<ModelConfig>,
+}
+
+impl std::fmt::Debug for OpenAiConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("OpenAiConfig")
+            .field("listen", &self.listen)
+            .field("keys", &format_args!("{} key(s)", self.keys.len()))
+            .field("queue", &self.queue)
+            .field("request_timeout", &self.request_timeout)
+            .field("threads", &self.threads)
+            .field("models", &self.models)
+            .finish()
+    }
 }
 
 impl OpenAiConfig {
@@ -271,4 +284,52 @@ pub async fn start(
     tracing::info!(addr = %local, models = svc.models.len(), keys = svc.cfg.keys.len(), "OpenAI API listening");
     let app = http::router(svc);
     Ok(tokio::spawn(async move { axum::serve(listener, app).with_graceful_shutdown(shutdown).await }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn model(name: &str) -> RawModel {
+        RawModel { name: name.into(), path: "/m.gguf".into(), ..RawModel::default() }
+    }
+
+    #[test]
+    fn off_without_listen_and_validated_with_it() {
+        assert_eq!(OpenAiConfig::from_raw(&RawOpenAi::default(), &[model("a")], 2).unwrap(), None);
+        let raw = RawOpenAi { listen: Some("127.0.0.1:8080".into()), ..RawOpenAi::default() };
+        let c = OpenAiConfig::from_raw(&raw, &[model("a")], 2).unwrap().unwrap();
+        assert_eq!((c.queue, c.threads, c.keys.len()), (DEFAULT_QUEUE, 2, 0));
+        let m = &c.models[0];
+        assert_eq!((m.parallel, m.ctx, m.split_mode), (1, DEFAULT_CTX, SplitMode::Layer));
+        assert!(OpenAiConfig::from_raw(&raw, &[model("a"), model("a")], 2).is_err(), "duplicate");
+        let bad = RawModel { split_mode: Some("column".into()), ..model("a") };
+        assert!(OpenAiConfig::from_raw(&raw, &[bad], 2).is_err());
+        let on_workers = RawModel { workers: vec!["h:1".into()], parallel: Some(4), ..model("a") };
+        assert!(OpenAiConfig::from_raw(&raw, &[on_workers], 2).is_err(), "parallel on workers");
+        assert!(OpenAiConfig::from_raw(&raw, &[RawModel { parallel: Some(0), ..model("a") }], 2).is_err());
+    }
+
+    #[test]
+    fn model_flags_and_key_files() {
+        let m = ModelConfig::parse_flag("smol=/models/s.gguf").unwrap();
+        assert_eq!((m.name.as_str(), m.path.to_str()), ("smol", Some("/models/s.gguf")));
+        assert!(ModelConfig::parse_flag("no-path").is_err());
+        let dir = std::env::temp_dir().join(format!("llamad-openai-keys-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let p = dir.join("keys");
+        std::fs::write(&p, "# comment\n\n sk-a \nsk-b\n").unwrap();
+        assert_eq!(read_keys(&p).unwrap(), vec!["sk-a".to_string(), "sk-b".to_string()]);
+        let raw = RawOpenAi {
+            listen: Some("127.0.0.1:1".into()),
+            key_file: Some(p.clone()),
+            ..RawOpenAi::default()
+        };
+        let c = OpenAiConfig::from_raw(&raw, &[], 1).unwrap().unwrap();
+        let shown = format!("{c:?}");
+        assert!(shown.contains("2 key(s)") && !shown.contains("sk-a"), "{shown}");
+        std::fs::write(&p, "# only a comment\n").unwrap();
+        assert!(read_keys(&p).is_err(), "a key file without keys");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
 }
