@@ -54,6 +54,25 @@ if [ "${LLAMAD_ARM64:-1}" != 0 ] && [ "$(uname -m)" = x86_64 ]; then
     scripts/test-arm64-parity.sh --quick --profiles neon-dotprod --gate "legacy float kquants soft_max rms_norm rope glu"
 fi
 
+# The OpenAI-compatible API (tests/openai): the official `openai` client from PyPI, in a venv this
+# script creates (target/openai-venv), against llamad --openai-listen: models, completions, chat,
+# streaming, stop strings, errors, keys, curl's raw SSE, greedy text equal to `llamactl run`
+# (in-process and on two llamad workers), 8 concurrent streams each equal to its text alone with
+# aggregate tokens/s at least 3x one stream, and a load test (32 clients, LLAMAD_OPENAI_LOAD_SECS,
+# default 10 s; only 429s allowed, memory back to baseline). Prints the throughput table.
+# LLAMAD_OPENAI=0 skips.
+if [ "${LLAMAD_OPENAI:-1}" != 0 ]; then
+    echo "== OpenAI API (openai client, pytest)"
+    openai_venv="${CARGO_TARGET_DIR:-$root/target}/openai-venv"
+    if ! "$openai_venv/bin/python" -c 'import openai, pytest' 2>/dev/null; then
+        python3 -m venv "$openai_venv"
+        "$openai_venv/bin/python" -m pip install --quiet openai pytest >/dev/null
+    fi
+    LLAMAD_BIN="${LLAMAD_BIN:-${CARGO_TARGET_DIR:-$root/target}/release/llamad}" \
+        LLAMACTL_BIN="${LLAMACTL_BIN:-${CARGO_TARGET_DIR:-$root/target}/release/llamactl}" \
+        "$openai_venv/bin/python" -m pytest -q -s -rfE tests/openai
+fi
+
 if [ -d tests/interop ]; then
     # llamad against llama.cpp's master and its own RPC server (tests/interop/test_interop.py).
     # Prints the prompt/text table and tokens/s; writes target/interop-report.json.

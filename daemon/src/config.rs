@@ -168,6 +168,12 @@ pub struct RawConfig {
     /// `[tls]`.
     #[serde(default)]
     pub tls: RawTls,
+    /// `[openai]`: the OpenAI-compatible API.
+    #[serde(default)]
+    pub openai: crate::openai::RawOpenAi,
+    /// `[[models]]`: the models the OpenAI API serves.
+    #[serde(default)]
+    pub models: Vec<crate::openai::RawModel>,
 }
 
 /// Command-line values; each one set overrides the file and the environment.
@@ -211,6 +217,12 @@ pub struct Overrides {
     pub tls_key: Option<PathBuf>,
     /// `--tls-optional` (serve plain peers too).
     pub tls_optional: bool,
+    /// `--openai-listen`.
+    pub openai_listen: Option<String>,
+    /// `--openai-key-file`.
+    pub openai_key_file: Option<PathBuf>,
+    /// `--model NAME=PATH` (added to `[[models]]`).
+    pub models: Vec<String>,
 }
 
 /// The validated configuration.
@@ -269,6 +281,8 @@ pub struct Config {
     pub cache_verify: bool,
     /// The admin API; `None` when disabled (and for in-process servers built from `Config::default()`).
     pub admin: Option<crate::admin::AdminConfig>,
+    /// The OpenAI API; `None` when off (the default).
+    pub openai: Option<crate::openai::OpenAiConfig>,
 }
 
 impl Default for Config {
@@ -300,6 +314,7 @@ impl Default for Config {
             cache_max_size: None,
             cache_verify: true,
             admin: None,
+            openai: None,
         }
     }
 }
@@ -510,6 +525,20 @@ impl Config {
                     a.token_file = Some(t.clone());
                 }
                 crate::admin::AdminConfig::from_raw(&a)?
+            },
+            openai: {
+                let mut o = raw.openai;
+                if let Some(l) = &flags.openai_listen {
+                    o.listen = Some(l.clone());
+                }
+                if let Some(k) = &flags.openai_key_file {
+                    o.key_file = Some(k.clone());
+                }
+                let mut models = raw.models;
+                for m in &flags.models {
+                    models.push(crate::openai::ModelConfig::parse_flag(m)?);
+                }
+                crate::openai::OpenAiConfig::from_raw(&o, &models, threads)?
             },
         })
     }

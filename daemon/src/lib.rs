@@ -32,6 +32,7 @@ pub mod admin;
 pub mod config;
 pub mod error;
 pub mod lifecycle;
+pub mod openai;
 pub mod rpc;
 pub mod telemetry;
 

@@ -86,6 +86,16 @@ struct Cli {
     /// Cache size limit (e.g. 50G); least recently used objects are evicted [default: unlimited].
     #[arg(long, global = true, value_name = "SIZE")]
     cache_max_size: Option<String>,
+    /// Serve the OpenAI-compatible API on this address (host:port) [default: off].
+    #[arg(long, global = true, value_name = "ADDR")]
+    openai_listen: Option<String>,
+    /// Bearer keys of the OpenAI API, one per line [default: none: loopback addresses only].
+    #[arg(long, global = true, value_name = "FILE")]
+    openai_key_file: Option<PathBuf>,
+    /// A model for the OpenAI API, served in-process (repeatable; `[[models]]` in the configuration
+    /// file also names workers, ctx and parallel slots).
+    #[arg(long = "model", global = true, value_name = "NAME=PATH")]
+    models: Vec<String>,
     /// Configuration file [default: /etc/llamad/llamad.toml when present].
     #[arg(long, global = true, value_name = "FILE")]
     config: Option<PathBuf>,
@@ -149,6 +159,9 @@ fn real_main(cli: Cli) -> anyhow::Result<()> {
         tls_cert: cli.tls_cert,
         tls_key: cli.tls_key,
         tls_optional: cli.tls_optional,
+        openai_listen: cli.openai_listen,
+        openai_key_file: cli.openai_key_file,
+        models: cli.models,
     };
     match cli.command {
         Some(Sub::Completions { shell }) => {
@@ -223,6 +236,8 @@ fn real_main(cli: Cli) -> anyhow::Result<()> {
         let store_for_reload = store.clone();
         let wire_cache = cache.map(|c| c as std::sync::Arc<dyn llamad::rpc::cache::WireCache>);
         let admin = cfg.admin.clone();
+        let openai = cfg.openai.clone();
+        let openai_auth = cfg.auth.clone();
         let shared = llamad::Shared::with_cache(cfg, wire_cache);
         // One signal handler for both servers.
         let stop = tokio_util::sync::CancellationToken::new();
@@ -238,6 +253,15 @@ fn real_main(cli: Cli) -> anyhow::Result<()> {
             if let Err(e) = started.await {
                 tracing::warn!(error = %e, "admin API not started");
             }
+        }
+        // The OpenAI API: a failure to bind it is fatal (it was asked for explicitly).
+        if let Some(o) = openai {
+            let opts = llamad_master::pipeline::SplitOptions {
+                auth: openai_auth,
+                io_timeout: Some(o.request_timeout),
+                ..llamad_master::pipeline::SplitOptions::default()
+            };
+            llamad::openai::start(o, opts, stop.clone().cancelled_owned()).await.context("starting the OpenAI API")?;
         }
         tokio::spawn(llamad::lifecycle::watchdog(stop.clone()));
         if let Some(mut hup) = llamad::lifecycle::hangups() {

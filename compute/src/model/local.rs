@@ -232,6 +232,11 @@ struct Prepared {
     graph: Graph,
 }
 
+/// Graphs a [`LocalBackend`] keeps built: the shapes a server's batches alternate between (a
+/// generation step of n sequences, the same with a prompt chunk beside it, n ± 1 as requests come
+/// and go) run without a rebuild.
+pub const GRAPH_CACHE: usize = 8;
+
 /// Runs model graphs in-process.
 pub struct LocalBackend {
     src: Arc<dyn WeightSource>,
@@ -239,7 +244,9 @@ pub struct LocalBackend {
     kv: HashMap<(u32, KvKind), AlignedBuf>,
     arena: AlignedBuf,
     exec: Executor,
-    prepared: Option<Prepared>,
+    /// Graphs built, most recently used last (at most [`GRAPH_CACHE`]); their addresses point into
+    /// `arena`, so all are dropped when it grows.
+    prepared: Vec<Prepared>,
     /// Interleaved copies of weight matrices, by weight name (see the module docs): anonymous
     /// mappings on transparent huge pages where the system grants them (generation streams every
     /// copy once per token).
@@ -259,7 +266,7 @@ impl LocalBackend {
             kv: HashMap::new(),
             arena: AlignedBuf::new(0)?,
             exec: Executor::new(n_threads),
-            prepared: None,
+            prepared: Vec::new(),
             interleaved: HashMap::new(),
             interleave: std::env::var("LLAMAD_INTERLEAVE").as_deref() != Ok("0"),
             builds: 0,
@@ -290,20 +297,29 @@ impl LocalBackend {
         p: &BuildParams,
         fill: impl FnOnce(&Built, &mut InputWriter<'_>) -> Result<()>,
     ) -> Result<&Built> {
-        let reuse = self.prepared.as_ref().is_some_and(|pr| pr.built.params == *p);
-        if !reuse {
-            self.prepared = None;
-            let built = arch::build(&self.hp, self.src.as_ref(), p)?;
-            let plan = plan(&built.graph, &[built.output])?;
-            if plan.size > self.arena.len() {
-                self.arena = AlignedBuf::new(plan.size)?;
+        match self.prepared.iter().position(|pr| pr.built.params == *p) {
+            Some(i) => {
+                let pr = self.prepared.remove(i);
+                self.prepared.push(pr);
             }
-            let graph = self.convert(&built.graph, &plan)?;
-            self.builds += 1;
-            tracing::debug!(nodes = built.graph.nodes().len(), arena = plan.size, "built ubatch graph");
-            self.prepared = Some(Prepared { built, plan, graph });
+            None => {
+                let built = arch::build(&self.hp, self.src.as_ref(), p)?;
+                let plan = plan(&built.graph, &[built.output])?;
+                if plan.size > self.arena.len() {
+                    // The kept graphs point into the old arena.
+                    self.prepared.clear();
+                    self.arena = AlignedBuf::new(plan.size)?;
+                }
+                let graph = self.convert(&built.graph, &plan)?;
+                self.builds += 1;
+                tracing::debug!(nodes = built.graph.nodes().len(), arena = plan.size, "built ubatch graph");
+                if self.prepared.len() >= GRAPH_CACHE {
+                    self.prepared.remove(0);
+                }
+                self.prepared.push(Prepared { built, plan, graph });
+            }
         }
-        let Some(pr) = self.prepared.as_ref() else {
+        let Some(pr) = self.prepared.last() else {
             return Err(Error::Model("no prepared graph".into()));
         };
         let mut w = InputWriter { arena: self.arena.bytes_mut(), plan: &pr.plan, graph: &pr.built.graph };
@@ -314,7 +330,7 @@ impl LocalBackend {
 
     /// The bytes of an arena tensor of the current graph (inputs, the output).
     pub fn tensor_bytes(&mut self, id: TensorId) -> Result<&[u8]> {
-        let pr = self.prepared.as_ref().ok_or_else(|| Error::Model("no graph has run".into()))?;
+        let pr = self.prepared.last().ok_or_else(|| Error::Model("no graph has run".into()))?;
         let range = arena_range(&pr.built.graph, &pr.plan, id)?;
         self.arena
             .bytes_mut()

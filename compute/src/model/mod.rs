@@ -18,10 +18,12 @@
 //!   for inputs and intermediates with liveness-based reuse), converts to a
 //!   [`crate::graph::Graph`], runs it on the executor and caches it while shapes stay the same.
 //! * [`session`] — one sequence: positions, KV state, prompt in ubatches, logits of the last token.
+//! * [`batch`] — several sequences in one KV cache, decoded together in shared ubatches.
 //!
 //! Sampling lives next door in [`crate::sample`].
 
 pub mod arch;
+pub mod batch;
 pub mod gguf_source;
 pub mod graph_def;
 pub mod hparams;
@@ -32,6 +34,7 @@ pub mod synth;
 pub mod weights;
 
 pub use arch::{build, BuildParams, Built, Inputs};
+pub use batch::{BatchSession, SeqChunk};
 pub use graph_def::{GraphDef, KvKind, RopeParams, Storage, TensorDef, TensorId};
 pub use hparams::{Arch, HParams};
 pub use local::LocalBackend;

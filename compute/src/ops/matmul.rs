@@ -55,8 +55,10 @@ enum Repack {
 }
 
 /// Most activation rows for which the prepared dot is used (one preparation per activation row
-/// pays when every weight row meets few of them).
-const PREPARED_MAX_COLS: usize = 2;
+/// pays when every weight row meets few of them): a generation step of up to 8 sequences decoded
+/// together (a server's parallel slots) reads the interleaved copy, two rows per kernel call,
+/// instead of falling back to one-row dots; every output keeps the one-row `vec_dot`'s bits.
+const PREPARED_MAX_COLS: usize = 8;
 
 /// Fewest activation rows for which packing a panel of weights pays.
 const PANEL_MIN_COLS: usize = 8;
@@ -533,8 +535,9 @@ impl MulMat {
         longest.next_multiple_of(step).clamp(step, self.a.ne[0])
     }
 
-    /// One unit on the interleaved copy: the group of rows `r0..r0 + 16` against the one or two
-    /// prepared activation rows.
+    /// One unit on the interleaved copy: the group of rows `r0..r0 + 16` against the prepared
+    /// activation rows, [`interleave::MAX_COLS`] at a time (each column's sums are its own, so the
+    /// grouping does not change a bit).
     fn run_interleaved(
         &self,
         data: *const u8,
@@ -551,12 +554,17 @@ impl MulMat {
         // and unchanged while the graph exists.
         let group = unsafe { std::slice::from_raw_parts(data.add(r0 / interleave::ROWS * gb), gb) };
         let n = b.ne[1];
-        let ys: [&[u8]; interleave::MAX_COLS] =
-            std::array::from_fn(|j| act_row(b, &self.act, &ctx.sh, j.min(n - 1), i12, i13));
-        let mut out = [0.0f32; interleave::MAX_COLS * interleave::ROWS];
-        f(k, group, &ys[..n], &mut out[..n * interleave::ROWS]);
-        for (j, col) in out[..n * interleave::ROWS].chunks_exact(interleave::ROWS).enumerate() {
-            dst.store_f32s(r0, j, i12, i13, col);
+        let mut c0 = 0;
+        while c0 < n {
+            let nc = interleave::MAX_COLS.min(n - c0);
+            let ys: [&[u8]; interleave::MAX_COLS] =
+                std::array::from_fn(|j| act_row(b, &self.act, &ctx.sh, c0 + j.min(nc - 1), i12, i13));
+            let mut out = [0.0f32; interleave::MAX_COLS * interleave::ROWS];
+            f(k, group, &ys[..nc], &mut out[..nc * interleave::ROWS]);
+            for (j, col) in out[..nc * interleave::ROWS].chunks_exact(interleave::ROWS).enumerate() {
+                dst.store_f32s(r0, c0 + j, i12, i13, col);
+            }
+            c0 += nc;
         }
     }
 

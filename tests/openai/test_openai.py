@@ -1,0 +1,495 @@
+"""llamad's OpenAI-compatible API (`--openai-listen`) against the official `openai` client.
+
+The oracles: `llamactl run` (the same engine one sequence at a time) for greedy text, each
+request's own greedy text alone for batched requests, OpenAI's documented answer shapes, and curl
+for the raw server-sent events.
+
+Environment: LLAMAD_BIN, LLAMACTL_BIN (default: target/release next to this checkout),
+LLAMAD_MODEL (SmolLM2-135M-Instruct Q4_1), LLAMAD_OPENAI_LOAD_SECS (the load test, default 10).
+Run by scripts/test.sh in a venv that holds `openai` and `pytest` from PyPI.
+"""
+
+import json
+import os
+import socket
+import subprocess
+import threading
+import time
+import urllib.request
+from pathlib import Path
+
+import openai
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+LLAMAD = os.environ.get("LLAMAD_BIN", str(ROOT / "target/release/llamad"))
+LLAMACTL = os.environ.get("LLAMACTL_BIN", str(ROOT / "target/release/llamactl"))
+MODEL = os.environ.get("LLAMAD_MODEL", str(ROOT / "models/SmolLM2-135M-Instruct.Q4_1.gguf"))
+KEY = "sk-llamad-test-key"
+THREADS = os.environ.get("LLAMAD_OPENAI_THREADS", "2")
+
+PROMPTS = [
+    "The capital of France is",
+    "Once upon a time",
+    "def fibonacci(n):",
+    "The best way to learn a language is",
+    "In 1492, Columbus",
+    "Water boils at",
+    "My favourite food is",
+    "The theory of relativity",
+]
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_http(url, timeout=60, headers=None):
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        try:
+            req = urllib.request.Request(url, headers=headers or {})
+            with urllib.request.urlopen(req, timeout=2) as r:
+                if r.status == 200:
+                    return
+        except Exception:
+            pass
+        time.sleep(0.2)
+    raise TimeoutError(url)
+
+
+def wait_port(port, timeout=30):
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=1):
+                return
+        except OSError:
+            time.sleep(0.1)
+    raise TimeoutError(port)
+
+
+def rss_kib(pid):
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1])
+    return 0
+
+
+class Server:
+    """A llamad with the OpenAI API (and its admin API, for /metrics) on free ports."""
+
+    def __init__(self, tmp, models_toml, keys=True):
+        self.port = free_port()
+        self.admin = free_port()
+        tmp.mkdir(parents=True, exist_ok=True)
+        key_line = ""
+        if keys:
+            (tmp / "keys").write_text(f"# test keys\n{KEY}\nsk-other\n")
+            key_line = f'key_file = "{tmp / "keys"}"'
+        (tmp / "llamad.toml").write_text(
+            f"""
+[openai]
+listen = "127.0.0.1:{self.port}"
+{key_line}
+queue = 8
+[admin]
+listen = "127.0.0.1:{self.admin}"
+state_dir = "{tmp / "state"}"
+token_file = "{tmp / "admin.token"}"
+{models_toml}
+"""
+        )
+        self.log = open(tmp / "llamad.log", "w")
+        self.proc = subprocess.Popen(
+            [LLAMAD, "--config", str(tmp / "llamad.toml"), "--port", str(free_port()), "-t", THREADS],
+            stdout=self.log,
+            stderr=subprocess.STDOUT,
+        )
+        wait_http(f"http://127.0.0.1:{self.port}/health", timeout=120)
+        self.token = (tmp / "admin.token").read_text().strip()
+        self.url = f"http://127.0.0.1:{self.port}/v1"
+
+    def client(self, key=KEY, **kw):
+        return openai.OpenAI(base_url=self.url, api_key=key, max_retries=0, **kw)
+
+    def metrics(self):
+        req = urllib.request.Request(
+            f"http://127.0.0.1:{self.admin}/metrics", headers={"Authorization": f"Bearer {self.token}"}
+        )
+        with urllib.request.urlopen(req, timeout=10) as r:
+            return r.read().decode()
+
+    def stop(self):
+        self.proc.terminate()
+        try:
+            self.proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+        self.log.close()
+
+
+def metric(text, name):
+    for line in text.splitlines():
+        if line.startswith(name + " ") or line.startswith(name + "{") and line.split(" ")[0] == name:
+            return float(line.rsplit(" ", 1)[1])
+    raise KeyError(name)
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
+    s = Server(
+        tmp_path_factory.mktemp("openai"),
+        f"""
+[[models]]
+name = "smol"
+path = "{MODEL}"
+parallel = 8
+ctx = 512
+""",
+    )
+    yield s
+    s.stop()
+
+
+def llamactl_run(prompt, n, extra=()):
+    out = subprocess.run(
+        [LLAMACTL, "run", "-m", MODEL, "-p", prompt, "-n", str(n), "--temp", "0", "-t", THREADS,
+         "--no-progress", *extra],
+        capture_output=True,
+        check=True,
+        timeout=300,
+    ).stdout.decode()
+    assert out.endswith("\n")
+    return out[:-1]
+
+
+def test_models_list(server):
+    models = server.client().models.list()
+    ids = [m.id for m in models.data]
+    assert ids == ["smol"]
+    m = models.data[0]
+    assert m.object == "model" and m.owned_by == "llamad"
+    assert m.model_extra["state"] == "ready" and m.model_extra["parallel"] == 8
+
+
+def test_health_needs_no_key(server):
+    with urllib.request.urlopen(f"http://127.0.0.1:{server.port}/health") as r:
+        assert json.loads(r.read())["status"] == "ok"
+
+
+def test_greedy_completion_equals_llamactl_run(server):
+    prompt = PROMPTS[0]
+    r = server.client().completions.create(model="smol", prompt=prompt, max_tokens=24, temperature=0)
+    assert r.object == "text_completion"
+    c = r.choices[0]
+    assert c.finish_reason == "length"
+    assert r.usage.completion_tokens == 24 and r.usage.prompt_tokens == 5
+    assert r.usage.total_tokens == 29
+    assert c.text == llamactl_run(prompt, 24)
+
+
+def test_greedy_chat_equals_llamactl_run_chat(server):
+    q = "What is the capital of France?"
+    r = server.client().chat.completions.create(
+        model="smol", messages=[{"role": "user", "content": q}], max_tokens=20, temperature=0
+    )
+    assert r.object == "chat.completion"
+    msg = r.choices[0].message
+    assert msg.role == "assistant"
+    assert r.choices[0].finish_reason in ("stop", "length")
+    want = llamactl_run(q, 20, ["--chat"])
+    # An end-of-generation token ends the reply; llamactl prints nothing for it either.
+    assert msg.content == want
+
+
+def test_streaming_chat_equals_whole_answer(server):
+    c = server.client()
+    msgs = [{"role": "system", "content": "You are terse."}, {"role": "user", "content": "Name three colours."}]
+    whole = c.chat.completions.create(model="smol", messages=msgs, max_tokens=24, temperature=0)
+    chunks = list(
+        c.chat.completions.create(
+            model="smol", messages=msgs, max_tokens=24, temperature=0, stream=True,
+            stream_options={"include_usage": True},
+        )
+    )
+    assert chunks[0].choices[0].delta.role == "assistant"
+    text = "".join(ch.choices[0].delta.content or "" for ch in chunks if ch.choices)
+    assert text == whole.choices[0].message.content
+    finishes = [ch.choices[0].finish_reason for ch in chunks if ch.choices and ch.choices[0].finish_reason]
+    assert finishes == [whole.choices[0].finish_reason]
+    assert chunks[-1].usage.completion_tokens == whole.usage.completion_tokens
+    assert all(ch.object == "chat.completion.chunk" for ch in chunks)
+
+
+def test_stop_strings(server):
+    c = server.client()
+    full = c.completions.create(model="smol", prompt=PROMPTS[0], max_tokens=24, temperature=0).choices[0].text
+    assert "\n" in full, full
+    r = c.completions.create(model="smol", prompt=PROMPTS[0], max_tokens=24, temperature=0, stop=["\n"])
+    assert r.choices[0].finish_reason == "stop"
+    assert r.choices[0].text == full[: full.index("\n")]
+    # A stop string spanning tokens, and one never reached.
+    word = full.split()[2]
+    r = c.completions.create(model="smol", prompt=PROMPTS[0], max_tokens=24, temperature=0, stop=["zzzz", word])
+    assert r.choices[0].text == full[: full.index(word)]
+    # Streaming: the stop string is never sent, not even in part.
+    s = c.completions.create(model="smol", prompt=PROMPTS[0], max_tokens=24, temperature=0, stop="\n", stream=True)
+    chunks = list(s)
+    assert "".join(ch.choices[0].text for ch in chunks) == full[: full.index("\n")]
+    assert chunks[-1].choices[0].finish_reason == "stop"
+
+
+def test_sampling_with_seed_is_reproducible(server):
+    c = server.client()
+    # top_k and min_p are llama.cpp's extensions: the client passes them in extra_body.
+    kw = dict(model="smol", prompt=PROMPTS[1], max_tokens=16, temperature=0.9, top_p=0.9,
+              presence_penalty=0.5, frequency_penalty=0.5, extra_body={"top_k": 40, "min_p": 0.02})
+    a = c.completions.create(seed=1234, **kw).choices[0].text
+    b = c.completions.create(seed=1234, **kw).choices[0].text
+    assert a == b
+
+
+def test_bad_requests(server):
+    c = server.client()
+    with pytest.raises(openai.BadRequestError) as e:
+        c.completions.create(model="smol", prompt="hi", temperature=5)
+    assert e.value.status_code == 400 and e.value.body["param"] == "temperature"
+    with pytest.raises(openai.BadRequestError):
+        c.completions.create(model="smol", prompt="hi", n=2)
+    with pytest.raises(openai.BadRequestError):
+        c.chat.completions.create(model="smol", messages=[])
+    with pytest.raises(openai.BadRequestError):
+        c.completions.create(model="smol", prompt="hi", max_tokens=0)
+    with pytest.raises(openai.NotFoundError) as e:
+        c.completions.create(model="no-such-model", prompt="hi")
+    assert e.value.body["code"] == "model_not_found"
+    # Not JSON at all: OpenAI's error shape, 400.
+    req = urllib.request.Request(
+        server.url + "/completions", data=b"{not json", method="POST",
+        headers={"Authorization": f"Bearer {KEY}", "Content-Type": "application/json"},
+    )
+    with pytest.raises(urllib.error.HTTPError) as e:
+        urllib.request.urlopen(req)
+    assert e.value.code == 400
+    assert json.loads(e.value.read())["error"]["type"] == "invalid_request_error"
+
+
+def test_wrong_key(server):
+    with pytest.raises(openai.AuthenticationError) as e:
+        server.client(key="sk-wrong").models.list()
+    assert e.value.status_code == 401 and e.value.body["code"] == "invalid_api_key"
+    # The second key of the file works too.
+    assert server.client(key="sk-other").models.list().data[0].id == "smol"
+
+
+def test_raw_sse_with_curl(server):
+    body = json.dumps({"model": "smol", "prompt": PROMPTS[0], "max_tokens": 6, "temperature": 0, "stream": True})
+    out = subprocess.run(
+        ["curl", "-sN", "--fail", server.url + "/completions", "-H", f"Authorization: Bearer {KEY}",
+         "-H", "Content-Type: application/json", "-d", body],
+        capture_output=True, check=True, timeout=60,
+    )
+    assert out.stdout.endswith(b"data: [DONE]\n\n"), out.stdout[-200:]
+    events = [e for e in out.stdout.decode().split("\n\n") if e]
+    assert all(e.startswith("data: ") for e in events)
+    chunks = [json.loads(e[6:]) for e in events[:-1]]
+    assert [c["choices"][0]["finish_reason"] for c in chunks][-1] == "length"
+    text = "".join(c["choices"][0]["text"] for c in chunks)
+    assert text == llamactl_run(PROMPTS[0], 6)
+    headers = subprocess.run(
+        ["curl", "-sN", "-D", "-", "-o", "/dev/null", server.url + "/completions", "-H",
+         f"Authorization: Bearer {KEY}", "-H", "Content-Type: application/json", "-d", body],
+        capture_output=True, check=True, timeout=60,
+    ).stdout.decode().lower()
+    assert "content-type: text/event-stream" in headers
+
+
+def stream_text(client, prompt, max_tokens, out, i, model="smol"):
+    t0 = time.time()
+    first = None
+    text = ""
+    n = 0
+    for ch in client.completions.create(model=model, prompt=prompt, max_tokens=max_tokens, temperature=0,
+                                        stream=True, stream_options={"include_usage": True}):
+        if ch.choices and ch.choices[0].text:
+            first = first or time.time()
+            text += ch.choices[0].text
+        if ch.usage:
+            n = ch.usage.completion_tokens
+    out[i] = {"text": text, "tokens": n, "ttft": (first or time.time()) - t0, "secs": time.time() - t0}
+
+
+def concurrent(client, prompts, max_tokens, model="smol"):
+    out = {}
+    threads = [threading.Thread(target=stream_text, args=(client, p, max_tokens, out, i, model))
+               for i, p in enumerate(prompts)]
+    t0 = time.time()
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return out, time.time() - t0
+
+
+def test_concurrent_streams_keep_their_text_and_multiply_throughput(server):
+    c = server.client()
+    n_tok = 64
+    # Warm up the graphs of one and eight sequences.
+    concurrent(c, PROMPTS, 4)
+    alone = {}
+    t0 = time.time()
+    for i, p in enumerate(PROMPTS):
+        stream_text(c, p, n_tok, alone, i)
+    seq_secs = time.time() - t0
+    seq_rate = sum(a["tokens"] for a in alone.values()) / seq_secs
+    m0 = server.metrics()
+    rows = [("sequential (1 stream)", seq_rate, sum(a["ttft"] for a in alone.values()) / len(alone))]
+    for k in (4, 8):
+        out, secs = concurrent(c, PROMPTS[:k], n_tok)
+        for i in range(k):
+            assert out[i]["text"] == alone[i]["text"], f"stream {i} of {k}"
+            assert out[i]["tokens"] == alone[i]["tokens"]
+        rows.append((f"{k} streams", sum(o["tokens"] for o in out.values()) / secs,
+                     sum(o["ttft"] for o in out.values()) / k))
+    m1 = server.metrics()
+    # The eight streams shared ubatches: more tokens per ubatch than one.
+    ub = metric(m1, "llamad_openai_ubatches_total") - metric(m0, "llamad_openai_ubatches_total")
+    ub_tok = metric(m1, "llamad_openai_ubatch_tokens_total") - metric(m0, "llamad_openai_ubatch_tokens_total")
+    print("\nOpenAI API, SmolLM2-135M Q4_1, greedy, %d tokens per stream, %s threads" % (n_tok, THREADS))
+    print("| streams | aggregate tokens/s | vs sequential | mean time to first token |")
+    print("|---|---|---|---|")
+    for name, rate, ttft in rows:
+        print(f"| {name} | {rate:.1f} | {rate / seq_rate:.2f}x | {ttft * 1000:.0f} ms |")
+    print(f"tokens per ubatch while batched: {ub_tok / ub:.2f}")
+    assert ub_tok / ub > 3
+    # The issue's bar is 3x (LLAMAD_OPENAI_MIN_SPEEDUP overrides it, to measure other machines).
+    want = float(os.environ.get("LLAMAD_OPENAI_MIN_SPEEDUP", "3"))
+    assert rows[2][1] >= want * seq_rate, f"8 streams {rows[2][1]:.1f} tok/s vs one {seq_rate:.1f}"
+
+
+def test_disconnect_cancels_the_sequence(server):
+    c = server.client()
+    before = metric(server.metrics(), 'llamad_openai_requests_total{outcome="cancelled"}')
+    s = c.completions.create(model="smol", prompt=PROMPTS[1], max_tokens=400, temperature=0, stream=True)
+    it = iter(s)
+    next(it)
+    next(it)
+    s.response.close()
+    deadline = time.time() + 10
+    while time.time() < deadline:
+        m = server.metrics()
+        if metric(m, 'llamad_openai_requests_total{outcome="cancelled"}') > before:
+            break
+        time.sleep(0.1)
+    assert metric(m, 'llamad_openai_requests_total{outcome="cancelled"}') == before + 1
+    assert metric(m, 'llamad_openai_slots_busy{model="smol"}') == 0
+
+
+def test_metrics_exported(server):
+    m = server.metrics()
+    for name in ["llamad_openai_time_to_first_token_seconds_count", "llamad_openai_token_latency_seconds_count"]:
+        assert any(line.startswith(name) and float(line.rsplit(" ", 1)[1]) > 0 for line in m.splitlines()), name
+    assert metric(m, 'llamad_openai_tokens_total{direction="out"}') > 0
+    assert 'llamad_openai_queue_depth{model="smol"}' in m
+
+
+def test_load_32_clients_only_429s_and_memory_returns(server):
+    secs = float(os.environ.get("LLAMAD_OPENAI_LOAD_SECS", "10"))
+    c = server.client(timeout=120)
+    # Baseline after the KV cache and graphs exist (the tests above ran 8 streams).
+    baseline = rss_kib(server.proc.pid)
+    statuses = {}
+    errors = []
+    lock = threading.Lock()
+    stop_at = time.time() + secs
+
+    def client(i):
+        while time.time() < stop_at:
+            try:
+                if i % 2:
+                    c.completions.create(model="smol", prompt=PROMPTS[i % 8], max_tokens=8, temperature=0.7)
+                else:
+                    list(c.chat.completions.create(model="smol", messages=[{"role": "user", "content": PROMPTS[i % 8]}],
+                                                   max_tokens=8, stream=True))
+                code = 200
+            except openai.RateLimitError:
+                code = 429
+                time.sleep(0.05)
+            except Exception as e:  # noqa: BLE001 - every other failure is reported
+                code = "error"
+                errors.append(repr(e))
+            with lock:
+                statuses[code] = statuses.get(code, 0) + 1
+
+    threads = [threading.Thread(target=client, args=(i,)) for i in range(32)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    print(f"\nload: 32 clients for {secs:.0f} s: {statuses}")
+    assert not errors, errors[:3]
+    assert set(statuses) <= {200, 429} and statuses.get(200, 0) > 0 and statuses.get(429, 0) > 0
+    time.sleep(1)
+    m = server.metrics()
+    assert metric(m, 'llamad_openai_slots_busy{model="smol"}') == 0
+    assert metric(m, 'llamad_openai_queue_depth{model="smol"}') == 0
+    after = rss_kib(server.proc.pid)
+    print(f"RSS: {baseline} KiB before, {after} KiB after")
+    assert after <= baseline * 1.10 + 16 * 1024, f"RSS {baseline} -> {after} KiB"
+
+
+def test_two_llamad_workers_equal_llamactl_run(tmp_path):
+    ports = [free_port(), free_port()]
+    workers = [
+        subprocess.Popen([LLAMAD, "--port", str(p), "--admin-listen", "off", "-t", "1"],
+                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        for p in ports
+    ]
+    try:
+        for p in ports:
+            wait_port(p)
+        addrs = [f"127.0.0.1:{p}" for p in ports]
+        s = Server(tmp_path, f"""
+[[models]]
+name = "smol-workers"
+path = "{MODEL}"
+workers = {json.dumps(addrs)}
+ctx = 512
+""")
+        try:
+            c = s.client()
+            deadline = time.time() + 120
+            while c.models.list().data[0].model_extra["state"] == "loading" and time.time() < deadline:
+                time.sleep(0.2)
+            r = c.completions.create(model="smol-workers", prompt=PROMPTS[0], max_tokens=16, temperature=0)
+            want = llamactl_run(PROMPTS[0], 16, ["--workers", ",".join(addrs)])
+            assert r.choices[0].text == want
+            assert want == llamactl_run(PROMPTS[0], 16)
+            # Two requests at once on the one slot a worker model has: both complete, in turn.
+            out, _ = concurrent(c, [PROMPTS[0], PROMPTS[0]], 16, model="smol-workers")
+            assert out[0]["text"] == out[1]["text"] == want
+        finally:
+            s.stop()
+    finally:
+        for w in workers:
+            w.terminate()
+            w.wait(timeout=20)
+
+
+def test_non_loopback_without_keys_is_refused(tmp_path):
+    (tmp_path / "c.toml").write_text(f"""
+[openai]
+listen = "0.0.0.0:{free_port()}"
+[admin]
+enabled = false
+[[models]]
+name = "smol"
+path = "{MODEL}"
+""")
+    r = subprocess.run([LLAMAD, "--config", str(tmp_path / "c.toml"), "--port", str(free_port())],
+                       capture_output=True, timeout=60)
+    assert r.returncode != 0
+    assert b"no API keys" in r.stderr
