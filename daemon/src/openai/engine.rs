@@ -210,8 +210,21 @@ impl ModelHandle {
             Box::new(b)
         } else {
             let on_load = |_: usize, _: llamad_master::pipeline::LoadEvent<'_>| {};
-            let fwd: Box<dyn Forward + Send> = match c.split_mode {
-                SplitMode::Layer => Box::new(
+            let mode = match c.split_mode {
+                SplitMode::Auto => {
+                    llamad_master::auto_split::choose(
+                        &c.workers,
+                        opts,
+                        model.hp.n_layer,
+                        model.weight_bytes(),
+                    )
+                    .map_err(|e| e.chain())?
+                    .mode
+                }
+                m => m,
+            };
+            let fwd: Box<dyn Forward + Send> = match mode {
+                SplitMode::Auto | SplitMode::Layer => Box::new(
                     Pipeline::new(&model, cfg.clone(), &c.workers, opts, &on_load).map_err(|e| e.chain())?,
                 ),
                 SplitMode::Row => Box::new(

@@ -104,7 +104,8 @@ impl ModelConfig {
         let split_mode = match r.split_mode.as_deref() {
             None | Some("layer") => SplitMode::Layer,
             Some("row") => SplitMode::Row,
-            Some(s) => return Err(bad(format!("split_mode {s:?} is not layer or row"))),
+            Some("auto") => SplitMode::Auto,
+            Some(s) => return Err(bad(format!("split_mode {s:?} is not layer, row or auto"))),
         };
         let ctx = r.ctx.unwrap_or(DEFAULT_CTX);
         if ctx < 16 {
