@@ -79,7 +79,10 @@ async fn missing_or_wrong_token_is_refused_and_never_logged() {
         assert_eq!(s, StatusCode::UNAUTHORIZED, "{m} {p} without a token");
         let v: Value = serde_json::from_slice(&b1).unwrap();
         assert_eq!(v["code"], llamad_api::code::UNAUTHENTICATED, "{m} {p}");
-        let wrong = format!("{}0", &api.token[..63]);
+        // The token with its last digit changed (appending a fixed "0" would be the token itself
+        // whenever it already ends in 0: one run in 16).
+        let last = if api.token.ends_with('0') { '1' } else { '0' };
+        let wrong = format!("{}{last}", &api.token[..63]);
         let (s, b2) = api.raw(m, &path, Some(&wrong), b).await;
         assert_eq!(s, StatusCode::FORBIDDEN, "{m} {p} with a wrong token");
         let v: Value = serde_json::from_slice(&b2).unwrap();
