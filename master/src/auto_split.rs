@@ -23,8 +23,10 @@
 //! machine with more busy threads than cores a worker that waits is descheduled: on a 2-core VM
 //! running three other builds, two 1-thread workers over a 17 µs link generated SmolLM2 at 6.2
 //! t/s in row against 19.9 t/s in layer (about 2 ms lost per phase), while the rule picked row.
-//! Give workers cores of their own. Over real links (0.7 ms and 4.8 ms round trips) the rule
-//! picked layer, the faster by 7.5× and 2.5× (`bench/network.sh`).
+//! Give workers cores of their own. On the same VM, quiet (`bench/results/network-2026-11-28.md`),
+//! the rule picked the faster mode for generation on every link profile: row at a 114 µs round trip
+//! (93.7 against 61.5 t/s), layer from 237 µs on (72.7 against 66.6 t/s, up to 34.6 against 6.7 at
+//! 4.2 ms).
 
 use std::time::{Duration, Instant};
 
