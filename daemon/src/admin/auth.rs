@@ -80,23 +80,28 @@ impl Token {
 
     /// Compares in time independent of where the first difference is.
     pub fn matches(&self, candidate: &str) -> bool {
-        let (a, b) = (self.0.as_bytes(), candidate.as_bytes());
-        if a.len() != b.len() {
-            return false;
-        }
-        a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+        constant_time_eq(self.0.as_bytes(), candidate.as_bytes())
     }
+}
+
+/// Whether `a == b`, in time independent of where the first difference is (the length is not
+/// secret).
+pub(crate) fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}
+
+/// The token of an `Authorization: Bearer TOKEN` header, if the request has one.
+pub(crate) fn bearer(headers: &axum::http::HeaderMap) -> Option<&str> {
+    headers
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "))
+        .map(str::trim)
 }
 
 /// Middleware: 401 without a bearer token, 403 with a wrong one.
 pub async fn require_token(State(state): State<AdminState>, req: Request, next: Next) -> Response {
-    let given = req
-        .headers()
-        .get(header::AUTHORIZATION)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.strip_prefix("Bearer "))
-        .map(str::trim);
-    match given {
+    match bearer(req.headers()) {
         None => {
             warn!(method = %req.method(), path = %req.uri().path(), "admin request without a token");
             axum::response::IntoResponse::into_response(ApiError::new(

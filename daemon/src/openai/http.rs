@@ -22,6 +22,7 @@ use serde::Deserialize;
 use serde_json::{json, Value};
 use tokio::sync::mpsc::UnboundedReceiver;
 
+use crate::admin::auth::{bearer, constant_time_eq};
 use crate::openai::engine::{Event, Finish, Job, State as ModelState};
 use crate::openai::metrics::METRICS;
 use crate::openai::Service;
@@ -93,13 +94,7 @@ async fn auth(State(svc): State<Arc<Service>>, req: Request, next: Next) -> Resp
     if svc.cfg.keys.is_empty() {
         return next.run(req).await;
     }
-    let given = req
-        .headers()
-        .get(header::AUTHORIZATION)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.strip_prefix("Bearer "))
-        .map(str::trim);
-    match given {
+    match bearer(req.headers()) {
         Some(k) if svc.cfg.keys.iter().any(|x| constant_time_eq(x.as_bytes(), k.as_bytes())) => {
             next.run(req).await
         }
@@ -118,10 +113,6 @@ async fn auth(State(svc): State<Arc<Service>>, req: Request, next: Next) -> Resp
         )
         .into_response(),
     }
-}
-
-fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
-    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
 }
 
 async fn health(State(svc): State<Arc<Service>>) -> Response {
