@@ -105,6 +105,8 @@ def llamactl_bench(bin_: str, model: str, p, n, reps: int, threads: int, workers
             "-r", str(reps), "-t", str(threads), "-o", "json", *extra]
     if workers:
         argv += ["--workers", ",".join(workers)]
+        if "--split-mode" not in extra:
+            argv += ["--split-mode", "layer"]
     out = subprocess.run(argv, check=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=3600)
     return json.loads(out.stdout)
 
@@ -371,7 +373,7 @@ def case_fa(cfg, model, t: Table, res: dict) -> None:
 def llamactl_load_s(cfg, model: str, endpoint: str, extra=()) -> float:
     """`llamactl run`'s reported load time (open, tokenizer, connect, allocate, upload)."""
     r = subprocess.run([cfg.llamactl, "run", "-m", model, "-p", "hi", "-n", "1", "--temp", "0", "--no-progress",
-                        "-c", "256", "--workers", endpoint, *extra], stdout=subprocess.DEVNULL,
+                        "-c", "256", "--workers", endpoint, "--split-mode", "layer", *extra], stdout=subprocess.DEVNULL,
                        stderr=subprocess.PIPE, timeout=600, check=True)
     for line in r.stderr.decode(errors="replace").splitlines():
         if "load time =" in line:
@@ -458,7 +460,8 @@ def case_e(cfg, model, t: Table, res: dict) -> None:
                 token = f.read().strip()
             idle = vm_hwm(w.proc.pid)
             proc = subprocess.Popen([cfg.llamactl, "bench", "-m", model, "-p", str(max(cfg.p)), "-n",
-                                     str(max(cfg.n)), "-r", "1", "-t", "1", "-o", "json", "--workers", w.endpoint],
+                                     str(max(cfg.n)), "-r", "1", "-t", "1", "-o", "json", "--workers", w.endpoint,
+                                     "--split-mode", "layer"],
                                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
             peak_alloc = peak_il = 0
             while proc.poll() is None:

@@ -137,9 +137,11 @@ pub struct RunArgs {
     /// Flash attention.
     #[arg(long = "flash-attn", value_enum, default_value_t = FlashAttn::Auto, conflicts_with = "server")]
     pub flash_attn: FlashAttn,
-    /// How the model is split across the workers: `layer` (whole layers, run in turn) or `row`
-    /// (every layer split across the workers, run together).
-    #[arg(long = "split-mode", visible_alias = "sm", value_enum, default_value_t = crate::master::SplitMode::Layer)]
+    /// How the model is split across the workers: `layer` (whole layers, run in turn; llama.cpp's
+    /// tokens exactly), `row` (every layer split across the workers, run together), or `auto` (the
+    /// round trips measured at connect time pick the faster of the two for the model; one worker is
+    /// always `layer`). `LLAMACTL_SPLIT_MODE` sets the default.
+    #[arg(long = "split-mode", visible_alias = "sm", value_enum, env = "LLAMACTL_SPLIT_MODE", default_value_t = crate::master::SplitMode::Auto)]
     pub split_mode: crate::master::SplitMode,
     /// Split mode row: relay the partial sums through llamactl even when every worker is llamad
     /// (by default llamad workers link to each other and exchange them directly).
@@ -282,8 +284,9 @@ pub struct BenchArgs {
     /// Share of the layers per worker (as `llamactl run`).
     #[arg(long = "tensor-split", value_delimiter = ',', value_name = "W0,W1,...")]
     pub tensor_split: Vec<f64>,
-    /// How the model is split across the workers (as `llamactl run`; llama-bench's `-sm`).
-    #[arg(long = "split-mode", visible_alias = "sm", value_enum, default_value_t = crate::master::SplitMode::Layer)]
+    /// How the model is split across the workers (as `llamactl run`, default `auto`; llama-bench's
+    /// `-sm`).
+    #[arg(long = "split-mode", visible_alias = "sm", value_enum, env = "LLAMACTL_SPLIT_MODE", default_value_t = crate::master::SplitMode::Auto)]
     pub split_mode: crate::master::SplitMode,
     /// Split mode row: relay the partial sums through llamactl (as `llamactl run`).
     #[arg(long = "no-worker-links")]

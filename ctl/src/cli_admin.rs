@@ -231,8 +231,8 @@ pub enum JobsVerb {
         /// Context size [default: prompt + n-predict].
         #[arg(short = 'c', long = "ctx-size")]
         ctx_size: Option<u32>,
-        /// How the model is split across the workers.
-        #[arg(long = "split-mode", value_enum, default_value_t = crate::master::SplitMode::Layer)]
+        /// How the model is split across the workers (as `llamactl run`: default `auto`).
+        #[arg(long = "split-mode", value_enum, env = "LLAMACTL_SPLIT_MODE", default_value_t = crate::master::SplitMode::Auto)]
         split_mode: crate::master::SplitMode,
         /// Weight writes larger than this many bytes go through the workers' tensor caches (as `llamactl
         /// run`) [default: 1 MiB].

@@ -124,7 +124,12 @@ impl Daemon {
     fn ctl(&self, args: &[&str]) -> Output {
         let mut full: Vec<&str> = args.to_vec();
         full.extend_from_slice(&["--server", &self.admin, "--token-file", self.token_file.to_str().unwrap()]);
-        Command::new(env!("CARGO_BIN_EXE_llamactl")).args(&full).output().unwrap()
+        // Split mode layer, as every test that compares texts (support::llamactl_cmd).
+        Command::new(env!("CARGO_BIN_EXE_llamactl"))
+            .env("LLAMACTL_SPLIT_MODE", "layer")
+            .args(&full)
+            .output()
+            .unwrap()
     }
 
     fn ctl_ok(&self, args: &[&str]) -> String {
@@ -347,6 +352,7 @@ fn workers_jobs_cache_and_metrics_end_to_end() {
     // Ctrl-C on `run --server` cancels the job: it stops after its current token, and llamactl exits 1.
     let counting = "1, 2, 3, 4, 5, 6, 7, 8,";
     let mut child = Command::new(env!("CARGO_BIN_EXE_llamactl"))
+        .env("LLAMACTL_SPLIT_MODE", "layer")
         .args(["run", "--server", &master.admin, "--token-file", master.token_file.to_str().unwrap()])
         .args(["-m", model, "-p", counting, "-n", "200", "--temp", "0", "-c", "256", "--workers", &addrs])
         .stdout(Stdio::piped())

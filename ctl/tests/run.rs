@@ -293,3 +293,42 @@ fn usage_errors_exit_2() {
     let out = llamactl(&["run", "-m", "x.gguf"]);
     assert_eq!(out.status.code(), Some(2));
 }
+
+/// Split mode `auto` is the default: it measures the workers, says what it picked and why, and
+/// runs exactly the mode it names (the text equals that mode's run when asked for by name); one
+/// worker is always `layer`; an explicit mode measures nothing.
+#[test]
+fn split_mode_auto_is_the_default() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("tiny.gguf");
+    write_tiny_model(&path, 4);
+    let m = path.to_str().unwrap();
+    let (w1, w2) = (Worker::start(MEM), Worker::start(MEM));
+    let two = format!("{},{}", w1.addr, w2.addr);
+    let default_run = |workers: &str| {
+        let mut a = vec!["run"];
+        a.extend(greedy(m, "hello", "6"));
+        a.extend(["--workers", workers]);
+        let out = support::llamactl_cmd().env_remove("LLAMACTL_SPLIT_MODE").args(&a).output().unwrap();
+        let err = String::from_utf8_lossy(&out.stderr).into_owned();
+        assert!(out.status.success(), "{err}");
+        (out.stdout, err)
+    };
+    let (text, err) = default_run(&two);
+    let line = err.lines().find(|l| l.contains("split mode auto:")).unwrap_or_else(|| panic!("{err}"));
+    let picked = if line.contains("split mode auto: row") {
+        "row"
+    } else {
+        assert!(line.contains("split mode auto: layer"), "{line}");
+        "layer"
+    };
+    assert!(line.contains("estimated per token") && line.contains("round trips"), "{line}");
+    assert_eq!(text, run_ok(&with(greedy(m, "hello", "6"), &["--workers", &two, "--split-mode", picked])));
+    let (_, err) = default_run(&w1.addr);
+    assert!(err.contains("split mode auto: layer"), "one worker: {err}");
+    let out = llamactl(&with(
+        with(vec!["run"], &greedy(m, "hello", "2")),
+        &["--workers", &two, "--split-mode", "layer"],
+    ));
+    assert!(out.status.success() && !String::from_utf8_lossy(&out.stderr).contains("split mode auto"));
+}

@@ -64,11 +64,14 @@ pub fn llamactl(args: &[&str]) -> Output {
 
 /// A `llamactl` command whose user cache directory (`$XDG_CACHE_HOME`, where the hash memo lives)
 /// is a temporary directory of this test process, so tests neither read nor litter the real one.
+/// Its default split mode is `layer` (`LLAMACTL_SPLIT_MODE`): these tests compare texts bit for bit
+/// with in-process runs and llama.cpp, which split mode `auto` would trade for speed where it picks
+/// `row`; the tests of `auto` itself clear the variable.
 pub fn llamactl_cmd() -> Command {
     static CACHE_HOME: std::sync::OnceLock<tempfile::TempDir> = std::sync::OnceLock::new();
     let home = CACHE_HOME.get_or_init(|| tempfile::tempdir().unwrap());
     let mut c = Command::new(env!("CARGO_BIN_EXE_llamactl"));
-    c.env("XDG_CACHE_HOME", home.path());
+    c.env("XDG_CACHE_HOME", home.path()).env("LLAMACTL_SPLIT_MODE", "layer");
     c
 }
 

@@ -19,6 +19,10 @@ sys.path.insert(0, HERE)
 
 import peer  # noqa: E402
 
+# These tests compare llamactl's texts and graphs with llama.cpp's bit for bit: split mode layer
+# (llamactl's default `auto` may pick row, which sums partial products in another order).
+os.environ.setdefault("LLAMACTL_SPLIT_MODE", "layer")
+
 
 def pytest_collection_modifyitems(config, items):
     if os.environ.get("LLAMAD_INTEROP") == "0":

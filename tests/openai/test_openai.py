@@ -26,6 +26,8 @@ LLAMAD = os.environ.get("LLAMAD_BIN", str(ROOT / "target/release/llamad"))
 LLAMACTL = os.environ.get("LLAMACTL_BIN", str(ROOT / "target/release/llamactl"))
 MODEL = os.environ.get("LLAMAD_MODEL", str(ROOT / "models/SmolLM2-135M-Instruct.Q4_1.gguf"))
 KEY = "sk-llamad-test-key"
+# llamactl runs compared with the API's text use the API models' split mode (layer by default).
+os.environ.setdefault("LLAMACTL_SPLIT_MODE", "layer")
 THREADS = os.environ.get("LLAMAD_OPENAI_THREADS", "2")
 
 PROMPTS = [

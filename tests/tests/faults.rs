@@ -100,7 +100,7 @@ fn llamactl_run(workers: &str, n: &str, extra: &[&str]) -> Command {
     c.args(["run", "-m"]).arg(model());
     c.args(["-p", "1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12,", "-n", n, "--temp", "0", "-c", "2048"]);
     c.args(["--workers", workers, "--no-progress", "-t", "1"]).args(extra);
-    c.env("RUST_LOG", "warn");
+    c.env("RUST_LOG", "warn").env("LLAMACTL_SPLIT_MODE", "layer");
     c
 }
 
