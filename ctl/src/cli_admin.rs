@@ -17,7 +17,7 @@ use crate::output::OutputMode;
 /// Where the server is and how to talk to it; accepted by every admin noun.
 #[derive(Args, Debug, Clone)]
 pub struct ServerArgs {
-    /// Admin API URL.
+    /// Admin API URL (`host:port` means `http://host:port`).
     #[arg(long, env = "LLAMACTL_SERVER", default_value = client::DEFAULT_SERVER, global = true)]
     pub server: String,
     /// File holding the bearer token [default: /etc/llamad/admin.token, else /var/lib/llamad/admin.token].
@@ -39,6 +39,26 @@ pub enum AdminCommand {
     Cache(CacheArgs),
     /// Generation jobs run by the daemon: list, show, follow, cancel, submit.
     Jobs(JobsArgs),
+    /// Models served by the daemon's OpenAI API: state, slots, memory.
+    Models(ModelsArgs),
+}
+
+/// `llamactl models`.
+#[derive(Args, Debug, Clone)]
+pub struct ModelsArgs {
+    /// Server options.
+    #[command(flatten)]
+    pub server: ServerArgs,
+    /// The verb.
+    #[command(subcommand)]
+    pub verb: ModelsVerb,
+}
+
+/// Verbs of `models`.
+#[derive(Subcommand, Debug, Clone)]
+pub enum ModelsVerb {
+    /// List the models, their state, slots, queue and memory.
+    Ls,
 }
 
 /// `llamactl status`.
@@ -267,6 +287,7 @@ impl AdminCommand {
             AdminCommand::Workers(a) => &a.server,
             AdminCommand::Cache(a) => &a.server,
             AdminCommand::Jobs(a) => &a.server,
+            AdminCommand::Models(a) => &a.server,
         }
     }
 }
@@ -281,6 +302,7 @@ pub fn execute(cmd: &AdminCommand, out: &mut dyn Write) -> Result<Outcome> {
         AdminCommand::Workers(a) => cmd::workers::run(&c, &a.verb, s.output, out),
         AdminCommand::Cache(a) => cmd::cache::run(&c, &a.verb, s.output, out),
         AdminCommand::Jobs(a) => cmd::jobs::run(&c, &a.verb, s.output, out),
+        AdminCommand::Models(a) => cmd::models::run(&c, &a.verb, s.output, out),
     }
 }
 

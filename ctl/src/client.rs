@@ -71,9 +71,11 @@ fn agent(timeout: Option<Duration>) -> ureq::Agent {
 
 impl Client {
     /// A client of `server` (`http://host:port`) with an optional bearer token.
+    /// `server` is a URL, or `host:port` for `http://host:port`.
     pub fn new(server: &str, token: Option<String>) -> Client {
+        let base = server.trim_end_matches('/');
         Client {
-            base: server.trim_end_matches('/').to_string(),
+            base: if base.contains("://") { base.to_string() } else { format!("http://{base}") },
             token,
             agent: agent(Some(Duration::from_secs(120))),
             stream_agent: agent(None),
@@ -181,4 +183,15 @@ pub fn segment(s: &str) -> String {
         }
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_bare_host_and_port_is_http() {
+        assert_eq!(Client::new("127.0.0.1:50053", None).url("/v1/x"), "http://127.0.0.1:50053/v1/x");
+        assert_eq!(Client::new("https://h:1/", None).url("/v1/x"), "https://h:1/v1/x");
+    }
 }

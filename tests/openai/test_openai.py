@@ -83,7 +83,7 @@ def rss_kib(pid):
 class Server:
     """A llamad with the OpenAI API (and its admin API, for /metrics) on free ports."""
 
-    def __init__(self, tmp, models_toml, keys=True):
+    def __init__(self, tmp, models_toml, keys=True, openai_extra=""):
         self.port = free_port()
         self.admin = free_port()
         tmp.mkdir(parents=True, exist_ok=True)
@@ -97,6 +97,7 @@ class Server:
 listen = "127.0.0.1:{self.port}"
 {key_line}
 queue = 8
+{openai_extra}
 [admin]
 listen = "127.0.0.1:{self.admin}"
 state_dir = "{tmp / "state"}"
@@ -111,7 +112,8 @@ token_file = "{tmp / "admin.token"}"
             stderr=subprocess.STDOUT,
         )
         wait_http(f"http://127.0.0.1:{self.port}/health", timeout=120)
-        self.token = (tmp / "admin.token").read_text().strip()
+        self.token_file = tmp / "admin.token"
+        self.token = self.token_file.read_text().strip()
         self.url = f"http://127.0.0.1:{self.port}/v1"
 
     def client(self, key=KEY, **kw):
@@ -495,3 +497,64 @@ path = "{MODEL}"
                        capture_output=True, timeout=60)
     assert r.returncode != 0
     assert b"no API keys" in r.stderr
+
+
+def llamactl_admin(server, *args):
+    return subprocess.run([LLAMACTL, *args, "--server", f"127.0.0.1:{server.admin}", "--token-file",
+                           str(server.token_file)], capture_output=True, timeout=60)
+
+
+def test_model_loaded_on_request_models_ls_and_request_timeout(tmp_path):
+    """`load = "request"`: idle until the first request, which waits for the load and is answered;
+    `llamactl models ls` shows each state and the memory; a request longer than
+    `request_timeout_secs` ends with 504 `timeout` and frees its slot for the next."""
+    s = Server(tmp_path, f"""
+[[models]]
+name = "lazy"
+path = "{MODEL}"
+ctx = 2048
+load = "request"
+[[models]]
+name = "eager"
+path = "{MODEL}"
+ctx = 256
+""", openai_extra="request_timeout_secs = 2")
+    try:
+        c = s.client()
+        deadline = time.time() + 120
+        while time.time() < deadline:
+            states = {m.id: m.model_extra["state"] for m in c.models.list().data}
+            if states["eager"] != "loading":
+                break
+            time.sleep(0.2)
+        assert states == {"lazy": "idle", "eager": "ready"}, states
+        r = llamactl_admin(s, "models", "ls")
+        out = r.stdout.decode()
+        assert r.returncode == 0, r.stderr.decode()
+        lines = {l.split()[0]: l for l in out.splitlines()[1:] if l.strip()}
+        assert "idle (on request)" in lines["lazy"] and "in-process" in lines["lazy"], out
+        assert " ready " in lines["eager"], out
+        listed = json.loads(llamactl_admin(s, "models", "ls", "-o", "json").stdout)
+        assert listed["openai_listen"] == f"127.0.0.1:{s.port}"
+        by = {m["name"]: m for m in listed["models"]}
+        assert by["lazy"]["memory_bytes"] == 0 and by["lazy"]["load_on_request"]
+        assert by["eager"]["memory_bytes"] >= os.path.getsize(MODEL)
+        # The first request loads the model and is answered with the text of any other run.
+        r = c.completions.create(model="lazy", prompt=PROMPTS[0], max_tokens=8, temperature=0)
+        assert r.choices[0].text == llamactl_run(PROMPTS[0], 8)
+        by = {m["name"]: m for m in json.loads(llamactl_admin(s, "models", "ls", "-o", "json").stdout)["models"]}
+        assert by["lazy"]["state"] == "ready" and by["lazy"]["memory_bytes"] >= os.path.getsize(MODEL)
+        # A counting prompt runs to the end of the context: far longer than the 2 s allowed.
+        t0 = time.time()
+        with pytest.raises(openai.APIStatusError) as e:
+            c.completions.create(model="lazy", prompt="1, 2, 3, 4, 5, 6, 7, 8, 9, 10,", max_tokens=2000,
+                                 temperature=0)
+        took = time.time() - t0
+        assert e.value.status_code == 504, e.value
+        assert e.value.body["code"] == "timeout", e.value.body
+        assert 1.5 < took < 30, took
+        # The slot is free again.
+        r = c.completions.create(model="lazy", prompt=PROMPTS[0], max_tokens=4, temperature=0)
+        assert r.choices[0].finish_reason == "length"
+    finally:
+        s.stop()

@@ -4,6 +4,7 @@ pub mod bench;
 pub mod cache;
 pub mod docs;
 pub mod jobs;
+pub mod models;
 pub mod run;
 pub mod run_job;
 pub mod status;

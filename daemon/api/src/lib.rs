@@ -16,12 +16,14 @@
 pub mod cache;
 pub mod error;
 pub mod jobs;
+pub mod models;
 pub mod status;
 pub mod workers;
 
 pub use cache::*;
 pub use error::{code, ErrorBody};
 pub use jobs::*;
+pub use models::*;
 pub use status::*;
 pub use workers::*;
 

@@ -428,6 +428,45 @@ pub async fn jobs_events(
     Ok(Sse::new(head.chain(live).take_until(stop)).keep_alive(KeepAlive::default()))
 }
 
+// ---- models ----
+
+/// `GET /v1/models`: the models of the OpenAI API, their state, slots and memory (none when the
+/// API is off).
+#[utoipa::path(get, path = "/v1/models", tag = "models", responses((status = 200, body = ModelList)))]
+pub async fn models_list() -> Json<ModelList> {
+    let Some(svc) = crate::openai::service() else { return Json(ModelList::default()) };
+    let models = svc
+        .models()
+        .iter()
+        .map(|m| {
+            let state = m.state();
+            ModelInfo {
+                name: m.cfg.name.clone(),
+                path: m.cfg.path.display().to_string(),
+                state: state.name().to_string(),
+                error: match state {
+                    crate::openai::engine::State::Failed(e) => Some(e),
+                    _ => None,
+                },
+                workers: m.cfg.workers.clone(),
+                split_mode: match m.cfg.split_mode {
+                    llamad_master::SplitMode::Layer => "layer",
+                    llamad_master::SplitMode::Row => "row",
+                    llamad_master::SplitMode::Auto => "auto",
+                }
+                .to_string(),
+                ctx: m.cfg.ctx,
+                parallel: m.cfg.parallel as u64,
+                busy: m.active.load(Ordering::Relaxed),
+                queued: m.queued.load(Ordering::Relaxed),
+                memory_bytes: m.memory_bytes.load(Ordering::Relaxed),
+                load_on_request: m.cfg.load_on_request,
+            }
+        })
+        .collect();
+    Json(ModelList { openai_listen: Some(svc.local_addr.to_string()), models })
+}
+
 /// Any other path: 404 in the JSON error shape.
 pub async fn fallback() -> ApiError {
     ApiError::not_found(code::NOT_FOUND, "no such route")

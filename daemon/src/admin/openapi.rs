@@ -9,7 +9,7 @@ use crate::admin::handlers;
 /// The description.
 #[derive(OpenApi)]
 #[openapi(
-    info(title = "llamad admin API", description = "Administration of a llamad worker: status, tensor cache, workers, jobs."),
+    info(title = "llamad admin API", description = "Administration of a llamad worker: status, tensor cache, workers, jobs, served models."),
     paths(
         handlers::health,
         handlers::status,
@@ -34,6 +34,7 @@ use crate::admin::handlers;
         handlers::jobs_show,
         handlers::jobs_cancel,
         handlers::jobs_events,
+        handlers::models_list,
     ),
     modifiers(&BearerAuth),
     security(("bearer" = []))

@@ -41,6 +41,7 @@ pub const ROUTES: &[(&str, &str)] = &[
     ("GET", "/v1/jobs/{id}"),
     ("POST", "/v1/jobs/{id}/cancel"),
     ("GET", "/v1/jobs/{id}/events"),
+    ("GET", "/v1/models"),
 ];
 
 /// The public route.
@@ -72,6 +73,7 @@ fn handler(method: &str, path: &str) -> Option<MethodRouter<AdminState>> {
         ("GET", "/v1/jobs/{id}") => routing::get(h::jobs_show),
         ("POST", "/v1/jobs/{id}/cancel") => routing::post(h::jobs_cancel),
         ("GET", "/v1/jobs/{id}/events") => routing::get(h::jobs_events),
+        ("GET", "/v1/models") => routing::get(h::models_list),
         _ => return None,
     })
 }

@@ -76,6 +76,8 @@ pub struct Job {
 /// Where a model stands.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum State {
+    /// Not loaded yet: it loads on its first request (`load = "request"`).
+    Idle,
     /// Being read and set up.
     Loading,
     /// Serving.
@@ -85,9 +87,10 @@ pub enum State {
 }
 
 impl State {
-    /// `loading`, `ready` or `failed`.
+    /// `idle`, `loading`, `ready` or `failed`.
     pub fn name(&self) -> &'static str {
         match self {
+            State::Idle => "idle",
             State::Loading => "loading",
             State::Ready => "ready",
             State::Failed(_) => "failed",
@@ -130,20 +133,54 @@ pub struct ModelHandle {
     pub queued: AtomicU64,
     /// Requests in slots.
     pub active: AtomicU64,
+    /// What loading needs (compute threads, worker options), until loading starts.
+    launch: Mutex<Option<(usize, SplitOptions)>>,
 }
 
 impl ModelHandle {
-    /// A model not loaded yet; `queue` requests may wait beyond its slots.
-    pub fn new(cfg: ModelConfig, queue: usize) -> ModelHandle {
+    /// A model not loaded yet (idle until [`ModelHandle::start_loading`]); `queue` requests may
+    /// wait beyond its slots; it computes on `threads` threads in-process, with `opts` on workers.
+    pub fn new(cfg: ModelConfig, queue: usize, threads: usize, opts: SplitOptions) -> ModelHandle {
         let permits = Arc::new(tokio::sync::Semaphore::new(cfg.parallel + queue));
         ModelHandle {
             cfg,
-            state: Mutex::new(State::Loading),
+            state: Mutex::new(State::Idle),
             loaded: std::sync::OnceLock::new(),
             memory_bytes: AtomicU64::new(0),
             permits,
             queued: AtomicU64::new(0),
             active: AtomicU64::new(0),
+            launch: Mutex::new(Some((threads, opts))),
+        }
+    }
+
+    /// Starts loading on a thread of its own, unless loading has started before (a model loaded on
+    /// request starts on its first request; later calls do nothing).
+    pub fn start_loading(self: &Arc<Self>) {
+        let Some((threads, opts)) = self.launch.lock().ok().and_then(|mut l| l.take()) else { return };
+        self.set_state(State::Loading);
+        info!(model = %self.cfg.name, on_request = self.cfg.load_on_request, "openai: loading the model");
+        let m = self.clone();
+        if let Err(e) = std::thread::Builder::new()
+            .name(format!("openai-{}", self.cfg.name))
+            .spawn(move || m.load_and_serve(threads, opts))
+        {
+            self.set_state(State::Failed(format!("starting the model thread: {e}")));
+        }
+    }
+
+    /// Starts loading if it has not, then waits until the model is ready or failed (a request
+    /// that comes first to a model loaded on request waits for the load; a client that leaves
+    /// drops this future and the load goes on).
+    pub async fn wait_loaded(self: &Arc<Self>) -> State {
+        self.start_loading();
+        loop {
+            match self.state() {
+                State::Idle | State::Loading => {
+                    tokio::time::sleep(std::time::Duration::from_millis(25)).await
+                }
+                s => return s,
+            }
         }
     }
 

@@ -118,7 +118,8 @@ async fn auth(State(svc): State<Arc<Service>>, req: Request, next: Next) -> Resp
 async fn health(State(svc): State<Arc<Service>>) -> Response {
     let models: Vec<Value> =
         svc.models().iter().map(|m| json!({"id": m.cfg.name, "state": m.state().name()})).collect();
-    let ready = svc.models().iter().all(|m| m.state() == ModelState::Ready);
+    // A model loaded on request serves while idle.
+    let ready = svc.models().iter().all(|m| matches!(m.state(), ModelState::Ready | ModelState::Idle));
     let status = if ready { StatusCode::OK } else { StatusCode::SERVICE_UNAVAILABLE };
     (status, Json(json!({"status": if ready { "ok" } else { "loading" }, "models": models}))).into_response()
 }
@@ -254,10 +255,14 @@ struct Prepared {
     stop: Vec<String>,
     stream: bool,
     include_usage: bool,
+    /// When the model was ready for this request: when it arrived, or when the load it waited
+    /// for ended (the request's timeout counts from here).
+    ready_at: Instant,
 }
 
-/// Checks the common fields and finds the model.
-fn prepare(svc: &Service, c: Common) -> OaiResult<Prepared> {
+/// Checks the common fields and finds the model (waiting while it loads: at start, or because this
+/// request is the first to a model loaded on request).
+async fn prepare(svc: &Service, c: Common) -> OaiResult<Prepared> {
     let name = c.model.ok_or_else(|| OaiError::bad("`model` is required", Some("model")))?;
     let model = svc.model(&name).cloned().ok_or_else(|| {
         OaiError::new(
@@ -267,7 +272,12 @@ fn prepare(svc: &Service, c: Common) -> OaiResult<Prepared> {
             format!("the model `{name}` does not exist"),
         )
     })?;
-    let loaded = match model.state() {
+    let state = match model.state() {
+        ModelState::Idle | ModelState::Loading => model.wait_loaded().await,
+        s => s,
+    };
+    let ready_at = Instant::now();
+    let loaded = match state {
         ModelState::Ready => model.loaded().ok_or_else(|| {
             OaiError::new(
                 StatusCode::SERVICE_UNAVAILABLE,
@@ -276,7 +286,7 @@ fn prepare(svc: &Service, c: Common) -> OaiResult<Prepared> {
                 "the model is not ready",
             )
         })?,
-        ModelState::Loading => {
+        ModelState::Idle | ModelState::Loading => {
             return Err(OaiError::new(
                 StatusCode::SERVICE_UNAVAILABLE,
                 "server_error",
@@ -341,6 +351,7 @@ fn prepare(svc: &Service, c: Common) -> OaiResult<Prepared> {
         stop,
         stream: c.stream,
         include_usage: c.stream_options.is_some_and(|o| o.include_usage),
+        ready_at,
     })
 }
 
@@ -363,7 +374,7 @@ async fn completions(
         Some(v) if v.len() > 1 => return Err(OaiError::bad("one prompt per request", Some("prompt"))),
         _ => return Err(OaiError::bad("`prompt` is required", Some("prompt"))),
     };
-    let p = prepare(&svc, b.common)?;
+    let p = prepare(&svc, b.common).await?;
     let tokens = p.loaded.tok.encode(&prompt, p.loaded.tok.add_bos(), true);
     run(p, tokens, Kind::Completion, received).await
 }
@@ -379,7 +390,7 @@ async fn chat_completions(
         .messages
         .filter(|m| !m.is_empty())
         .ok_or_else(|| OaiError::bad("`messages` must be a non-empty list", Some("messages")))?;
-    let p = prepare(&svc, b.common)?;
+    let p = prepare(&svc, b.common).await?;
     let Some(tmpl) = p.loaded.template.as_ref() else {
         return Err(OaiError::bad(
             format!("the model `{}` has no chat template", p.model.cfg.name),
@@ -451,7 +462,7 @@ async fn run(p: Prepared, prompt: Vec<u32>, kind: Kind, received: Instant) -> Oa
         sampler: p.sampler,
         max_tokens: p.max_tokens,
         stop: p.stop,
-        deadline: received + timeout,
+        deadline: received.max(p.ready_at) + timeout,
         events: tx,
         id: id.clone(),
         received,

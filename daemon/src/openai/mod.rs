@@ -70,6 +70,9 @@ pub struct RawModel {
     pub parallel: Option<usize>,
     /// Most tokens in one ubatch (all slots together). Default 512.
     pub ubatch: Option<u64>,
+    /// When the model is loaded: `start` (when llamad starts) or `request` (on its first request,
+    /// which waits for the load). Default `start`.
+    pub load: Option<String>,
 }
 
 /// A validated model entry.
@@ -89,6 +92,8 @@ pub struct ModelConfig {
     pub parallel: usize,
     /// Most tokens in one ubatch.
     pub ubatch: u64,
+    /// Loaded on its first request rather than at start.
+    pub load_on_request: bool,
 }
 
 impl ModelConfig {
@@ -124,6 +129,11 @@ impl ModelConfig {
         if ubatch == 0 {
             return Err(bad("ubatch must be at least 1".into()));
         }
+        let load_on_request = match r.load.as_deref() {
+            None | Some("start") => false,
+            Some("request") => true,
+            Some(s) => return Err(bad(format!("load {s:?} is not start or request"))),
+        };
         Ok(ModelConfig {
             name: r.name.clone(),
             path: r.path.clone(),
@@ -132,6 +142,7 @@ impl ModelConfig {
             ctx,
             parallel,
             ubatch,
+            load_on_request,
         })
     }
 
@@ -228,6 +239,8 @@ fn read_keys(p: &std::path::Path) -> Result<Vec<String>> {
 pub struct Service {
     models: Vec<Arc<ModelHandle>>,
     cfg: OpenAiConfig,
+    /// The address the API listens on.
+    pub local_addr: std::net::SocketAddr,
 }
 
 impl Service {
@@ -250,7 +263,7 @@ pub fn service() -> Option<&'static Arc<Service>> {
 }
 
 /// Binds the API's listener (refusing a non-loopback address without keys), starts loading every
-/// model on a thread of its own and serves until `shutdown`.
+/// model not loaded on request, each on a thread of its own, and serves until `shutdown`.
 pub async fn start(
     cfg: OpenAiConfig,
     opts: llamad_master::pipeline::SplitOptions,
@@ -271,16 +284,15 @@ pub async fn start(
         .await
         .map_err(|e| Error::Config(format!("openai.listen {addr}: {e}")))?;
     let local = listener.local_addr()?;
-    let models: Vec<Arc<ModelHandle>> =
-        cfg.models.iter().map(|m| Arc::new(ModelHandle::new(m.clone(), cfg.queue))).collect();
-    for m in &models {
-        let (m, threads, opts) = (m.clone(), cfg.threads, opts.clone());
-        std::thread::Builder::new()
-            .name(format!("openai-{}", m.cfg.name))
-            .spawn(move || m.load_and_serve(threads, opts))
-            .map_err(|e| Error::Config(format!("starting the model thread: {e}")))?;
+    let models: Vec<Arc<ModelHandle>> = cfg
+        .models
+        .iter()
+        .map(|m| Arc::new(ModelHandle::new(m.clone(), cfg.queue, cfg.threads, opts.clone())))
+        .collect();
+    for m in models.iter().filter(|m| !m.cfg.load_on_request) {
+        m.start_loading();
     }
-    let svc = Arc::new(Service { models, cfg });
+    let svc = Arc::new(Service { models, cfg, local_addr: local });
     let _ = SERVICE.set(svc.clone());
     tracing::info!(addr = %local, models = svc.models.len(), keys = svc.cfg.keys.len(), "OpenAI API listening");
     let app = http::router(svc);
