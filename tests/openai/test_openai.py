@@ -456,14 +456,19 @@ def test_two_llamad_workers_equal_llamactl_run(tmp_path):
         for p in ports:
             wait_port(p)
         addrs = [f"127.0.0.1:{p}" for p in ports]
+        # Workers by label of the admin API's registry, resolved when the model loads (on request).
         s = Server(tmp_path, f"""
 [[models]]
 name = "smol-workers"
 path = "{MODEL}"
-workers = {json.dumps(addrs)}
+workers = ["pair"]
 ctx = 512
+load = "request"
 """)
         try:
+            for a in addrs:
+                r = llamactl_admin(s, "workers", "add", a, "-l", "pair")
+                assert r.returncode == 0, r.stderr.decode()
             c = s.client()
             deadline = time.time() + 120
             while c.models.list().data[0].model_extra["state"] == "loading" and time.time() < deadline:

@@ -325,6 +325,14 @@ where
 
 /// Loads the state, binds `cfg.listen` (TCP, or a Unix socket when it starts with `/` or `unix:`) and
 /// spawns [`serve`] until `shutdown`. Returns once the listener is bound.
+/// The running admin API's state, for the parts of the daemon that read its worker registry.
+static STATE: std::sync::OnceLock<AdminState> = std::sync::OnceLock::new();
+
+/// The worker registry of the running admin API (`None` when it is off).
+pub fn registry() -> Option<&'static workers::Registry> {
+    STATE.get().map(|s| s.workers())
+}
+
 pub async fn start(
     cfg: AdminConfig,
     rpc: Arc<Shared>,
@@ -334,6 +342,7 @@ pub async fn start(
 ) -> crate::Result<tokio::task::JoinHandle<std::io::Result<()>>> {
     let listen = cfg.listen.clone();
     let state = AdminState::new(cfg, rpc, rpc_addr, cache)?;
+    let _ = STATE.set(state.clone());
     let bind_err = |e: std::io::Error| crate::Error::Config(format!("admin.listen {listen}: {e}"));
     let unix = listen.strip_prefix("unix:").or_else(|| listen.starts_with('/').then_some(listen.as_str()));
     Ok(match unix {

@@ -238,7 +238,8 @@ impl ModelHandle {
             n_threads: threads,
             ..SessionConfig::default()
         };
-        let engine: Box<dyn Engine> = if c.workers.is_empty() {
+        let workers = resolve_workers(&c.workers)?;
+        let engine: Box<dyn Engine> = if workers.is_empty() {
             let hp = &model.hp;
             let b = BatchSession::new(model.clone(), cfg, c.parallel).map_err(|e| format!("session: {e}"))?;
             // K and V, F16, every layer, every cell of every slot.
@@ -249,23 +250,18 @@ impl ModelHandle {
             let on_load = |_: usize, _: llamad_master::pipeline::LoadEvent<'_>| {};
             let mode = match c.split_mode {
                 SplitMode::Auto => {
-                    llamad_master::auto_split::choose(
-                        &c.workers,
-                        opts,
-                        model.hp.n_layer,
-                        model.weight_bytes(),
-                    )
-                    .map_err(|e| e.chain())?
-                    .mode
+                    llamad_master::auto_split::choose(&workers, opts, model.hp.n_layer, model.weight_bytes())
+                        .map_err(|e| e.chain())?
+                        .mode
                 }
                 m => m,
             };
             let fwd: Box<dyn Forward + Send> = match mode {
                 SplitMode::Auto | SplitMode::Layer => Box::new(
-                    Pipeline::new(&model, cfg.clone(), &c.workers, opts, &on_load).map_err(|e| e.chain())?,
+                    Pipeline::new(&model, cfg.clone(), &workers, opts, &on_load).map_err(|e| e.chain())?,
                 ),
                 SplitMode::Row => Box::new(
-                    TensorParallel::new(&model, cfg.clone(), &c.workers, opts, &on_load)
+                    TensorParallel::new(&model, cfg.clone(), &workers, opts, &on_load)
                         .map_err(|e| e.chain())?,
                 ),
             };
@@ -277,6 +273,23 @@ impl ModelHandle {
             Arc::new(Loaded { tok, template, gguf, slot_ctx: engine.slot_ctx(), submit: Mutex::new(tx) });
         Ok((loaded, engine, rx))
     }
+}
+
+/// The workers of a model: `host:port` entries as they are; other entries are addresses or labels
+/// of the admin API's worker registry (`llamactl workers add ADDR -l LABEL`), as a job's workers.
+fn resolve_workers(wanted: &[String]) -> Result<Vec<String>, String> {
+    let plain = |w: &str| w.rsplit_once(':').is_some_and(|(h, p)| !h.is_empty() && p.parse::<u16>().is_ok());
+    if wanted.iter().all(|w| plain(w.trim())) {
+        return Ok(wanted.iter().map(|w| w.trim().to_string()).collect());
+    }
+    let registry = crate::admin::registry().ok_or_else(|| {
+        format!("workers {wanted:?}: a label needs the admin API's worker registry, and the admin API is off")
+    })?;
+    let out = crate::admin::jobs::resolve_workers(wanted, registry).map_err(|e| e.body.message)?;
+    if out.is_empty() {
+        return Err(format!("workers {wanted:?}: no registered worker has that label"));
+    }
+    Ok(out)
 }
 
 /// What the scheduler runs: sequences in slots, decoded a ubatch at a time.

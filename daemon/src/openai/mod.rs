@@ -59,7 +59,8 @@ pub struct RawModel {
     pub name: String,
     /// The GGUF file.
     pub path: PathBuf,
-    /// Workers (`host:port`) the model runs on; empty = in this process. Default: none.
+    /// Workers the model runs on: `host:port`, or addresses or labels of the admin API's worker
+    /// registry (resolved when the model loads); empty = in this process. Default: none.
     #[serde(default)]
     pub workers: Vec<String>,
     /// `layer` or `row`. Default `layer`.
