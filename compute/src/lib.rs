@@ -22,6 +22,7 @@ pub mod error;
 pub mod gguf;
 pub mod graph;
 pub mod model;
+pub mod numa;
 pub mod numerics;
 pub mod op;
 pub(crate) mod ops;

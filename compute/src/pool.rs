@@ -126,9 +126,19 @@ pub struct Pool {
 }
 
 impl Pool {
-    /// A pool of `n_threads` (at least one; the caller of [`Pool::run`] is thread 0).
+    /// A pool of `n_threads` (at least one; the caller of [`Pool::run`] is thread 0), placed as
+    /// `--numa` asked ([`crate::numa::placement`]).
     pub fn new(n_threads: usize) -> Pool {
+        Pool::with_placement(n_threads, crate::numa::placement())
+    }
+
+    /// A pool of `n_threads` whose threads are pinned by `placement` (thread `i` to the CPUs of
+    /// its node; the calling thread, thread 0, here), or left to the scheduler (`None`).
+    pub fn with_placement(n_threads: usize, placement: Option<Arc<crate::numa::Placement>>) -> Pool {
         let n_threads = n_threads.max(1);
+        if let Some(p) = &placement {
+            p.pin_current(0);
+        }
         let shared = Arc::new(Shared {
             generation: AtomicU64::new(0),
             finished: AtomicUsize::new(0),
@@ -141,8 +151,13 @@ impl Pool {
         let mut workers = Vec::with_capacity(n_threads - 1);
         for ith in 1..n_threads {
             let s = Arc::clone(&shared);
-            let spawned =
-                std::thread::Builder::new().name(format!("compute-{ith}")).spawn(move || worker(&s, ith));
+            let place = placement.clone();
+            let spawned = std::thread::Builder::new().name(format!("compute-{ith}")).spawn(move || {
+                if let Some(p) = place {
+                    p.pin_current(ith);
+                }
+                worker(&s, ith)
+            });
             match spawned {
                 Ok(h) => workers.push(h),
                 Err(e) => {

@@ -63,6 +63,10 @@ pub struct RunArgs {
     /// $LLAMAD_NUMERICS, else this CPU's]. Workers (llamad) choose their own with their --numerics.
     #[arg(long, value_name = "PROFILE", value_parser = ["avx2", "avx512", "neon-dotprod", "neon-i8mm", "sve", "portable"])]
     pub numerics: Option<String>,
+    /// NUMA placement of the in-process compute threads and memory (llama.cpp's `--numa`):
+    /// `distribute`, `isolate` or `off` [default: off]. Workers (llamad) take their own --numa.
+    #[arg(long, value_name = "MODE", value_parser = ["off", "distribute", "isolate"])]
+    pub numa: Option<String>,
     /// GGUF model file.
     #[arg(short = 'm', long, value_name = "MODEL.gguf")]
     pub model: PathBuf,
@@ -243,6 +247,10 @@ pub struct BenchArgs {
     /// $LLAMAD_NUMERICS, else this CPU's]. Workers (llamad) choose their own with their --numerics.
     #[arg(long, value_name = "PROFILE", value_parser = ["avx2", "avx512", "neon-dotprod", "neon-i8mm", "sve", "portable"])]
     pub numerics: Option<String>,
+    /// NUMA placement of the in-process compute threads and memory (llama.cpp's `--numa`):
+    /// `distribute`, `isolate` or `off` [default: off]. Workers (llamad) take their own --numa.
+    #[arg(long, value_name = "MODE", value_parser = ["off", "distribute", "isolate"])]
+    pub numa: Option<String>,
     /// GGUF model file.
     #[arg(short = 'm', long, value_name = "MODEL.gguf", required_unless_present = "mem_bandwidth")]
     pub model: Option<PathBuf>,

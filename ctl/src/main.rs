@@ -10,15 +10,22 @@ use std::process::ExitCode;
 use clap::Parser;
 use llamactl::cli::{Cli, Command};
 
+/// `--numa`'s mode (clap accepts only the modes' names).
+fn numa_mode(s: Option<&str>) -> compute::numa::NumaMode {
+    s.and_then(compute::numa::NumaMode::parse).unwrap_or_default()
+}
+
 fn main() -> ExitCode {
     let cli = Cli::parse_from(llamactl::cli::normalize_args(std::env::args_os()));
     init_tracing(cli.verbose);
     match &cli.command {
         Command::Run(a) if a.server.is_none() => {
             compute::numerics::init(a.numerics.as_deref());
+            compute::numa::init(numa_mode(a.numa.as_deref()));
         }
         Command::Bench(a) => {
             compute::numerics::init(a.numerics.as_deref());
+            compute::numa::init(numa_mode(a.numa.as_deref()));
         }
         _ => {}
     }

@@ -60,6 +60,9 @@ pub struct RawServer {
     /// `neon-i8mm`, `sve`, `portable`; see `compute::numerics`). Default: `LLAMAD_NUMERICS`, else
     /// the profile of this CPU.
     pub numerics: Option<String>,
+    /// NUMA placement: `off`, `distribute` (compute threads over all nodes in turn, pages
+    /// interleaved) or `isolate` (threads and pages on the node llamad starts on). Default `off`.
+    pub numa: Option<String>,
     /// Devices, separated by `,` or `/`, case-insensitive. Only `CPU` exists. Default `CPU`.
     pub device: Option<String>,
     /// Enable the tensor cache (SET_TENSOR_HASH). Default false.
@@ -191,6 +194,8 @@ pub struct Overrides {
     pub threads: Option<usize>,
     /// `--numerics`.
     pub numerics: Option<String>,
+    /// `--numa`.
+    pub numa: Option<String>,
     /// `-d/--device`.
     pub device: Option<String>,
     /// `-c/--cache`.
@@ -241,6 +246,8 @@ pub struct Config {
     /// The numerics profile asked for (`None`: `LLAMAD_NUMERICS`, else detection); applied once at
     /// start by `compute::numerics::init`.
     pub numerics: Option<compute::numerics::Numerics>,
+    /// NUMA placement, applied once at start by `compute::numa::init`.
+    pub numa: compute::numa::NumaMode,
     /// Device names, in index order.
     pub devices: Vec<String>,
     /// Tensor cache enabled.
@@ -294,6 +301,7 @@ impl Default for Config {
             port_v7: None,
             threads: physical_cores(),
             numerics: None,
+            numa: compute::numa::NumaMode::Off,
             devices: vec!["CPU".into()],
             cache: false,
             interleave: true,
@@ -421,6 +429,11 @@ impl Config {
             })?),
             None => None,
         };
+        let numa = match flags.numa.as_deref().or(s.numa.as_deref()) {
+            Some(n) => compute::numa::NumaMode::parse(n)
+                .ok_or_else(|| Error::Config(format!("numa: {n:?} is not off, distribute or isolate")))?,
+            None => compute::numa::NumaMode::Off,
+        };
         let devices = parse_devices(flags.device.as_deref().or(s.device.as_deref()).unwrap_or("CPU"))?;
         let cache = flags.cache || s.cache.unwrap_or(false);
         let interleave = !flags.no_interleave && s.interleave.unwrap_or(d.interleave);
@@ -502,6 +515,7 @@ impl Config {
             port_v7,
             threads,
             numerics,
+            numa,
             devices,
             cache,
             interleave,

@@ -39,6 +39,11 @@ struct Cli {
     /// $LLAMAD_NUMERICS, else this CPU's, as ggml's CPU-variant loader picks].
     #[arg(long, global = true, value_name = "PROFILE")]
     numerics: Option<String>,
+    /// NUMA placement of the compute threads and memory on multi-node servers: `distribute`
+    /// (threads over all nodes in turn, pages interleaved), `isolate` (threads and pages on the
+    /// node llamad starts on) or `off` [default: off].
+    #[arg(long, global = true, value_name = "MODE", value_parser = ["off", "distribute", "isolate"])]
+    numa: Option<String>,
     /// Print the version, the numerics profile and the kernel set, and exit.
     #[arg(short = 'V', long)]
     version: bool,
@@ -146,6 +151,7 @@ fn real_main(cli: Cli) -> anyhow::Result<()> {
         port_v7: cli.port_v7,
         threads: cli.threads,
         numerics: cli.numerics,
+        numa: cli.numa,
         device: cli.device,
         cache: cli.cache,
         no_interleave: cli.no_interleave,
@@ -206,6 +212,8 @@ fn real_main(cli: Cli) -> anyhow::Result<()> {
     llamad::telemetry::init();
     let numerics = compute::numerics::init(cfg.numerics.map(|n| n.name()));
     tracing::info!(%numerics, kernels = compute::quant::active_isa(), "numerics profile");
+    // Before the runtime: its threads inherit the memory policy.
+    compute::numa::init(cfg.numa);
     let rt =
         tokio::runtime::Builder::new_multi_thread().enable_all().build().context("starting the runtime")?;
     rt.block_on(async move {
