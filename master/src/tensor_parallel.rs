@@ -296,11 +296,29 @@ impl TensorParallel {
         let half = tokens.len().div_ceil(2);
         let parts = [(self.n_past, &tokens[..half]), (self.n_past + half as u64, &tokens[half..])];
         let e = hp.n_embd as usize;
+        let params: Vec<BuildParams> = parts
+            .iter()
+            .map(|(n_past, toks)| ubatch_params(hp, &self.cfg, *n_past, toks.len() as u64, 1))
+            .collect();
+        for s in &mut self.shards {
+            // Growing one stream's compute buffer frees the old one, and the worker then drops every
+            // graph it stored, the other stream's too (`prepare` forgets both): prepare both until
+            // neither was dropped (a second pass finds the buffers large enough).
+            for _ in 0..3 {
+                for (stream, p) in params.iter().enumerate() {
+                    prepare(s, p, true, stream)?;
+                }
+                if s.prepared.iter().all(Option::is_some) {
+                    break;
+                }
+            }
+            if !s.prepared.iter().all(Option::is_some) {
+                bail!("internal: worker {}: the two streams' graphs could not both be stored", s.w.addr);
+            }
+        }
         let mut xs = Vec::with_capacity(2);
         for (stream, (n_past, toks)) in parts.iter().enumerate() {
-            let p = ubatch_params(hp, &self.cfg, *n_past, toks.len() as u64, 1);
             for s in &mut self.shards {
-                prepare(s, &p, true, stream)?;
                 write_attention_inputs(s, stream, *n_past, toks)?;
             }
             xs.push((super::pipeline::embed(self.src.as_ref(), toks)?, toks.len()));
