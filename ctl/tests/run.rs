@@ -261,9 +261,9 @@ fn smollm2_pooled_across_three_workers_smaller_than_the_model() {
 fn a_long_context_that_does_not_fit_is_refused_before_upload_with_its_kv_cache() {
     // SmolLM2 at 32768 cells (4x its training context): K and V of a layer are 2 · 192 · 32768 · 2 B
     // = 24 MiB. Two equal workers split the 31 slots at 0.5: layers 0..16 (384 MiB of KV cache) and
-    // 16..30 (336 MiB); with 400 MiB each (--mem also caps one buffer) neither fits once the weights and the compute buffer are
-    // added (ubatches of 64: the default 512 would need a 604 MiB buffer of attention scores, 512 ·
-    // 32768 · 9 heads · 4 B, itself refused as above the maximum buffer size), and nothing is uploaded.
+    // 16..30 (336 MiB); with 400 MiB each (--mem also caps one buffer, so the KV buffer itself
+    // may be 384 MiB) neither fits once its weights (34 and 58 MiB) and compute buffer (about 45 MiB)
+    // are added, and nothing is uploaded.
     let model = smollm2();
     let (w1, w2) = (Worker::start(400 << 20), Worker::start(400 << 20));
     let two = format!("{},{}", w1.addr, w2.addr);
@@ -281,8 +281,6 @@ fn a_long_context_that_does_not_fit_is_refused_before_upload_with_its_kv_cache()
         "1",
         "-c",
         "32768",
-        "--ubatch-size",
-        "64",
         "--workers",
         &two,
     ]);
