@@ -233,3 +233,35 @@ fn streamed_prompts_give_the_bits_of_two_half_ubatches() {
         );
     }
 }
+
+/// A prompt of several streamed ubatches: each attends a longer KV extent than the one before, so
+/// both streams' compute buffers grow, and growing the second stream's once dropped the graphs the
+/// first stream had just stored on the worker (the worker refused `EXT_TP_RUN` of a slot never
+/// stored: every prompt longer than one ubatch failed in split mode row). The logits are the bits of
+/// the relay running the halves as ubatches of their own, for the prompt and greedy steps after it.
+#[test]
+fn streamed_prompts_of_several_ubatches_give_the_bits_of_half_ubatches() {
+    let path = smollm2();
+    let model = load(&path);
+    let (w1, w2) = (Worker::start(MEM), Worker::start(MEM));
+    let two = vec![w1.addr.clone(), w2.addr.clone()];
+    let mut prompt =
+        tokenize(&path, &"The quick brown fox jumps over the lazy dog, and then it runs. ".repeat(24));
+    assert!(prompt.len() >= 256, "{} tokens", prompt.len());
+    // Two ubatches of 128 (each two streams of 64); the relay runs ubatches of 64.
+    prompt.truncate(256);
+    let relay_opts = SplitOptions { no_worker_links: true, ..SplitOptions::default() };
+    let c = |n_ubatch| SessionConfig { n_ctx: 512, ..cfg(false, n_ubatch) };
+    let mut linked = TensorParallel::new(&model, c(128), &two, &SplitOptions::default(), &|_, _| {}).unwrap();
+    assert!(linked.linked() && linked.streams(), "two llamad workers did not link with streams");
+    let mut relay = TensorParallel::new(&model, c(64), &two, &relay_opts, &|_, _| {}).unwrap();
+    let mut a = linked.decode(&prompt).unwrap().to_vec();
+    let mut b = relay.decode(&prompt).unwrap().to_vec();
+    for step in 0..3 {
+        assert!(a.iter().zip(&b).all(|(x, y)| x.to_bits() == y.to_bits()), "step {step}: logits differ");
+        let t = argmax(&a) as u32;
+        a = linked.decode(&[t]).unwrap().to_vec();
+        b = relay.decode(&[t]).unwrap().to_vec();
+    }
+    assert_eq!(linked.n_past(), 256 + 3);
+}

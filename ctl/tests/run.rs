@@ -258,6 +258,73 @@ fn smollm2_pooled_across_three_workers_smaller_than_the_model() {
 }
 
 #[test]
+fn a_long_context_that_does_not_fit_is_refused_before_upload_with_its_kv_cache() {
+    // SmolLM2 at 32768 cells (4x its training context): K and V of a layer are 2 · 192 · 32768 · 2 B
+    // = 24 MiB. Two equal workers split the 31 slots at 0.5: layers 0..16 (384 MiB of KV cache) and
+    // 16..30 (336 MiB); with 400 MiB each (--mem also caps one buffer, so the KV buffer itself
+    // may be 384 MiB) neither fits once its weights (34 and 58 MiB) and compute buffer (about 45 MiB)
+    // are added, and nothing is uploaded.
+    let model = smollm2();
+    let (w1, w2) = (Worker::start(400 << 20), Worker::start(400 << 20));
+    let two = format!("{},{}", w1.addr, w2.addr);
+    let m = model.to_str().unwrap();
+    let err = run_err(&[
+        "-m",
+        m,
+        "-p",
+        "hi",
+        "-n",
+        "2",
+        "--temp",
+        "0",
+        "-t",
+        "1",
+        "-c",
+        "32768",
+        "--workers",
+        &two,
+    ]);
+    assert!(err.contains("--ctx-size 32768 is beyond the model's training context (8192 tokens)"), "{err}");
+    assert!(err.contains("does not fit in the workers' memory"), "{err}");
+    assert!(
+        err.contains(&format!("worker {} needs", w1.addr)) && err.contains("for layers 0..16 ("),
+        "{err}"
+    );
+    assert!(
+        err.contains(&format!("worker {} needs", w2.addr)) && err.contains("for layers 16..30 ("),
+        "{err}"
+    );
+    assert!(err.contains("weights, 384.00 MiB KV cache,"), "{err}");
+    assert!(err.contains("weights, 336.00 MiB KV cache,"), "{err}");
+    assert!(err.contains("reports 400.00 MiB free: short by"), "{err}");
+    assert!(!err.contains("llamactl: loading"), "uploaded before refusing: {err}");
+    // At 8192 cells (its training context) the same workers hold it: 96 + 84 MiB of KV cache,
+    // reported per worker, and no warning.
+    let out = llamactl(&[
+        "run",
+        "-m",
+        m,
+        "-p",
+        "hi",
+        "-n",
+        "2",
+        "--temp",
+        "0",
+        "-t",
+        "1",
+        "-c",
+        "8192",
+        "--workers",
+        &two,
+    ]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    assert!(!err.contains("training context"), "{err}");
+    assert!(err.contains(&format!("{} [0..16) KV cache 96.00 MiB", w1.addr)), "{err}");
+    assert!(err.contains(&format!("{} [16..30) KV cache 84.00 MiB", w2.addr)), "{err}");
+}
+
+#[test]
 fn model_too_large_for_the_workers_says_by_how_much() {
     let model = smollm2();
     // 8 MiB each cannot hold SmolLM2's ~92 MiB of weights.

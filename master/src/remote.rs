@@ -105,6 +105,34 @@ impl WorkerLayout {
         }
     }
 
+    /// Places the K and V caches of `layers`, `kv_size` cells of `kv_type` each, a cell being
+    /// `k_rows` (K) or `v_rows` (V) values (the KV heads this worker holds times the head size), one
+    /// after the other in the KV buffer, each padded to `align`. This is what the fit check counts
+    /// against the worker's free memory (its `--mem`) at the requested context size.
+    pub(crate) fn add_kv(
+        &mut self,
+        layers: Range<u32>,
+        (k_rows, v_rows): (u64, u64),
+        kv_type: compute::GgmlType,
+        kv_size: u64,
+        align: u64,
+    ) -> Result<()> {
+        for il in layers {
+            for (kind, rows) in [(KvKind::K, k_rows), (KvKind::V, v_rows)] {
+                let bytes = Layout::contiguous(kv_type, [rows, kv_size, 1, 1])
+                    .ok()
+                    .and_then(|l| l.nbytes())
+                    .ok_or_else(|| err!("KV cache of layer {il} is too large"))?;
+                self.kv_offsets.insert((il, kind), self.kv_size);
+                self.kv_size = bytes
+                    .checked_next_multiple_of(align.max(1))
+                    .and_then(|b| self.kv_size.checked_add(b))
+                    .ok_or_else(|| err!("KV cache of layer {il} is too large"))?;
+            }
+        }
+        Ok(())
+    }
+
     /// Total bytes of weights.
     pub fn weight_bytes(&self) -> u64 {
         self.weight_bufs.iter().map(|(s, _)| s).sum()
@@ -324,16 +352,7 @@ impl Worker {
         }
         let mut out = WorkerLayout::default();
         out.pack_weights(names, align, self.probe.max_size);
-        for il in layers {
-            for (kind, rows) in [(KvKind::K, hp.n_embd_k_gqa()), (KvKind::V, hp.n_embd_v_gqa())] {
-                let bytes = Layout::contiguous(p.kv_type, [rows, p.kv_size, 1, 1])
-                    .ok()
-                    .and_then(|l| l.nbytes())
-                    .ok_or_else(|| err!("KV cache of layer {il} is too large"))?;
-                out.kv_offsets.insert((il, kind), out.kv_size);
-                out.kv_size += bytes.div_ceil(align) * align;
-            }
-        }
+        out.add_kv(layers, (hp.n_embd_k_gqa(), hp.n_embd_v_gqa()), p.kv_type, p.kv_size, align)?;
         out.compute_size = plan(&built.graph, &[built.output])?.size;
         for (what, size) in [("KV cache", out.kv_size), ("compute buffer", out.compute_size)] {
             if size > self.probe.max_size {
@@ -428,6 +447,11 @@ impl Worker {
         let layout = Layout::contiguous(compute::GgmlType::I8, [bytes.max(1), 1, 1, 1])?;
         let t = RpcTensor::new(1, &layout, handle, addr);
         Ok(Some(self.client.get_tensor(&t, 0, bytes)?))
+    }
+
+    /// Bytes of this worker's KV cache (0 before the load).
+    pub fn kv_bytes(&self) -> u64 {
+        self.kv.map_or(0, |r| r.size)
     }
 
     /// Zeroes the KV cache (a new sequence).
@@ -688,4 +712,77 @@ impl InputSink for StagingSink {
 /// Bytes as MiB with two decimals.
 pub fn mib(b: u64) -> String {
     format!("{:.2} MiB", b as f64 / (1024.0 * 1024.0))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use compute::GgmlType;
+
+    const MIB: u64 = 1 << 20;
+
+    #[test]
+    fn kv_cache_of_smollm2_at_8k_and_32k() {
+        // SmolLM2-135M: 3 KV heads of 64 → 192 values per cell, F16 (2 bytes). At 8192 cells one
+        // layer's K is 192 · 8192 · 2 = 3 145 728 B = 3 MiB; K and V of 30 layers: 180 MiB.
+        let mut lay = WorkerLayout::default();
+        lay.add_kv(0..30, (192, 192), GgmlType::F16, 8192, 32).unwrap();
+        assert_eq!(lay.kv_size, 180 * MIB);
+        assert_eq!(lay.kv_offsets.len(), 60);
+        assert_eq!(lay.kv_offsets[&(0, KvKind::V)], 3 * MIB);
+        assert_eq!(lay.kv_offsets[&(29, KvKind::V)], 59 * 3 * MIB);
+        // 32768 cells (four times SmolLM2's training context): 12 MiB per layer and kind. Two equal
+        // workers split 31 slots at 0.5: layers 0..16 on the first (16 · 24 = 384 MiB), 16..30 on
+        // the second (14 · 24 = 336 MiB), 720 MiB in all.
+        let mut first = WorkerLayout::default();
+        first.add_kv(0..16, (192, 192), GgmlType::F16, 32768, 32).unwrap();
+        assert_eq!(first.kv_size, 384 * MIB);
+        let mut second = WorkerLayout::default();
+        second.add_kv(16..30, (192, 192), GgmlType::F16, 32768, 32).unwrap();
+        assert_eq!(second.kv_size, 336 * MIB);
+        assert_eq!(second.kv_offsets[&(16, KvKind::K)], 0);
+        assert_eq!(second.kv_offsets[&(17, KvKind::V)], 36 * MIB);
+        assert_eq!(first.kv_size + second.kv_size, 720 * MIB);
+    }
+
+    #[test]
+    fn kv_cache_of_an_8b_layer_shape_and_its_row_split_shards() {
+        // The 8B shape: 8 KV heads of 128 → 1024 values per cell. F16 at 32768 cells: 64 MiB per
+        // layer and kind, 16 layers → 2 GiB. Split mode row over two workers gives each 4 KV heads
+        // (512 values): 1 GiB each.
+        let mut whole = WorkerLayout::default();
+        whole.add_kv(0..16, (1024, 1024), GgmlType::F16, 32768, 32).unwrap();
+        assert_eq!(whole.kv_size, 2048 * MIB);
+        let mut shard = WorkerLayout::default();
+        shard.add_kv(0..16, (512, 512), GgmlType::F16, 32768, 32).unwrap();
+        assert_eq!(shard.kv_size, 1024 * MIB);
+        // Q8_0 KV at 8192 cells: 1024 values are 32 blocks of 34 bytes = 1088 B per cell,
+        // 8 912 896 B = 8.5 MiB per layer and kind.
+        let mut q8 = WorkerLayout::default();
+        q8.add_kv(0..1, (1024, 1024), GgmlType::Q8_0, 8192, 32).unwrap();
+        assert_eq!(q8.kv_size, 17 * MIB);
+    }
+
+    #[test]
+    fn kv_caches_are_padded_to_the_worker_alignment() {
+        // Q8_0, one KV head of 64: 2 blocks of 34 bytes = 68 B per cell, 3 cells = 204 B, padded to
+        // 224 at alignment 32; K at 0, V at 224, 448 in all. Alignment 0 counts as 1 (no padding).
+        let mut lay = WorkerLayout::default();
+        lay.add_kv(5..6, (64, 64), GgmlType::Q8_0, 3, 32).unwrap();
+        assert_eq!(
+            (lay.kv_offsets[&(5, KvKind::K)], lay.kv_offsets[&(5, KvKind::V)], lay.kv_size),
+            (0, 224, 448)
+        );
+        let mut lay = WorkerLayout::default();
+        lay.add_kv(0..1, (64, 64), GgmlType::Q8_0, 3, 0).unwrap();
+        assert_eq!(lay.kv_size, 408);
+        // K and V rows may differ (head sizes of K and V): 192 and 128 F16 values, 10 cells:
+        // 3840 + 2560 B, each already a multiple of 32.
+        let mut lay = WorkerLayout::default();
+        lay.add_kv(0..2, (192, 128), GgmlType::F16, 10, 32).unwrap();
+        assert_eq!(lay.kv_size, 2 * (3840 + 2560));
+        // A size that overflows is an error, not a wrap.
+        let mut lay = WorkerLayout::default();
+        assert!(lay.add_kv(0..2, (1 << 20, 1 << 20), GgmlType::F16, u64::MAX / 4, 32).is_err());
+    }
 }

@@ -33,8 +33,7 @@ use crate::error::{bail, err, Context, Result};
 use compute::model::local::{plan, Plan};
 use compute::model::session::{fill_inputs, ubatch_params};
 use compute::model::shard::{build_shard, plan_shards, shard_hparams, ShardGraph, ShardSource, ShardSpec};
-use compute::model::{BuildParams, HParams, KvKind, Model, SessionConfig, Storage, TensorId, WeightSource};
-use compute::tensor::Layout;
+use compute::model::{BuildParams, HParams, Model, SessionConfig, Storage, TensorId, WeightSource};
 use llamad_proto::client::read_response;
 use llamad_proto::msg::{GetTensorReq, SetTensorHeader};
 use llamad_proto::{ext, Cmd, Command, RpcTensor};
@@ -212,6 +211,11 @@ impl TensorParallel {
         self.shards.iter().map(|s| (s.w.addr.clone(), s.spec.clone())).collect()
     }
 
+    /// Bytes of each shard's KV cache, in shard order.
+    pub fn kv_bytes(&self) -> Vec<u64> {
+        self.shards.iter().map(|s| s.w.kv_bytes()).collect()
+    }
+
     fn decode_ubatch(&mut self, tokens: &[u32]) -> Result<Vec<f32>> {
         if self.streams && tokens.len() >= STREAM_MIN_TOKENS {
             return self.decode_streams(tokens);
@@ -292,11 +296,29 @@ impl TensorParallel {
         let half = tokens.len().div_ceil(2);
         let parts = [(self.n_past, &tokens[..half]), (self.n_past + half as u64, &tokens[half..])];
         let e = hp.n_embd as usize;
+        let params: Vec<BuildParams> = parts
+            .iter()
+            .map(|(n_past, toks)| ubatch_params(hp, &self.cfg, *n_past, toks.len() as u64, 1))
+            .collect();
+        for s in &mut self.shards {
+            // Growing one stream's compute buffer frees the old one, and the worker then drops every
+            // graph it stored, the other stream's too (`prepare` forgets both): prepare both until
+            // neither was dropped (a second pass finds the buffers large enough).
+            for _ in 0..3 {
+                for (stream, p) in params.iter().enumerate() {
+                    prepare(s, p, true, stream)?;
+                }
+                if s.prepared.iter().all(Option::is_some) {
+                    break;
+                }
+            }
+            if !s.prepared.iter().all(Option::is_some) {
+                bail!("internal: worker {}: the two streams' graphs could not both be stored", s.w.addr);
+            }
+        }
         let mut xs = Vec::with_capacity(2);
         for (stream, (n_past, toks)) in parts.iter().enumerate() {
-            let p = ubatch_params(hp, &self.cfg, *n_past, toks.len() as u64, 1);
             for s in &mut self.shards {
-                prepare(s, &p, true, stream)?;
                 write_attention_inputs(s, stream, *n_past, toks)?;
             }
             xs.push((super::pipeline::embed(self.src.as_ref(), toks)?, toks.len()));
@@ -324,16 +346,13 @@ fn layout(s: &Shard, max_params: &BuildParams) -> Result<WorkerLayout> {
         _ => None,
     });
     out.pack_weights(weights, align, s.w.probe.max_size);
-    for il in 0..s.hp.n_layer {
-        for (kind, rows) in [(KvKind::K, s.hp.n_embd_k_gqa()), (KvKind::V, s.hp.n_embd_v_gqa())] {
-            let bytes = Layout::contiguous(max_params.kv_type, [rows, max_params.kv_size, 1, 1])
-                .ok()
-                .and_then(|l| l.nbytes())
-                .ok_or_else(|| err!("KV cache of layer {il} is too large"))?;
-            out.kv_offsets.insert((il, kind), out.kv_size);
-            out.kv_size += bytes.div_ceil(align) * align;
-        }
-    }
+    out.add_kv(
+        0..s.hp.n_layer,
+        (s.hp.n_embd_k_gqa(), s.hp.n_embd_v_gqa()),
+        max_params.kv_type,
+        max_params.kv_size,
+        align,
+    )?;
     out.compute_size = plan(&sg.built.graph, &[])?.size;
     Ok(out)
 }

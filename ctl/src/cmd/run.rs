@@ -148,6 +148,13 @@ fn open_forward(
 ) -> Result<Box<dyn Forward>> {
     let path = &args.model;
     let model = super::open_model(path, gguf)?;
+    if args.ctx_size > model.hp.n_ctx_train {
+        eprintln!(
+            "llamactl: warning: --ctx-size {} is beyond the model's training context ({} tokens): quality may \
+             degrade past it",
+            args.ctx_size, model.hp.n_ctx_train
+        );
+    }
 
     let threads =
         args.threads.unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get())).max(1);
@@ -213,12 +220,14 @@ fn open_forward(
                 addrs.len(),
                 tp.shards()
                     .iter()
-                    .map(|(a, s)| format!(
-                        "{a} [heads {:?} (kv {:?}), ffn {:?}, vocab {:?}]",
+                    .zip(tp.kv_bytes())
+                    .map(|((a, s), kv)| format!(
+                        "{a} [heads {:?} (kv {:?}), ffn {:?}, vocab {:?}, KV cache {}]",
                         s.q_heads,
                         s.kv_heads(),
                         s.ff,
-                        s.vocab
+                        s.vocab,
+                        mib(kv)
                     ))
                     .collect::<Vec<_>>()
                     .join(", ")
@@ -234,7 +243,13 @@ fn open_forward(
                 p.workers().len(),
                 p.workers()
                     .iter()
-                    .map(|w| format!("{} [{}..{})", w.addr, w.layers.start, w.layers.end))
+                    .map(|w| format!(
+                        "{} [{}..{}) KV cache {}",
+                        w.addr,
+                        w.layers.start,
+                        w.layers.end,
+                        mib(w.kv_bytes())
+                    ))
                     .collect::<Vec<_>>()
                     .join(", ")
             );
