@@ -139,8 +139,10 @@ pub(crate) unsafe fn prepare(n: &Node) -> Result<Plan> {
         Scores::VecDot { row, .. } => row.div_ceil(4),
         Scores::F32 { .. } => 0,
     };
-    // Layout of the local scratch: q (dk) | k row (dk) | acc (dv) | v row (dv) | converted q.
-    let local = 2 * dk + 2 * dv + conv_words;
+    // Layout of the local scratch: q (dk) | k row (dk) | acc (dv) | v row (dv) | converted q |
+    // the mask row's values (then the visible keys' values) | the visible keys (see `run`).
+    let mask_words = mask.as_ref().map_or(0, |m| m.ne[0] + nkv);
+    let local = 2 * dk + 2 * dv + conv_words + mask_words;
     let acc =
         if v.dtype() == GgmlType::F16 { Acc::F16 } else { Acc::F32 { widen: v.dtype() != GgmlType::F32 } };
     let mut softcap = param_f32(n, 2);
@@ -218,7 +220,12 @@ impl FlashAttn {
         let (qf, rest) = ctx.local.split_at_mut(dk);
         let (kf, rest) = rest.split_at_mut(dk);
         let (acc, rest) = rest.split_at_mut(dv);
-        let (vf, conv) = rest.split_at_mut(dv);
+        let (vf, rest) = rest.split_at_mut(dv);
+        let conv_words = match &self.scores {
+            Scores::VecDot { row, .. } => row.div_ceil(4),
+            Scores::F32 { .. } => 0,
+        };
+        let (conv, rest) = rest.split_at_mut(conv_words);
         // One unit = one query row (query, head, sequence).
         {
             let u = ctx.unit;
@@ -244,15 +251,39 @@ impl FlashAttn {
                 Scores::F32 { .. } => &[],
             };
             let slope = alibi_slope(self.max_bias, h, iq2);
+            // The keys this row sees, in order, and their `slope · mask` values: a key whose value
+            // is -inf changes nothing, so it is dropped before the loop (with several sequences in
+            // one cache most keys are another sequence's, and reading their mask values and
+            // prefetching their rows one by one cost more than the visible keys' products).
+            let (visible, keys) = match &self.mask {
+                Some(mk) => {
+                    let (vals, keys) = rest.split_at_mut(mk.ne[0]);
+                    mk.load_row(iq1, iq2 % mk.ne[2], iq3 % mk.ne[3], vals);
+                    let keys: &mut [u32] = bytemuck::cast_slice_mut(&mut keys[..nkv]);
+                    let mut n = 0;
+                    for j in 0..nkv {
+                        let mv = slope * vals[j];
+                        if mv != f32::NEG_INFINITY {
+                            // n <= j: the value at n was read already.
+                            vals[n] = mv;
+                            keys[n] = j as u32;
+                            n += 1;
+                        }
+                    }
+                    (n, Some((&vals[..n], &keys[..n])))
+                }
+                None => (nkv, None),
+            };
+            let key = |i: usize| keys.map_or((i, 0.0), |(vals, keys)| (keys[i] as usize, vals[i]));
             acc.fill(0.0);
             let mut m = f32::NEG_INFINITY;
             let mut s_sum = 0.0f32;
-            for j in 0..nkv {
+            for i in 0..visible {
                 // The cache rows of a later key: each key is a new row (a cache miss once the
                 // weights of a generation step have streamed the KV cache out of L2/L3).
-                if j + PREFETCH_KEYS < nkv {
-                    let (kp, vp) =
-                        (k.row_ptr(j + PREFETCH_KEYS, ik2, ik3), v.row_ptr(j + PREFETCH_KEYS, ik2, ik3));
+                if i + PREFETCH_KEYS < visible {
+                    let (jp, _) = key(i + PREFETCH_KEYS);
+                    let (kp, vp) = (k.row_ptr(jp, ik2, ik3), v.row_ptr(jp, ik2, ik3));
                     for off in (0..k.row_size.min(256)).step_by(64) {
                         prefetch(kp.wrapping_add(off));
                     }
@@ -260,13 +291,7 @@ impl FlashAttn {
                         prefetch(vp.wrapping_add(off));
                     }
                 }
-                let mv = match &self.mask {
-                    Some(mk) => slope * mk.get_f32(j, iq1, iq2 % mk.ne[2], iq3 % mk.ne[3]),
-                    None => 0.0,
-                };
-                if mv == f32::NEG_INFINITY {
-                    continue;
-                }
+                let (j, mv) = key(i);
                 let dot = match &self.scores {
                     Scores::VecDot { vec_dot, .. } => vec_dot(dk, k.row_bytes(j, ik2, ik3), qbytes),
                     Scores::F32 { dot } => {
