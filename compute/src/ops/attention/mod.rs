@@ -139,8 +139,10 @@ pub(crate) unsafe fn prepare(n: &Node) -> Result<Plan> {
         Scores::VecDot { row, .. } => row.div_ceil(4),
         Scores::F32 { .. } => 0,
     };
-    // Layout of the local scratch: q (dk) | k row (dk) | acc (dv) | v row (dv) | converted q.
-    let local = 2 * dk + 2 * dv + conv_words;
+    // Layout of the local scratch: q (dk) | k row (dk) | acc (dv) | v row (dv) | converted q |
+    // the mask row's values (then the visible keys' values) | the visible keys (see `run`).
+    let mask_words = mask.as_ref().map_or(0, |m| m.ne[0] + nkv);
+    let local = 2 * dk + 2 * dv + conv_words + mask_words;
     let acc =
         if v.dtype() == GgmlType::F16 { Acc::F16 } else { Acc::F32 { widen: v.dtype() != GgmlType::F32 } };
     let mut softcap = param_f32(n, 2);
@@ -218,7 +220,12 @@ impl FlashAttn {
         let (qf, rest) = ctx.local.split_at_mut(dk);
         let (kf, rest) = rest.split_at_mut(dk);
         let (acc, rest) = rest.split_at_mut(dv);
-        let (vf, conv) = rest.split_at_mut(dv);
+        let (vf, rest) = rest.split_at_mut(dv);
+        let conv_words = match &self.scores {
+            Scores::VecDot { row, .. } => row.div_ceil(4),
+            Scores::F32 { .. } => 0,
+        };
+        let (conv, rest) = rest.split_at_mut(conv_words);
         // One unit = one query row (query, head, sequence).
         {
             let u = ctx.unit;
@@ -244,15 +251,45 @@ impl FlashAttn {
                 Scores::F32 { .. } => &[],
             };
             let slope = alibi_slope(self.max_bias, h, iq2);
+            // The keys this row sees, in order, and their `slope · mask` values: a key whose value
+            // is -inf changes nothing, so it is dropped before the loop (with several sequences in
+            // one cache most keys are another sequence's, and reading their mask values and
+            // prefetching their rows one by one cost more than the visible keys' products).
+            let (visible, keys) = match &self.mask {
+                Some(mk) => {
+                    let (vals, keys) = rest.split_at_mut(mk.ne[0]);
+                    let keys: &mut [u32] = bytemuck::cast_slice_mut(&mut keys[..nkv]);
+                    let (i2, i3) = (iq2 % mk.ne[2], iq3 % mk.ne[3]);
+                    let n = if mk.dtype() == GgmlType::F16 && mk.packed && slope > 0.0 {
+                        visible_keys_f16(&mk.row_bytes(iq1, i2, i3)[..2 * nkv], slope, vals, keys)
+                    } else {
+                        mk.load_row(iq1, i2, i3, vals);
+                        let mut n = 0;
+                        for j in 0..nkv {
+                            let mv = slope * vals[j];
+                            if mv != f32::NEG_INFINITY {
+                                // n <= j: the value at n was read already.
+                                vals[n] = mv;
+                                keys[n] = j as u32;
+                                n += 1;
+                            }
+                        }
+                        n
+                    };
+                    (n, Some((&vals[..n], &keys[..n])))
+                }
+                None => (nkv, None),
+            };
+            let key = |i: usize| keys.map_or((i, 0.0), |(vals, keys)| (keys[i] as usize, vals[i]));
             acc.fill(0.0);
             let mut m = f32::NEG_INFINITY;
             let mut s_sum = 0.0f32;
-            for j in 0..nkv {
+            for i in 0..visible {
                 // The cache rows of a later key: each key is a new row (a cache miss once the
                 // weights of a generation step have streamed the KV cache out of L2/L3).
-                if j + PREFETCH_KEYS < nkv {
-                    let (kp, vp) =
-                        (k.row_ptr(j + PREFETCH_KEYS, ik2, ik3), v.row_ptr(j + PREFETCH_KEYS, ik2, ik3));
+                if i + PREFETCH_KEYS < visible {
+                    let (jp, _) = key(i + PREFETCH_KEYS);
+                    let (kp, vp) = (k.row_ptr(jp, ik2, ik3), v.row_ptr(jp, ik2, ik3));
                     for off in (0..k.row_size.min(256)).step_by(64) {
                         prefetch(kp.wrapping_add(off));
                     }
@@ -260,13 +297,7 @@ impl FlashAttn {
                         prefetch(vp.wrapping_add(off));
                     }
                 }
-                let mv = match &self.mask {
-                    Some(mk) => slope * mk.get_f32(j, iq1, iq2 % mk.ne[2], iq3 % mk.ne[3]),
-                    None => 0.0,
-                };
-                if mv == f32::NEG_INFINITY {
-                    continue;
-                }
+                let (j, mv) = key(i);
                 let dot = match &self.scores {
                     Scores::VecDot { vec_dot, .. } => vec_dot(dk, k.row_bytes(j, ik2, ik3), qbytes),
                     Scores::F32 { dot } => {
@@ -322,6 +353,95 @@ impl FlashAttn {
             let inv = if s_sum == 0.0 { 0.0 } else { 1.0 / s_sum };
             acc.iter_mut().for_each(|a| *a *= inv);
             self.dst.store_row(iq2, iq1, iq3, acc);
+        }
+    }
+}
+
+/// F16 -inf.
+const F16_NEG_INF: u16 = 0xFC00;
+
+/// The keys of an F16 mask row `row` (one value per key) whose `slope · mask` is not -inf, for a
+/// positive `slope`: their indices into `keys` and those products into `vals`, in order; returns
+/// how many. A -inf mask value times a positive slope is -inf, so those are skipped on their bits
+/// (four at a time: with several sequences in one cache most of a row is -inf), and every other
+/// value is widened and multiplied as the element-wise path does.
+fn visible_keys_f16(row: &[u8], slope: f32, vals: &mut [f32], keys: &mut [u32]) -> usize {
+    debug_assert!(slope > 0.0);
+    let mut n = 0;
+    let mut push = |j: usize, bits: u16| {
+        let mv = slope * half::f16::from_bits(bits).to_f32();
+        if mv != f32::NEG_INFINITY {
+            vals[n] = mv;
+            keys[n] = j as u32;
+            n += 1;
+        }
+    };
+    let mut quads = row.chunks_exact(8);
+    for (q, c) in quads.by_ref().enumerate() {
+        let w = u64::from_le_bytes([c[0], c[1], c[2], c[3], c[4], c[5], c[6], c[7]]);
+        if w == 0xFC00_FC00_FC00_FC00 {
+            continue;
+        }
+        for e in 0..4 {
+            let bits = u16::from_le_bytes([c[2 * e], c[2 * e + 1]]);
+            if bits != F16_NEG_INF {
+                push(4 * q + e, bits);
+            }
+        }
+    }
+    let done = row.len() / 8 * 4;
+    for (e, c) in quads.remainder().chunks_exact(2).enumerate() {
+        let bits = u16::from_le_bytes([c[0], c[1]]);
+        if bits != F16_NEG_INF {
+            push(done + e, bits);
+        }
+    }
+    n
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rand::{Rng, SeedableRng};
+
+    /// The element-wise definition: every key whose widened mask value times `slope` is not -inf.
+    fn visible_reference(row: &[u16], slope: f32) -> Vec<(u32, u32)> {
+        let vals = row.iter().map(|&b| slope * half::f16::from_bits(b).to_f32());
+        vals.enumerate()
+            .filter(|(_, v)| *v != f32::NEG_INFINITY)
+            .map(|(j, v)| (j as u32, v.to_bits()))
+            .collect()
+    }
+
+    #[test]
+    fn f16_mask_scan_equals_the_element_wise_one() {
+        let mut r = rand::rngs::StdRng::seed_from_u64(7);
+        // -inf, +inf, a NaN, the largest finite negatives, zeros, a subnormal, ordinary values.
+        let special = [F16_NEG_INF, 0x7C00, 0x7E01, 0xFBFF, 0x7BFF, 0x0000, 0x8000, 0x0001, 0x3C00, 0xC500];
+        for len in [0usize, 1, 3, 4, 7, 8, 33, 560] {
+            for density in [0.0, 0.125, 0.5, 1.0] {
+                let row: Vec<u16> = (0..len)
+                    .map(|_| {
+                        if r.random::<f64>() >= density {
+                            F16_NEG_INF
+                        } else {
+                            special[r.random_range(0..special.len())]
+                        }
+                    })
+                    .collect();
+                let bytes: Vec<u8> = row.iter().flat_map(|b| b.to_le_bytes()).collect();
+                // Slopes: 1 (no ALiBi), ALiBi-like, tiny, and one that overflows -65504 to -inf.
+                for slope in [1.0f32, 0.5, 0.0039, 1e-30, 1e35] {
+                    let (mut vals, mut keys) = (vec![0.0f32; len], vec![0u32; len]);
+                    let n = visible_keys_f16(&bytes, slope, &mut vals, &mut keys);
+                    let got: Vec<(u32, u32)> = (0..n).map(|i| (keys[i], vals[i].to_bits())).collect();
+                    assert_eq!(
+                        got,
+                        visible_reference(&row, slope),
+                        "len {len} density {density} slope {slope}"
+                    );
+                }
+            }
         }
     }
 }
