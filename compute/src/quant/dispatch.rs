@@ -111,7 +111,8 @@ impl Kernels {
     /// AVX-512 F/BW/VL/DQ). On aarch64 the profile caps the NEON level: `neon-dotprod` builds the
     /// dotprod table on a CPU with i8mm too (ggml's armv8.2-a+dotprod build has no `smmla` kernels
     /// and keeps llamafile on, so its orders differ from the i8mm build's); the other profiles take
-    /// `isa`'s table (see [`Isa::for_profile`]).
+    /// `isa`'s table (see [`Isa::for_profile`]), and `sve` installs the SVE build's F32 / F16 dot
+    /// orders over the i8mm table (`quant::aarch64::install_sve_order`).
     pub fn build_for(isa: Isa, numerics: Numerics) -> Kernels {
         #[cfg(target_arch = "x86_64")]
         {
@@ -121,7 +122,15 @@ impl Kernels {
             }
             k
         }
-        #[cfg(not(target_arch = "x86_64"))]
+        #[cfg(target_arch = "aarch64")]
+        {
+            let mut k = Kernels::build_isa(isa.for_profile(numerics));
+            if numerics == Numerics::Sve && k.isa == Isa::NeonI8mm {
+                super::aarch64::install_sve_order(&mut k);
+            }
+            k
+        }
+        #[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
         {
             Kernels::build_isa(isa.for_profile(numerics))
         }

@@ -38,6 +38,7 @@ mod iq;
 mod kquants;
 mod legacy;
 mod quantize;
+mod sve_float;
 
 use super::dispatch::Kernels;
 use super::GemmRule;
@@ -150,6 +151,23 @@ fn install_ggml_order(k: &mut Kernels, level: Level) {
         k.clear_vec_dot_gemm(F16);
     }
     tracing::debug!(?level, "installed ggml-order NEON kernels");
+}
+
+/// The `sve` profile over the i8mm table: ggml's SVE-build F32 / F16 dot orders
+/// ([`sve_float`], for this CPU's vector length); false (nothing installed) without SVE or for a
+/// vector length other than 128, 256 or 512 bits. The quantized dots, SOFT_MAX's exp and ROPE stay in
+/// the NEON build's order (ggml's SVE build has its own for several of them: not yet reproduced).
+pub fn install_sve_order(k: &mut Kernels) -> bool {
+    let done = sve_float::install(k);
+    if !done {
+        tracing::warn!("no SVE vector length ggml's SVE build handles: the F32/F16 dots keep the NEON order");
+    }
+    done
+}
+
+/// The f32 lanes of one SVE vector on this CPU (the vector length in bits / 32), `None` without SVE.
+pub fn sve_f32_lanes() -> Option<usize> {
+    sve_float::f32_lanes()
 }
 
 /// The NEON kernels of `level` in llamad's own order (bit-identical to the scalar reference
