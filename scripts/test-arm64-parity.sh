@@ -5,13 +5,19 @@
 # over TCP) with both servers emulated, per kernel family, requiring bit-identical results where the
 # case is marked exact:
 #
-#   qemu CPU      llamad kernels  reference profile (GGML_CPU_ARM_ARCH)
-#   neoverse-n1   neon-dotprod    neon-dotprod (armv8.2-a+dotprod)
-#   max           neon-i8mm       neon-i8mm    (armv8.6-a+dotprod+i8mm)
-#   max, SVE 256  neon-i8mm       sve          (armv8.6-a+dotprod+fp16+sve+i8mm; llamad has no SVE
-#                                              kernels yet, so this row reports, it does not gate)
+#   qemu CPU      llamad --numerics  reference profile (GGML_CPU_ARM_ARCH)
+#   neoverse-n1   neon-dotprod       neon-dotprod (armv8.2-a+dotprod)
+#   max           neon-i8mm          neon-i8mm    (armv8.6-a+dotprod+i8mm)
+#   max, SVE 256  sve                sve          (armv8.6-a+dotprod+fp16+sve+i8mm; llamad has no SVE
+#                                                 kernels yet (the i8mm ones run), so this row
+#                                                 reports, it does not gate)
 #
 #   scripts/test-arm64-parity.sh [--quick] [--profiles "neon-dotprod neon-i8mm sve"] [--gate "legacy ..."]
+#                                [--cpu QEMU_CPU] [--families "kquants float"]
+#
+# llamad runs with `--numerics <profile>` and its best kernel set, so the profile alone decides the
+# kernels (e.g. `--profiles neon-dotprod --cpu max`: the dotprod profile on an i8mm CPU).
+# --cpu: the qemu CPU for every profile (default: the table's). --families: run only these families.
 #
 # --gate: only these families of the gating profiles decide the exit status (default: every family);
 # the others are measured and reported. scripts/test.sh gates on the families already in ggml's order.
@@ -26,11 +32,15 @@ root=$PWD
 quick=0
 profiles="neon-dotprod neon-i8mm sve"
 gate_families=""
+cpu_override=""
+only_families=""
 while [ "$#" -gt 0 ]; do
     case "$1" in
         --quick) quick=1 ;;
         --profiles) profiles=$2; shift ;;
         --gate) gate_families=$2; shift ;;
+        --cpu) cpu_override=$2; shift ;;
+        --families) only_families=$2; shift ;;
         *) echo "unknown argument $1" >&2; exit 2 ;;
     esac
     shift
@@ -96,19 +106,21 @@ summary=()
 status=0
 for p in $profiles; do
     case "$p" in
-        neon-dotprod) cpu=neoverse-n1; kernels=neon-dotprod; gate=1 ;;
-        neon-i8mm) cpu=max; kernels=neon-i8mm; gate=1 ;;
-        sve) cpu=max,sve-default-vector-length=32; kernels=neon-i8mm; gate=0 ;;
+        neon-dotprod) cpu=neoverse-n1; gate=1 ;;
+        neon-i8mm) cpu=max; gate=1 ;;
+        sve) cpu=max,sve-default-vector-length=32; gate=0 ;;
         *) echo "unknown profile $p" >&2; exit 2 ;;
     esac
+    [ -n "$cpu_override" ] && cpu=$cpu_override
     for fam in "${families[@]}"; do
         name=${fam%%:*}
         filter=${fam#*:}
+        if [ -n "$only_families" ] && ! [[ " $only_families " == *" $name "* ]]; then continue; fi
         log="$log_dir/$p-$name.log"
-        echo "== $p (qemu -cpu $cpu, llamad kernels $kernels): $name" >&2
+        echo "== $p (qemu -cpu $cpu, llamad --numerics $p): $name" >&2
         LLAMAD_BIN="$root/scripts/llamad-qemu-aarch64" LLAMAD_QEMU_CPU=$cpu \
             LLAMAD_OPDIFF_REF_CMD="$root/tests/peer/ggml-rpc-server-aarch64 $p -H 127.0.0.1 -p {port} -t 1" \
-            LLAMAD_OPDIFF_KERNELS=$kernels LLAMAD_OPDIFF_EXACT=1 LLAMAD_OPDIFF_FILTER="$filter" \
+            LLAMAD_OPDIFF_PROFILE=$p LLAMAD_OPDIFF_EXACT=1 LLAMAD_OPDIFF_FILTER="$filter" \
             cargo test --release -p e2e --test opdiff -- --nocapture >"$log" 2>&1
         rc=$?
         # The per-op table of the run: "op cases identical exact-req max-nmse max-rel failed".

@@ -10,7 +10,7 @@
 //! |---|---|---|
 //! | `avx2` | ggml built for x86-64 AVX2 (FMA, F16C) | packed panels off (their order is not ggml's); everything else in ggml's AVX2 order |
 //! | `avx512` | ggml built natively for AVX-512 (F/BW/VL/DQ; VNNI gives the same integer sums) | as `avx2`, plus 16-lane F32/F16 `vec_dot` and float GEMM orders, the AVX-512 vector `exp` in SOFT_MAX and SwiGLU |
-//! | `neon-dotprod`, `neon-i8mm`, `sve` | ggml built for armv8.2-a+dotprod, armv8.6-a+i8mm, SVE (Graviton 3) | aarch64 kernels (see `quant::aarch64`) |
+//! | `neon-dotprod`, `neon-i8mm`, `sve` | ggml built for armv8.2-a+dotprod, armv8.6-a+i8mm, SVE (Graviton 3) | aarch64 kernels in ggml's NEON order (see `quant::aarch64`); `neon-dotprod` runs the dotprod set (llamafile's orders, no `smmla`) on an i8mm CPU too; `neon-i8mm` and `sve` need the i8mm set; `sve` adds the SVE build's F32/F16 dot and SOFT_MAX/SwiGLU orders for the CPU's vector length (its quantized dots are still the i8mm build's) |
 //! | `portable` | none: the fastest kernels, each in its own order | every fast path, panels included |
 //!
 //! Choosing: [`init`] takes an explicit request (`llamad --numerics`, its config key `numerics`,
@@ -85,15 +85,19 @@ impl Numerics {
             Numerics::Avx2 => crate::quant::x86_64::avx2_available(),
             #[cfg(target_arch = "x86_64")]
             Numerics::Avx512 => crate::quant::x86_64::avx512_numerics_available(),
+            // The aarch64 profiles need the kernel set of their level (a lower `LLAMAD_KERNELS`
+            // set cannot run them); the set is only chosen where the CPU has its features.
             #[cfg(target_arch = "aarch64")]
-            Numerics::NeonDotprod => std::arch::is_aarch64_feature_detected!("dotprod"),
-            #[cfg(target_arch = "aarch64")]
-            Numerics::NeonI8mm => {
-                std::arch::is_aarch64_feature_detected!("dotprod")
-                    && std::arch::is_aarch64_feature_detected!("i8mm")
+            Numerics::NeonDotprod => {
+                use crate::quant::dispatch::Isa;
+                matches!(isa, Isa::NeonDotprod | Isa::NeonI8mm)
             }
             #[cfg(target_arch = "aarch64")]
-            Numerics::Sve => std::arch::is_aarch64_feature_detected!("sve"),
+            Numerics::NeonI8mm => isa == crate::quant::dispatch::Isa::NeonI8mm,
+            #[cfg(target_arch = "aarch64")]
+            Numerics::Sve => {
+                isa == crate::quant::dispatch::Isa::NeonI8mm && std::arch::is_aarch64_feature_detected!("sve")
+            }
             #[allow(unreachable_patterns)]
             _ => false,
         }

@@ -604,10 +604,11 @@ impl MulMat {
 }
 
 /// Whether `t`'s two-row kernel (where the kernel set has one) sums in another order than its
-/// `vec_dot`: the legacy formats ggml runs through `smmla` with i8mm (Q4_0, Q4_1, Q8_0), whose
+/// `vec_dot`: the formats ggml runs through `smmla` with i8mm (Q4_0, Q4_1, Q8_0, Q4_K, Q6_K), whose
 /// aarch64 kernels follow ggml's order (`quant::aarch64`). Elsewhere the two agree bit for bit.
 fn two_row_order_differs(t: GgmlType) -> bool {
-    matches!(t, GgmlType::Q4_0 | GgmlType::Q4_1 | GgmlType::Q8_0)
+    use GgmlType::*;
+    matches!(t, Q4_0 | Q4_1 | Q8_0 | Q4_K | Q6_K)
 }
 
 /// The dot kernels of a planned matrix product.

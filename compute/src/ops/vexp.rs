@@ -7,6 +7,11 @@
 //! `vaddvq_f32` (`(l0 + l1) + (l2 + l3)`), `expf` past the last whole group of 4 ([`ref_exp_neon`]
 //! is the per-lane twin). With the `scalar` kernel set the rows use `expf` throughout.
 //!
+//! Under the `sve` numerics profile the aarch64 rows follow ggml's SVE build: the same `exp` (its SVE
+//! form has the same operations) on whole SVE vectors of `w` lanes (this CPU's vector length) with a
+//! predicated last vector instead of `expf`, each group's softmax sum reduced by `faddv` (recursive
+//! halving, inactive lanes +0); SwiGLU likewise runs every element through the vector `exp`.
+//!
 //! Under the `avx512` numerics profile the rows follow ggml's AVX-512 build instead: 16 lanes, whose
 //! `exp` evaluates the polynomial with its leading 1 folded in and scales by `2^n` with `vscalefps`
 //! (inputs with |n| > 192 give 0 or +inf directly), the softmax sum of each group of 16 reduced as
@@ -56,16 +61,17 @@ fn silu(x: f32) -> f32 {
     x / (1.0 + (-x).exp())
 }
 
-/// Elements per vector group of [`soft_max_exp`] (16 under the `avx512` profile, 4 on aarch64, else
-/// 8): a row cut at a multiple of it keeps every group's sum.
+/// Elements per vector group of [`soft_max_exp`] (16 under the `avx512` profile, 4 on aarch64 (the
+/// SVE vector's f32 lanes under the `sve` profile), else 8): a row cut at a multiple of it keeps
+/// every group's sum.
 pub(crate) fn group() -> usize {
     #[cfg(target_arch = "x86_64")]
     if avx512::Token::get().is_some() {
         return 16;
     }
     #[cfg(target_arch = "aarch64")]
-    if neon::Token::get().is_some() {
-        return 4;
+    if let Some(t) = neon::Token::get() {
+        return t.group();
     }
     8
 }
@@ -377,26 +383,129 @@ mod neon {
     use std::arch::aarch64::*;
 
     /// Proof that the NEON kernel set is in use (NEON is part of every aarch64 CPU; the `scalar`
-    /// kernel set keeps the C library's `expf`).
+    /// kernel set keeps the C library's `expf`), with the SVE vector's f32 lanes when the `sve`
+    /// profile is in force (0 otherwise: ggml's NEON rows).
     #[derive(Clone, Copy)]
-    pub(super) struct Token(());
+    pub(super) struct Token(usize);
 
     impl Token {
         pub(super) fn get() -> Option<Token> {
             (crate::quant::active_isa() != "scalar" && std::arch::is_aarch64_feature_detected!("neon"))
-                .then_some(Token(()))
+                .then(|| Token(sve_lanes()))
+        }
+
+        /// Elements per softmax group.
+        pub(super) fn group(self) -> usize {
+            if self.0 > 0 {
+                self.0
+            } else {
+                4
+            }
         }
 
         pub(super) fn soft_max_exp(self, x: &[f32], max: f32, y: &mut [f32]) -> f64 {
-            // SAFETY: the token proves NEON; the body reads and writes whole groups of 4 within the
-            // equal-length slices (asserted by the caller).
-            unsafe { soft_max_exp(x, max, y) }
+            // SAFETY: the token proves NEON; the bodies read and write whole groups of 4 within the
+            // equal-length slices (asserted by the caller) or within their own buffers.
+            unsafe {
+                if self.0 > 0 {
+                    soft_max_exp_sve(x, max, y, self.0)
+                } else {
+                    soft_max_exp(x, max, y)
+                }
+            }
         }
 
         pub(super) fn swiglu(self, x: &mut [f32], g: &[f32]) -> usize {
             // SAFETY: as above.
-            unsafe { swiglu(x, g) }
+            unsafe {
+                if self.0 > 0 {
+                    swiglu_sve(x, g)
+                } else {
+                    swiglu(x, g)
+                }
+            }
         }
+    }
+
+    /// The f32 lanes of this CPU's SVE vector under the `sve` profile (4, 8 or 16), else 0.
+    pub(super) fn sve_lanes() -> usize {
+        static LANES: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+        *LANES.get_or_init(|| {
+            if crate::numerics::active() != crate::numerics::Numerics::Sve {
+                return 0;
+            }
+            crate::quant::aarch64::sve_f32_lanes().filter(|w| matches!(w, 4 | 8 | 16)).unwrap_or(0)
+        })
+    }
+
+    /// `exp` of up to `w` values (`w` ≤ 16, a multiple of 4) as one predicated SVE vector: the lanes
+    /// past `x.len()` are computed on -inf and set to +0, as an inactive lane of `faddv` counts.
+    #[inline(always)]
+    unsafe fn exp_vector(x: &[f32], max: f32, w: usize, out: &mut [f32; 16]) {
+        let mut v = [f32::NEG_INFINITY; 16];
+        v[..x.len()].copy_from_slice(x);
+        // SAFETY: 16-element buffers, w ≤ 16; register arithmetic under NEON (callers).
+        unsafe {
+            let m = vdupq_n_f32(max);
+            for q in (0..w).step_by(4) {
+                let e = exp4(vsubq_f32(vld1q_f32(v.as_ptr().add(q)), m));
+                vst1q_f32(out.as_mut_ptr().add(q), e);
+            }
+        }
+        out[x.len()..w].fill(0.0);
+    }
+
+    /// `faddv`: recursive halving of the lanes.
+    fn faddv(v: &[f32]) -> f32 {
+        if v.len() == 1 {
+            return v[0];
+        }
+        let h = v.len() / 2;
+        faddv(&v[..h]) + faddv(&v[h..])
+    }
+
+    /// ggml's SVE softmax row (twin: `super::tests::sve_rows_twin`).
+    ///
+    /// # Safety
+    /// NEON must be available; `x.len() == y.len()`; `w` is 4, 8 or 16.
+    #[target_feature(enable = "neon")]
+    unsafe fn soft_max_exp_sve(x: &[f32], max: f32, y: &mut [f32], w: usize) -> f64 {
+        let mut sum = 0.0f64;
+        let mut e = [0.0f32; 16];
+        for (xc, yc) in x.chunks(w).zip(y.chunks_mut(w)) {
+            // SAFETY: w ≤ 16 (caller); NEON enabled on this fn.
+            unsafe { exp_vector(xc, max, w, &mut e) };
+            yc.copy_from_slice(&e[..yc.len()]);
+            sum += faddv(&e[..w]) as f64;
+        }
+        sum
+    }
+
+    /// ggml's SVE SwiGLU row: every element through the vector `exp` (no C library tail). Returns
+    /// the elements done (all).
+    ///
+    /// # Safety
+    /// NEON must be available; `x` and `g` have equal lengths.
+    #[target_feature(enable = "neon")]
+    unsafe fn swiglu_sve(x: &mut [f32], g: &[f32]) -> usize {
+        let head = x.len() / 4 * 4;
+        // SAFETY: forwarded; the NEON body covers whole groups of 4.
+        unsafe { swiglu(x, g) };
+        if head < x.len() {
+            let mut v = [0.0f32; 4];
+            let tail = x.len() - head;
+            v[..tail].copy_from_slice(&x[head..]);
+            // SAFETY: 4-element buffer; register arithmetic under NEON.
+            unsafe {
+                let xv = vld1q_f32(v.as_ptr());
+                let e = exp4(vsubq_f32(vdupq_n_f32(0.0), xv));
+                vst1q_f32(v.as_mut_ptr(), vdivq_f32(xv, vaddq_f32(vdupq_n_f32(1.0), e)));
+            }
+            for i in 0..tail {
+                x[head + i] = v[i] * g[head + i];
+            }
+        }
+        x.len()
     }
 
     /// exp of 4 lanes as ggml's NEON `ggml_v_expf` (twin: `super::ref_exp_neon`).
@@ -485,8 +594,9 @@ mod tests {
 
     #[test]
     fn avx512_profile_rows_equal_their_scalar_twin() {
-        // Only meaningful where the profile is in force (LLAMAD_NUMERICS / detection).
-        if group() != 16 {
+        // Only meaningful where the profile is in force (LLAMAD_NUMERICS / detection); 16-lane SVE
+        // rows (the `sve` profile at 512 bits) are another order.
+        if group() != 16 || cfg!(not(target_arch = "x86_64")) {
             return;
         }
         let xs: Vec<f32> = (-3000..3000)
@@ -541,7 +651,7 @@ mod tests {
     #[cfg(target_arch = "aarch64")]
     #[test]
     fn neon_rows_equal_their_scalar_twin() {
-        if group() != 4 {
+        if group() != 4 || neon::sve_lanes() != 0 {
             return;
         }
         let xs: Vec<f32> = (-3000..3000)
@@ -571,6 +681,60 @@ mod tests {
             let e = if i < head { ref_exp_neon(-fin[i]) } else { (-fin[i]).exp() };
             let want = fin[i] / (1.0 + e) * g[i];
             assert_eq!(s[i].to_bits(), want.to_bits(), "swiglu({})", fin[i]);
+        }
+    }
+
+    /// ggml's SVE softmax row in scalar form: groups of `w`, each summed by `faddv` (recursive
+    /// halving) with the missing lanes of the last one as +0, every element through the vector exp.
+    #[cfg(target_arch = "aarch64")]
+    fn sve_rows_twin(xs: &[f32], w: usize) -> (Vec<f32>, f64) {
+        fn faddv(v: &[f32]) -> f32 {
+            if v.len() == 1 {
+                return v[0];
+            }
+            faddv(&v[..v.len() / 2]) + faddv(&v[v.len() / 2..])
+        }
+        let mut y = Vec::new();
+        let mut sum = 0.0f64;
+        for chunk in xs.chunks(w) {
+            let mut e: Vec<f32> = chunk.iter().map(|&v| ref_exp_neon(v)).collect();
+            y.extend_from_slice(&e);
+            e.resize(w, 0.0);
+            sum += faddv(&e) as f64;
+        }
+        (y, sum)
+    }
+
+    #[cfg(target_arch = "aarch64")]
+    #[test]
+    fn sve_rows_equal_their_scalar_twin() {
+        let w = neon::sve_lanes();
+        if w == 0 || crate::quant::active_isa() == "scalar" {
+            eprintln!("the sve profile is not in force: nothing to check");
+            return;
+        }
+        assert_eq!(group(), w);
+        for len in [1usize, 3, 4, 7, 8, 9, 15, 16, 17, 33, 6011] {
+            let xs: Vec<f32> = (-3000..3000)
+                .map(|i| i as f32 * 0.037)
+                .chain([-200.0, -104.5, -103.9, -87.3, -0.0, 88.3, 88.4, 89.0, 200.0, f32::NEG_INFINITY, 1.5])
+                .take(len)
+                .collect();
+            let mut y = vec![0.0f32; xs.len()];
+            let sum = soft_max_exp(&xs, 0.0, &mut y);
+            let (want, want_sum) = sve_rows_twin(&xs, w);
+            for (i, (a, b)) in y.iter().zip(&want).enumerate() {
+                assert_eq!(a.to_bits(), b.to_bits(), "len {len} exp({})", xs[i]);
+            }
+            assert_eq!(sum.to_bits(), want_sum.to_bits(), "len {len} w {w}");
+            let g: Vec<f32> = (0..xs.len()).map(|i| 0.5 + (i % 7) as f32 * 0.25).collect();
+            let fin: Vec<f32> = xs.iter().map(|v| if v.is_finite() { *v } else { -50.0 }).collect();
+            let mut s = fin.clone();
+            swiglu_in_place(&mut s, &g);
+            for i in 0..fin.len() {
+                let want = fin[i] / (1.0 + ref_exp_neon(-fin[i])) * g[i];
+                assert_eq!(s[i].to_bits(), want.to_bits(), "len {len} swiglu({})", fin[i]);
+            }
         }
     }
 

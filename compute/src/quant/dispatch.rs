@@ -67,6 +67,15 @@ impl Isa {
         ALL.into_iter().filter(|i| i.available()).collect()
     }
 
+    /// The kernel set that runs the numerics profile `numerics` when `self` was chosen: the
+    /// `neon-dotprod` profile lowers `neon-i8mm` to `neon-dotprod`; every other pair keeps `self`.
+    pub fn for_profile(self, numerics: Numerics) -> Isa {
+        match (self, numerics) {
+            (Isa::NeonI8mm, Numerics::NeonDotprod) => Isa::NeonDotprod,
+            _ => self,
+        }
+    }
+
     fn parse(s: &str) -> Option<Isa> {
         ALL.into_iter().find(|i| i.name() == s)
     }
@@ -99,7 +108,11 @@ impl Kernels {
     /// yields the scalar table. On x86: every profile but `portable` drops the packed panels (their
     /// summation order is not ggml's); `avx512` replaces the F32/F16 dot products, float GEMM
     /// orders and the F16 tile with the 16-lane ones of ggml's AVX-512 build (when the CPU has
-    /// AVX-512 F/BW/VL/DQ). The aarch64 profiles leave the NEON tables as they are for now.
+    /// AVX-512 F/BW/VL/DQ). On aarch64 the profile caps the NEON level: `neon-dotprod` builds the
+    /// dotprod table on a CPU with i8mm too (ggml's armv8.2-a+dotprod build has no `smmla` kernels
+    /// and keeps llamafile on, so its orders differ from the i8mm build's); the other profiles take
+    /// `isa`'s table (see [`Isa::for_profile`]), and `sve` installs the SVE build's F32 / F16 dot
+    /// orders over the i8mm table (`quant::aarch64::install_sve_order`).
     pub fn build_for(isa: Isa, numerics: Numerics) -> Kernels {
         #[cfg(target_arch = "x86_64")]
         {
@@ -109,10 +122,17 @@ impl Kernels {
             }
             k
         }
-        #[cfg(not(target_arch = "x86_64"))]
+        #[cfg(target_arch = "aarch64")]
         {
-            let _ = numerics;
-            Kernels::build_isa(isa)
+            let mut k = Kernels::build_isa(isa.for_profile(numerics));
+            if numerics == Numerics::Sve && k.isa == Isa::NeonI8mm {
+                super::aarch64::install_sve_order(&mut k);
+            }
+            k
+        }
+        #[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
+        {
+            Kernels::build_isa(isa.for_profile(numerics))
         }
     }
 
@@ -402,6 +422,81 @@ mod tests {
                 assert!(portable.get(Q4_0).panel.is_some(), "portable keeps the panels");
             }
         }
+    }
+
+    /// `neon-dotprod` on an i8mm CPU builds exactly the dotprod table (ggml's armv8.2-a+dotprod
+    /// build: llamafile's Q4_0 / Q8_0 / F32 / F16 orders, no two-row `smmla` kernels), whose orders
+    /// differ from the i8mm table's.
+    #[cfg(target_arch = "aarch64")]
+    #[test]
+    fn neon_dotprod_profile_builds_the_dotprod_table_on_i8mm() {
+        use GgmlType::*;
+        if !Isa::NeonI8mm.available() {
+            eprintln!("no i8mm on this CPU: nothing to lower");
+            return;
+        }
+        let (lowered, dotprod, i8mm) = (
+            Kernels::build_for(Isa::NeonI8mm, Numerics::NeonDotprod),
+            Kernels::build_for(Isa::NeonDotprod, Numerics::NeonDotprod),
+            Kernels::build_for(Isa::NeonI8mm, Numerics::NeonI8mm),
+        );
+        assert_eq!(lowered.isa(), Isa::NeonDotprod);
+        assert_eq!(Isa::NeonI8mm.for_profile(Numerics::NeonDotprod), Isa::NeonDotprod);
+        assert_eq!(Isa::NeonI8mm.for_profile(Numerics::NeonI8mm), Isa::NeonI8mm);
+        assert_eq!(Isa::NeonI8mm.for_profile(Numerics::Sve), Isa::NeonI8mm);
+        let addr = |f: Option<usize>| f.unwrap_or(0);
+        let fields = |k: &TypeKernels| {
+            [
+                addr(k.vec_dot.map(|f| f as usize)),
+                addr(k.vec_dot_x4.map(|f| f as usize)),
+                addr(k.vec_dot_2x2.map(|f| f as usize)),
+                addr(k.vec_dot_gemm.map(|f| f as usize)),
+                addr(k.from_f32.map(|f| f as usize)),
+                addr(k.to_f32.map(|f| f as usize)),
+            ]
+        };
+        for (i, (a, b)) in lowered.types.iter().zip(&dotprod.types).enumerate() {
+            assert_eq!(fields(a), fields(b), "type {i}");
+            assert_eq!(a.gemm_rule, b.gemm_rule, "type {i}");
+        }
+        // The orders that separate the two builds.
+        for t in [Q4_0, Q8_0, F32, F16] {
+            assert!(lowered.get(t).vec_dot_gemm.is_some() && i8mm.get(t).vec_dot_gemm.is_none(), "{t}");
+        }
+        for t in [Q4_0, Q4_1, Q8_0] {
+            assert!(lowered.get(t).vec_dot_2x2.is_none() && i8mm.get(t).vec_dot_2x2.is_some(), "{t}");
+        }
+        // And they give other bits: Q4_0 rows whose tinyBLAS (one accumulator) and smmla (per-block
+        // scaling) sums round differently, each equal to its scalar twin.
+        use crate::quant::scalar::neon_order as no;
+        let s = build_scalar();
+        let mut seed = 0x9E37_79B9_7F4A_7C15u64;
+        let mut row = |n: usize| -> Vec<f32> {
+            (0..n)
+                .map(|_| {
+                    seed ^= seed << 13;
+                    seed ^= seed >> 7;
+                    seed ^= seed << 17;
+                    (seed >> 40) as f32 / (1u64 << 23) as f32 - 1.0
+                })
+                .collect()
+        };
+        let n = 32 * 16;
+        let q = |t: GgmlType, x: &[f32]| {
+            let mut out = vec![0u8; t.row_size(x.len() as u64).unwrap() as usize];
+            (s.get(t).from_f32.unwrap())(x, &mut out);
+            out
+        };
+        let mut differ = 0;
+        for _ in 0..64 {
+            let (x0, x1, y0, y1) = (q(Q4_0, &row(n)), q(Q4_0, &row(n)), q(Q8_0, &row(n)), q(Q8_0, &row(n)));
+            let g = (lowered.get(Q4_0).vec_dot_gemm.unwrap())(n, &x0, &y0);
+            assert_eq!(g.to_bits(), no::gemm_q4_0_q8_0_neon(n, &x0, &y0).to_bits());
+            let m = (i8mm.get(Q4_0).vec_dot_2x2.unwrap())(n, [&x0, &x1], [&y0, &y1])[0];
+            assert_eq!(m.to_bits(), no::vec_dot_2x2_q4_0_q8_0_neon(n, [&x0, &x1], [&y0, &y1])[0].to_bits());
+            differ += usize::from(g.to_bits() != m.to_bits());
+        }
+        assert!(differ > 0, "the dotprod and i8mm orders never differed on 64 random rows");
     }
 
     #[test]

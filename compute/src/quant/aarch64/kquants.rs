@@ -87,6 +87,37 @@ impl<B: GgmlStep> KBlock for Ggml<B> {
     }
 }
 
+/// A K-quant's two-row kernel in ggml's i8mm order (`neon-i8mm`; Q4_K and Q6_K, the formats ggml
+/// has `smmla` kernels for): the exact sums of the two-row loop folded into each output's running
+/// sum by the float step of ggml's `nrc == 2` kernel (`quant::scalar::neon_order::mmla_step_*`,
+/// twins `vec_dot_2x2_q4_k_q8_k_neon` / `vec_dot_2x2_q6_k_q8_k_neon`). Each output is its own lane:
+/// the pairing of rows and columns does not change its bits.
+pub(super) struct GgmlMmla<B>(std::marker::PhantomData<B>);
+
+/// ggml's i8mm two-row float step of a format.
+pub(super) trait GgmlMmlaStep: KBlock {
+    /// The running sum of one output after one block.
+    fn mmla_step(sum: f32, isc: i32, imn: i32, x: &Self::X, y: &BlockQ8K) -> f32;
+}
+
+impl<B: GgmlMmlaStep> KBlock for GgmlMmla<B> {
+    type X = B::X;
+    const MINS: bool = B::MINS;
+    const PER32: bool = B::PER32;
+    #[inline(always)]
+    unsafe fn decode(x: &B::X) -> Decoded {
+        // SAFETY: forwarded contract.
+        unsafe { B::decode(x) }
+    }
+    fn value(isc: i32, imn: i32, x: &B::X, y: &BlockQ8K) -> f32 {
+        B::value(isc, imn, x, y)
+    }
+    #[inline(always)]
+    fn step(sum: f32, isc: i32, imn: i32, x: &B::X, y: &BlockQ8K) -> f32 {
+        B::mmla_step(sum, isc, imn, x, y)
+    }
+}
+
 mod ggml_steps {
     use super::*;
     use crate::quant::scalar::neon_order as no;
@@ -119,6 +150,16 @@ mod ggml_steps {
     impl GgmlStep for Q6K {
         fn ggml_step(sum: f32, isc: i32, _imn: i32, x: &BlockQ6K, y: &BlockQ8K) -> f32 {
             no::neon_step_q6k(sum, isc, h2f(x.d), dy(y))
+        }
+    }
+    impl GgmlMmlaStep for Q4K {
+        fn mmla_step(sum: f32, isc: i32, imn: i32, x: &BlockQ4K, y: &BlockQ8K) -> f32 {
+            no::mmla_step_q4k(sum, isc, imn, h2f(x.d), h2f(x.dmin), dy(y))
+        }
+    }
+    impl GgmlMmlaStep for Q6K {
+        fn mmla_step(sum: f32, isc: i32, _imn: i32, x: &BlockQ6K, y: &BlockQ8K) -> f32 {
+            no::mmla_step_q6k(sum, isc, h2f(x.d), dy(y))
         }
     }
 }
@@ -307,6 +348,12 @@ fn vec_dot_2x2_i8mm<B: KBlock>(n: usize, x: [&[u8]; 2], y: [&[u8]; 2]) -> [f32; 
     let ys = y.map(|r| take_blocks::<BlockQ8K>(r, n / QK_K));
     // SAFETY: installed only after NEON, dotprod and i8mm detection; every row has n / 256 blocks.
     unsafe { dot2x2_i8mm::<B>(xs, ys) }
+}
+
+/// The i8mm two-row kernel of `B` alone (for [`GgmlMmla`]; the caller installs it only where i8mm
+/// was detected).
+pub(super) fn two_row<B: KBlock>() -> VecDot2x2Fn {
+    vec_dot_2x2_i8mm::<B>
 }
 
 /// The kernels of `B` for the level (`dotprod`, `i8mm` as detected by the caller).

@@ -10,7 +10,7 @@
 //! | type | vec_dot | vec_dot_x4 | vec_dot_2x2 (i8mm) | to_f32 | from_f32 |
 //! |---|---|---|---|---|---|
 //! | Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, IQ4_NL, MXFP4 | NEON, sdot | NEON, sdot | smmla | NEON | Q8_0 |
-//! | Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_XS | NEON, sdot | NEON, sdot | smmla | NEON | — |
+//! | Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_XS | NEON, sdot | NEON, sdot | smmla (ggml order: Q4_K, Q6_K only) | NEON | — |
 //! | IQ2_XXS, IQ2_XS, IQ2_S, IQ3_XXS, IQ3_S, IQ1_S, IQ1_M, TQ1_0, TQ2_0 | NEON, sdot | NEON, sdot | smmla | — (scalar) | — |
 //! | Q8_1, Q8_K (activations) | — | — | — | — | NEON |
 //! | F32, F16, BF16 | NEON (fma) | — | — | F16, BF16 | F16, BF16 |
@@ -24,10 +24,10 @@
 //! so that they give the bits of llama.cpp built for armv8.2-a+dotprod; likewise the K-quants and
 //! IQ4_XS (`kquants::Ggml`: ggml's float step per super-block), the F32/F16 dots and, at the dotprod
 //! level, llamafile's float GEMM ([`ggml_float`]); BF16 takes the scalar reference (ggml has no NEON
-//! BF16 dot). Still in our own order: the grid IQ types, and the two-row i8mm kernels of Q4_K/Q6_K
-//! (ggml's are not reproduced, so the K-quants have none). At the i8mm level the two-row kernels of
-//! Q4_0, Q4_1 and Q8_0 are ggml's `smmla` ones, which ggml's mul_mat runs for every output exactly
-//! when the row and column counts are both even (matmul plans by that rule).
+//! BF16 dot). Still in our own order: the grid IQ types. At the i8mm level the two-row kernels of
+//! Q4_0, Q4_1, Q8_0, Q4_K and Q6_K are ggml's `smmla` ones (`ggml::two_row`, `kquants::GgmlMmla`),
+//! which ggml's mul_mat runs for every output exactly when the row and column counts are both even
+//! (matmul plans by that rule); the other K-quants have none.
 
 mod dequant;
 mod dot;
@@ -38,6 +38,7 @@ mod iq;
 mod kquants;
 mod legacy;
 mod quantize;
+mod sve_float;
 
 use super::dispatch::Kernels;
 use super::GemmRule;
@@ -112,8 +113,8 @@ fn install_ggml_order(k: &mut Kernels, level: Level) {
     }
     k.set_from_f32(Q8_0, ggml::q8_0_from_f32);
     k.set_from_f32(Q8_1, ggml::q8_1_from_f32);
-    // The K-quants and IQ4_XS: ggml's NEON one-row order (ggml's own two-row i8mm kernels of Q4_K and
-    // Q6_K are not reproduced; the others have none), so no two-row kernel at any level.
+    // The K-quants and IQ4_XS: ggml's NEON one-row order; with i8mm ggml's two-row `smmla` kernels of
+    // Q4_K and Q6_K (the others have none, so no two-row kernel).
     macro_rules! ggml_kquants {
         ($($t:ident => $b:ty),* $(,)?) => {$(
             let (dot, x4, _) = kquants::set::<kquants::Ggml<$b>>(true, false);
@@ -129,6 +130,10 @@ fn install_ggml_order(k: &mut Kernels, level: Level) {
         Q5_K => kquants::Q5K,
         Q6_K => kquants::Q6K,
         IQ4_XS => kquants::Iq4Xs,
+    }
+    if level >= Level::I8mm {
+        k.set_vec_dot_2x2(Q4_K, kquants::two_row::<kquants::GgmlMmla<kquants::Q4K>>());
+        k.set_vec_dot_2x2(Q6_K, kquants::two_row::<kquants::GgmlMmla<kquants::Q6K>>());
     }
     // F32 / F16 / BF16: ggml's NEON vec_dot orders (BF16 has no NEON path in ggml: the scalar
     // reference is its order); at the dotprod level llamafile's tinyBLAS for matrix products, F32
@@ -146,6 +151,23 @@ fn install_ggml_order(k: &mut Kernels, level: Level) {
         k.clear_vec_dot_gemm(F16);
     }
     tracing::debug!(?level, "installed ggml-order NEON kernels");
+}
+
+/// The `sve` profile over the i8mm table: ggml's SVE-build F32 / F16 dot orders
+/// ([`sve_float`], for this CPU's vector length); false (nothing installed) without SVE or for a
+/// vector length other than 128, 256 or 512 bits. The quantized dots, SOFT_MAX's exp and ROPE stay in
+/// the NEON build's order (ggml's SVE build has its own for several of them: not yet reproduced).
+pub fn install_sve_order(k: &mut Kernels) -> bool {
+    let done = sve_float::install(k);
+    if !done {
+        tracing::warn!("no SVE vector length ggml's SVE build handles: the F32/F16 dots keep the NEON order");
+    }
+    done
+}
+
+/// The f32 lanes of one SVE vector on this CPU (the vector length in bits / 32), `None` without SVE.
+pub fn sve_f32_lanes() -> Option<usize> {
+    sve_float::f32_lanes()
 }
 
 /// The NEON kernels of `level` in llamad's own order (bit-identical to the scalar reference

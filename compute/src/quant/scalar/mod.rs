@@ -16,6 +16,7 @@ pub mod legacy;
 pub mod neon_float;
 pub mod neon_order;
 pub mod refquant;
+pub mod sve_float;
 
 pub use extra::*;
 pub use float::*;

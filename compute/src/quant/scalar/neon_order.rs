@@ -17,9 +17,9 @@
 //! - With two or more activation rows ggml hands Q4_0 and Q8_0 to llamafile's `tinyBLAS_Q0_ARM`: the
 //!   same lane products, but one accumulator over all blocks and one `hadd` ([`gemm_q0_blocks`]).
 //!   Only without i8mm and SVE: ggml-cpu.c turns llamafile off when either is enabled.
-//! - With i8mm ggml's mul_mat runs Q4_0, Q4_1 and Q8_0 (and Q4_K, Q6_K) through two-row `smmla`
+//! - With i8mm ggml's mul_mat runs Q4_0, Q4_1, Q8_0, Q4_K and Q6_K through two-row `smmla`
 //!   kernels when the weight rows and activation rows are both even in number
-//!   ([`vec_dot_2x2_mmla`]).
+//!   ([`vec_dot_2x2_mmla`], [`vec_dot_2x2_q4_k_q8_k_neon`], [`vec_dot_2x2_q6_k_q8_k_neon`]).
 
 use super::quant_blocks;
 use crate::quant::blocks::*;
@@ -395,6 +395,59 @@ pub fn neon_step_q5k(sum: f32, isc: i32, imn: i32, xd: f32, xdmin: f32, yd: f32)
 #[inline(always)]
 pub fn neon_step_q6k(sum: f32, isc: i32, xd: f32, yd: f32) -> f32 {
     (xd * yd).mul_add(isc as f32, sum)
+}
+
+/// Q4_K, ggml's i8mm two-row kernel (`nrc == 2`): `sum − f32(Σmin)·(x.dmin·y.d)`, then
+/// `+ f32(Σscale)·(x.d·y.d)`, every product and sum rounded (GCC's `vmlsq_f32` / `vmlaq_f32` are
+/// `fmul` then `fsub` / `fadd`).
+#[inline(always)]
+pub fn mmla_step_q4k(sum: f32, isc: i32, imn: i32, xd: f32, xdmin: f32, yd: f32) -> f32 {
+    let sum = sum - imn as f32 * (xdmin * yd);
+    sum + isc as f32 * (xd * yd)
+}
+
+/// Q6_K, ggml's i8mm two-row kernel: `sum + f32(Σscale·(q−32))·(x.d·y.d)`, rounded twice (the
+/// `−32` offset is taken out of the integer sum as `32·Σscale·bsum`: the same exact integer).
+#[inline(always)]
+pub fn mmla_step_q6k(sum: f32, isc: i32, xd: f32, yd: f32) -> f32 {
+    sum + isc as f32 * (xd * yd)
+}
+
+/// The four outputs `[x0·y0, x0·y1, x1·y0, x1·y1]` of a two-row kernel, each folded over the
+/// super-blocks by `step` from the exact integer sums `ints`.
+fn k_2x2<X: bytemuck::Pod>(
+    n: usize,
+    x: [&[u8]; 2],
+    y: [&[u8]; 2],
+    ints: impl Fn(&X, &BlockQ8K) -> (i32, i32),
+    step: impl Fn(f32, i32, i32, &X, &BlockQ8K) -> f32,
+) -> [f32; 4] {
+    let rows = [k_rows::<X>(n, x[0], y[0]), k_rows::<X>(n, x[1], y[1])];
+    std::array::from_fn(|o| {
+        let (xs, ys) = (rows[o / 2].0, rows[o % 2].1);
+        xs.iter().zip(ys).fold(0.0, |s, (bx, by)| {
+            let (isc, imn) = ints(bx, by);
+            step(s, isc, imn, bx, by)
+        })
+    })
+}
+
+/// Q4_K · Q8_K, ggml's i8mm two-row order (rows `x0, x1`, columns `y0, y1`).
+pub fn vec_dot_2x2_q4_k_q8_k_neon(n: usize, x: [&[u8]; 2], y: [&[u8]; 2]) -> [f32; 4] {
+    k_2x2::<BlockQ4K>(n, x, y, super::kquants::q4k_ints, |s, isc, imn, bx, by| {
+        mmla_step_q4k(s, isc, imn, f16le(bx.d), f16le(bx.dmin), yd(by))
+    })
+}
+
+/// Q6_K · Q8_K, ggml's i8mm two-row order.
+pub fn vec_dot_2x2_q6_k_q8_k_neon(n: usize, x: [&[u8]; 2], y: [&[u8]; 2]) -> [f32; 4] {
+    k_2x2::<BlockQ6K>(
+        n,
+        x,
+        y,
+        |bx, by| (super::kquants::q6k_ints(bx, by), 0),
+        |s, isc, _, bx, by| mmla_step_q6k(s, isc, f16le(bx.d), yd(by)),
+    )
 }
 
 fn k_rows<'a, X: bytemuck::Pod>(n: usize, x: &'a [u8], y: &'a [u8]) -> (&'a [X], &'a [BlockQ8K]) {

@@ -67,6 +67,8 @@ pub(crate) fn twin_table(isa: Isa) -> Kernels {
             k.set_vec_dot_2x2(Q4_0, no::vec_dot_2x2_q4_0_q8_0_neon);
             k.set_vec_dot_2x2(Q4_1, no::vec_dot_2x2_q4_1_q8_1_neon);
             k.set_vec_dot_2x2(Q8_0, no::vec_dot_2x2_q8_0_q8_0_neon);
+            k.set_vec_dot_2x2(Q4_K, no::vec_dot_2x2_q4_k_q8_k_neon);
+            k.set_vec_dot_2x2(Q6_K, no::vec_dot_2x2_q6_k_q8_k_neon);
         }
     }
     k

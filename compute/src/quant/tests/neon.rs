@@ -41,7 +41,11 @@ fn detected_levels_match_the_runner() {
     let want: Vec<&str> = want.split(',').map(str::trim).collect();
     assert_eq!(dotprod, want.contains(&"dotprod"), "dotprod detected={dotprod}, runner expects {want:?}");
     assert_eq!(i8mm, want.contains(&"i8mm"), "i8mm detected={i8mm}, runner expects {want:?}");
-    if std::env::var("LLAMAD_KERNELS").map_or(true, |v| v.is_empty()) {
+    // The active table is the best set unless a kernel set is forced or the `neon-dotprod` profile
+    // lowers it (`Isa::for_profile`).
+    if std::env::var("LLAMAD_KERNELS").map_or(true, |v| v.is_empty())
+        && crate::numerics::active() != crate::numerics::Numerics::NeonDotprod
+    {
         let best = if i8mm {
             "neon-i8mm"
         } else if dotprod {
@@ -62,12 +66,11 @@ fn levels_install_their_kernels() {
         for t in QUANT_TYPES {
             let e = k.get(t);
             assert!(e.vec_dot_x4.is_some(), "{} {t}: no x4", isa.name());
-            // From dotprod up Q5_0, Q5_1 and the K-quants have ggml's one-row order only (ggml's
-            // mul_mat runs no two-row kernel for Q5_0, Q5_1, Q2_K, Q3_K, Q5_K; its i8mm Q4_K and
-            // Q6_K ones are not reproduced).
+            // From dotprod up Q5_0, Q5_1, IQ4_XS and the K-quants but Q4_K / Q6_K have ggml's
+            // one-row order only (ggml's mul_mat runs no two-row kernel for them).
             use GgmlType::*;
             let ggml_one_row = matches!(isa, Isa::NeonDotprod | Isa::NeonI8mm)
-                && matches!(t, Q5_0 | Q5_1 | Q2_K | Q3_K | Q4_K | Q5_K | Q6_K | IQ4_XS);
+                && matches!(t, Q5_0 | Q5_1 | Q2_K | Q3_K | Q5_K | IQ4_XS);
             assert_eq!(
                 e.vec_dot_2x2.is_some(),
                 isa == Isa::NeonI8mm && !ggml_one_row,
@@ -414,4 +417,46 @@ fn float_dots_in_ggml_order_equal_their_twins() {
         }
     }
     eprintln!("float orders: {checked} row pairs checked");
+}
+
+/// ggml's i8mm two-row order of Q4_K and Q6_K (`neon-i8mm`) is another order than its one-row
+/// dot: on random rows some outputs of the two-row kernel differ from `vec_dot` (which is why
+/// matmul runs it only where ggml does), and every output equals its twin (checked with the other
+/// shapes in `every_shape_equals_scalar_bitwise`).
+#[test]
+fn kquant_two_row_order_is_ggml_smmla_order() {
+    use crate::quant::scalar::neon_order as no;
+    if !Isa::NeonI8mm.available() {
+        eprintln!("no i8mm: nothing to check");
+        return;
+    }
+    let (s, k) = (scalar_table(), Kernels::build(Isa::NeonI8mm));
+    let mut r = rng(27);
+    let twins: [(GgmlType, crate::quant::VecDot2x2Fn); 2] =
+        [(GgmlType::Q4_K, no::vec_dot_2x2_q4_k_q8_k_neon), (GgmlType::Q6_K, no::vec_dot_2x2_q6_k_q8_k_neon)];
+    for (t, twin) in twins {
+        let e = k.get(t);
+        let k22 = e.vec_dot_2x2.expect("an i8mm two-row kernel");
+        let n = 8 * 256;
+        let mut differ = 0;
+        for _ in 0..16 {
+            let x: Vec<Vec<u8>> = (0..2).map(|_| quantize(&s, t, &gaussian(&mut r, n))).collect();
+            let y: Vec<Vec<u8>> =
+                (0..2).map(|_| quantize(&s, GgmlType::Q8_K, &gaussian(&mut r, n))).collect();
+            let (got, want) =
+                (k22(n, [&x[0], &x[1]], [&y[0], &y[1]]), twin(n, [&x[0], &x[1]], [&y[0], &y[1]]));
+            for o in 0..4 {
+                assert_eq!(
+                    got[o].to_bits(),
+                    want[o].to_bits(),
+                    "{t} lane {o}: {} vs twin {}",
+                    got[o],
+                    want[o]
+                );
+                let one = (e.vec_dot.unwrap())(n, &x[o / 2], &y[o % 2]);
+                differ += usize::from(one.to_bits() != got[o].to_bits());
+            }
+        }
+        assert!(differ > 0, "{t}: the two-row order never differed from vec_dot in 64 outputs");
+    }
 }
