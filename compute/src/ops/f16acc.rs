@@ -8,8 +8,9 @@
 //!
 //! [`mad_f32`] is the f32 twin used when V is not F16 (ggml's `acc + v·s` is a fused multiply-add there too).
 //!
-//! Each kernel has a scalar form (the specification) and an AVX2+F16C+FMA form for x86; the test at
-//! the bottom compares them on random and edge-case inputs.
+//! Each kernel has a scalar form (the specification), an AVX2+F16C+FMA form and an AVX-512 form for
+//! x86 (with the avx512 kernel set); every value is computed on its own, so the vector width never
+//! changes a bit. The tests at the bottom compare them on random and edge-case inputs.
 
 use half::f16;
 
@@ -21,7 +22,10 @@ fn round16(x: f32) -> f32 {
 /// `acc[i] = f16(acc[i] · s)`.
 pub(crate) fn scale(acc: &mut [f32], s: f32) {
     #[cfg(target_arch = "x86_64")]
-    let head = avx2::Token::get().map_or(0, |t| t.scale(acc, s));
+    let head = match avx512::Token::get() {
+        Some(t) => t.scale(acc, s),
+        None => avx2::Token::get().map_or(0, |t| t.scale(acc, s)),
+    };
     #[cfg(not(target_arch = "x86_64"))]
     let head = 0;
     scale_scalar(&mut acc[head..], s);
@@ -31,7 +35,10 @@ pub(crate) fn scale(acc: &mut [f32], s: f32) {
 pub(crate) fn mad(acc: &mut [f32], v: &[u8], s: f32) {
     assert!(v.len() >= 2 * acc.len(), "f16acc::mad: {} bytes for {} values", v.len(), acc.len());
     #[cfg(target_arch = "x86_64")]
-    let head = avx2::Token::get().map_or(0, |t| t.mad(acc, v, s));
+    let head = match avx512::Token::get() {
+        Some(t) => t.mad(acc, v, s),
+        None => avx2::Token::get().map_or(0, |t| t.mad(acc, v, s)),
+    };
     #[cfg(not(target_arch = "x86_64"))]
     let head = 0;
     mad_scalar(&mut acc[head..], &v[2 * head..], s);
@@ -41,7 +48,10 @@ pub(crate) fn mad(acc: &mut [f32], v: &[u8], s: f32) {
 pub(crate) fn mad_f32(acc: &mut [f32], v: &[f32], s: f32) {
     assert!(v.len() >= acc.len(), "f16acc::mad_f32: {} values for {}", v.len(), acc.len());
     #[cfg(target_arch = "x86_64")]
-    let head = avx2::Token::get().map_or(0, |t| t.mad_f32(acc, v, s));
+    let head = match avx512::Token::get() {
+        Some(t) => t.mad_f32(acc, v, s),
+        None => avx2::Token::get().map_or(0, |t| t.mad_f32(acc, v, s)),
+    };
     #[cfg(not(target_arch = "x86_64"))]
     let head = 0;
     mad_f32_scalar(&mut acc[head..], &v[head..], s);
@@ -72,10 +82,14 @@ mod avx2 {
 
     impl Token {
         pub(super) fn get() -> Option<Token> {
-            (crate::quant::active_isa() != "scalar"
-                && is_x86_feature_detected!("avx2")
-                && is_x86_feature_detected!("fma")
-                && is_x86_feature_detected!("f16c"))
+            // Checked once: these run once per KV cell and head.
+            static OK: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+            OK.get_or_init(|| {
+                crate::quant::active_isa() != "scalar"
+                    && is_x86_feature_detected!("avx2")
+                    && is_x86_feature_detected!("fma")
+                    && is_x86_feature_detected!("f16c")
+            })
             .then_some(Token(()))
         }
 
@@ -151,6 +165,92 @@ mod avx2 {
     }
 }
 
+/// The AVX-512 forms: 16 values per step, each computed exactly as in the other forms.
+#[cfg(target_arch = "x86_64")]
+mod avx512 {
+    use std::arch::x86_64::*;
+
+    /// Proof that AVX-512F is available and the avx512 kernel set is active (checked once).
+    #[derive(Clone, Copy)]
+    pub(super) struct Token(());
+
+    impl Token {
+        pub(super) fn get() -> Option<Token> {
+            static OK: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+            OK.get_or_init(|| crate::quant::active_isa() == "avx512" && is_x86_feature_detected!("avx512f"))
+                .then_some(Token(()))
+        }
+
+        /// Scales whole groups of 16; returns how many values it handled.
+        pub(super) fn scale(self, acc: &mut [f32], s: f32) -> usize {
+            // SAFETY: the token proves the features; the body touches whole groups of 16 in `acc`.
+            unsafe { scale(acc, s) }
+        }
+
+        /// Updates whole groups of 16; returns how many values it handled.
+        pub(super) fn mad(self, acc: &mut [f32], v: &[u8], s: f32) -> usize {
+            // SAFETY: as above; the caller asserted `v` has 2 bytes per value of `acc`.
+            unsafe { mad(acc, v, s) }
+        }
+
+        /// f32 update of whole groups of 16; returns how many values it handled.
+        pub(super) fn mad_f32(self, acc: &mut [f32], v: &[f32], s: f32) -> usize {
+            // SAFETY: the token proves the features; the caller asserted `v.len() >= acc.len()`.
+            unsafe { mad_f32(acc, v, s) }
+        }
+    }
+
+    /// f32 lanes → f16 (nearest even) → f32.
+    #[inline(always)]
+    unsafe fn round16(x: __m512) -> __m512 {
+        // SAFETY: register conversions; the callers enable AVX-512F.
+        unsafe { _mm512_cvtph_ps(_mm512_cvtps_ph::<_MM_FROUND_TO_NEAREST_INT>(x)) }
+    }
+
+    #[target_feature(enable = "avx512f")]
+    unsafe fn scale(acc: &mut [f32], s: f32) -> usize {
+        let n = acc.len() / 16 * 16;
+        let p = acc.as_mut_ptr();
+        let vs = _mm512_set1_ps(s);
+        for i in (0..n).step_by(16) {
+            // SAFETY: i + 16 <= n <= acc.len().
+            unsafe { _mm512_storeu_ps(p.add(i), round16(_mm512_mul_ps(_mm512_loadu_ps(p.add(i)), vs))) }
+        }
+        n
+    }
+
+    #[target_feature(enable = "avx512f")]
+    unsafe fn mad(acc: &mut [f32], v: &[u8], s: f32) -> usize {
+        let n = acc.len() / 16 * 16;
+        let p = acc.as_mut_ptr();
+        let vs = _mm512_set1_ps(s);
+        for i in (0..n).step_by(16) {
+            // SAFETY: i + 16 <= n <= acc.len(), and v holds 2·acc.len() bytes (asserted by the caller).
+            unsafe {
+                let x = _mm512_cvtph_ps(_mm256_loadu_si256(v.as_ptr().add(2 * i).cast()));
+                let a = _mm512_fmadd_ps(x, vs, _mm512_loadu_ps(p.add(i)));
+                _mm512_storeu_ps(p.add(i), round16(a));
+            }
+        }
+        n
+    }
+
+    #[target_feature(enable = "avx512f")]
+    unsafe fn mad_f32(acc: &mut [f32], v: &[f32], s: f32) -> usize {
+        let n = acc.len() / 16 * 16;
+        let p = acc.as_mut_ptr();
+        let vs = _mm512_set1_ps(s);
+        for i in (0..n).step_by(16) {
+            // SAFETY: i + 16 <= n <= acc.len() <= v.len().
+            unsafe {
+                let a = _mm512_fmadd_ps(_mm512_loadu_ps(v.as_ptr().add(i)), vs, _mm512_loadu_ps(p.add(i)));
+                _mm512_storeu_ps(p.add(i), a);
+            }
+        }
+        n
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -186,6 +286,73 @@ mod tests {
                     scale_scalar(&mut b, m);
                     let bits = |x: &[f32]| x.iter().map(|v| v.to_bits()).collect::<Vec<_>>();
                     assert_eq!(bits(&a), bits(&b), "n={n} step={step}");
+                }
+            }
+        }
+    }
+
+    /// Each x86 form (whichever dispatch would not pick here) against the scalar one.
+    #[cfg(target_arch = "x86_64")]
+    #[test]
+    fn every_x86_form_equals_scalar() {
+        type Forms = (
+            fn(&mut [f32], &[u8], f32) -> usize,
+            fn(&mut [f32], f32) -> usize,
+            fn(&mut [f32], &[f32], f32) -> usize,
+        );
+        let mut forms: Vec<(&str, Forms)> = Vec::new();
+        if avx2::Token::get().is_some() {
+            forms.push((
+                "avx2",
+                (
+                    |a, v, s| avx2::Token::get().expect("checked").mad(a, v, s),
+                    |a, s| avx2::Token::get().expect("checked").scale(a, s),
+                    |a, v, s| avx2::Token::get().expect("checked").mad_f32(a, v, s),
+                ),
+            ));
+        }
+        if avx512::Token::get().is_some() {
+            forms.push((
+                "avx512",
+                (
+                    |a, v, s| avx512::Token::get().expect("checked").mad(a, v, s),
+                    |a, s| avx512::Token::get().expect("checked").scale(a, s),
+                    |a, v, s| avx512::Token::get().expect("checked").mad_f32(a, v, s),
+                ),
+            ));
+        }
+        if forms.is_empty() {
+            eprintln!("skipped: no x86 SIMD form on this CPU");
+        }
+        let mut rng = rand::rngs::StdRng::seed_from_u64(11);
+        for (name, (vmad, vscale, vmad32)) in forms {
+            for n in [0, 1, 15, 16, 17, 64, 80, 96, 257] {
+                for special in [false, true] {
+                    let (mut a, mut b) = (vec![0.0f32; n], vec![0.0f32; n]);
+                    for step in 0..40 {
+                        let v = f16_row(&mut rng, n, special);
+                        let s: f32 = if step % 5 == 0 { 0.0 } else { rng.random_range(0.0..2.0) };
+                        let h = vmad(&mut a, &v, s);
+                        mad_scalar(&mut a[h..], &v[2 * h..], s);
+                        mad_scalar(&mut b, &v, s);
+                        let m: f32 = rng.random_range(0.0..1.0);
+                        let h = vscale(&mut a, m);
+                        scale_scalar(&mut a[h..], m);
+                        scale_scalar(&mut b, m);
+                        let bits = |x: &[f32]| x.iter().map(|v| v.to_bits()).collect::<Vec<_>>();
+                        assert_eq!(bits(&a), bits(&b), "{name} n={n} step={step}");
+                    }
+                    let v: Vec<f32> = (0..n).map(|_| rng.random_range(-4.0..4.0)).collect();
+                    let mut c: Vec<f32> = (0..n).map(|_| rng.random_range(-1.0..1.0)).collect();
+                    let mut d = c.clone();
+                    let h = vmad32(&mut c, &v, 0.37);
+                    mad_f32_scalar(&mut c[h..], &v[h..], 0.37);
+                    mad_f32_scalar(&mut d, &v, 0.37);
+                    assert_eq!(
+                        c.iter().map(|x| x.to_bits()).collect::<Vec<_>>(),
+                        d.iter().map(|x| x.to_bits()).collect::<Vec<_>>(),
+                        "{name} f32 n={n}"
+                    );
                 }
             }
         }
