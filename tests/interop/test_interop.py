@@ -357,3 +357,34 @@ def test_llamactl_matches_local_cpu(model, report, llamad_pool, reference_pool, 
         if got != want:
             diffs.append(f"  {prompt[:40]!r}:\n    llama.cpp: {want!r}\n    llamactl:  {got!r}")
     assert not diffs, "llamactl differs from llama.cpp's local CPU:\n" + "\n".join(diffs)
+
+
+def test_llama_cpp_master_pools_memory_of_three_small_llamad(model, report):
+    """Memory pooling from llama.cpp's own master: three llamad workers whose budgets (`--mem`) are each
+    well below the model's size hold it together; llama.cpp splits the layers by the free memory each
+    worker reports (so the worker with the larger budget gets more), and the text is llama.cpp's own.
+    llama.cpp puts the output matrix (here a copy of the tied embedding, 28 MiB) on the last device
+    without counting it in the split, so the last worker gets the largest budget."""
+    size_mib = os.path.getsize(model) / 2**20
+    budgets = [int(size_mib * 0.55), int(size_mib * 0.40), int(size_mib * 0.80)]
+    servers = [peer.start_llamad(threads=1, extra_args=["--mem", f"{b}M"]) for b in budgets]
+    try:
+        base = local_cpu(model, report, False)
+        # Micro-batches of 64: llama.cpp's compute buffer on the last device holds a micro-batch's
+        # logits (vocabulary × tokens; 100 MB at 512). The prompts are shorter, so the sums are the same.
+        res = peer.run_master(model, PROMPTS, N_TOKENS, endpoints=[s.endpoint for s in servers], flash_attn=False,
+                              timeout=MASTER_TIMEOUT, n_batch=64)
+        assert_layers_remote(res, servers)
+        bufs = res.model_buffers()
+        held = []
+        for s, b in zip(servers, budgets):
+            mib = [v for k, v in bufs.items() if k.endswith(f"[{s.endpoint}]")][0]
+            assert mib < b and mib < 0.6 * size_mib, f"{s.endpoint}: {mib:.1f} MiB of a {b} MiB budget: {bufs}"
+            held.append(mib)
+        assert sum(held) > 0.7 * size_mib, f"the workers hold {sum(held):.1f} of {size_mib:.1f} MiB: {bufs}"
+        print(f"pooled: budgets {budgets} MiB, model buffers {[round(h, 1) for h in held]} MiB of a {size_mib:.1f} MiB model")
+        assert held[0] > held[1], f"the larger budget should get the larger share of the layers: {held}"
+        assert_same_tokens("llama.cpp master over 3 pooled llamad", res, base)
+    finally:
+        for s in servers:
+            s.stop()
