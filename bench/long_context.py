@@ -57,7 +57,7 @@ def run_ours(cfg, model: str, prompt_file: str, n_ctx: int, mode: str) -> dict:
     workers = [peer.start_llamad(threads=cfg.threads) for _ in range(2)]
     try:
         argv = [cfg.llamactl, "run", "-m", model, "-f", prompt_file, "-n", str(cfg.n_gen), "--temp", "0",
-                "-t", "1", "-c", str(n_ctx), "--no-progress", "--split-mode", mode,
+                "-t", "1", "-c", str(n_ctx), "--no-progress", "--split-mode", mode, "--flash-attn", cfg.flash_attn,
                 "--workers", ",".join(w.endpoint for w in workers)]
         r = subprocess.run(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, timeout=3600)
         hwm = [proc_status(w.proc.pid).get("VmHWM", 0) for w in workers]
@@ -85,7 +85,8 @@ def run_lcpp(cfg, model: str, n_ctx: int, n_prompt: int) -> dict:
             a, o = os.path.join(tmp, "args.json"), os.path.join(tmp, "out.json")
             with open(a, "w") as f:
                 json.dump({"model": model, "endpoints": [w.endpoint for w in workers], "n_ctx": n_ctx,
-                           "n_prompt": n_prompt, "n_gen": cfg.n_gen, "threads": 1}, f)
+                           "n_prompt": n_prompt, "n_gen": cfg.n_gen, "threads": 1,
+                           "flash_attn": cfg.flash_attn == "on"}, f)
             r = subprocess.run([sys.executable, os.path.join(HERE, "lcpp_long.py"), a, o], stdout=subprocess.PIPE,
                                stderr=subprocess.STDOUT, text=True, timeout=3600)
             if r.returncode != 0 or not os.path.exists(o):
@@ -111,6 +112,8 @@ def main() -> int:
     ap.add_argument("-n", "--n-gen", type=int, default=32)
     ap.add_argument("-t", "--threads", type=int, default=1, help="threads per worker")
     ap.add_argument("--who", default="layer,row,lcpp")
+    ap.add_argument("--flash-attn", choices=["on", "off"], default="off",
+                    help="flash attention on both sides (llama.cpp's master here defaults to off)")
     ap.add_argument("--quick", action="store_true", help="8k context only, ~1k-token prompt, 8 tokens")
     ap.add_argument("--out-dir", default=os.path.join(ROOT, "target", "bench"))
     cfg = ap.parse_args()
@@ -157,7 +160,7 @@ def main() -> int:
             if th and o:
                 ratios.append(f"- ctx {n_ctx}, {who} / llama.cpp: pp {o['pp_ts'] / th['pp_ts']:.2f}x, "
                               f"tg {o['tg_ts'] / th['tg_ts']:.2f}x")
-    text = "\n".join([f"model: {res['model']}, 2 workers of {cfg.threads} thread(s), {cfg.n_gen} generated tokens",
+    text = "\n".join([f"model: {res['model']}, 2 workers of {cfg.threads} thread(s), {cfg.n_gen} generated tokens, flash attention {cfg.flash_attn}",
                       "", *rows, "", *ratios, "",
                       f"load average at start {res['loadavg_start'][0]:.2f}, at end {res['loadavg_end'][0]:.2f} "
                       f"({os.cpu_count()} CPUs)"])
