@@ -143,16 +143,6 @@ impl Placement {
         Some(Placement { mode, topo, home })
     }
 
-    /// The mode.
-    pub fn mode(&self) -> NumaMode {
-        self.mode
-    }
-
-    /// The topology.
-    pub fn topology(&self) -> &Topology {
-        &self.topo
-    }
-
     /// The node (index into the topology) compute thread `ith` runs on.
     pub fn node_for_thread(&self, ith: usize) -> usize {
         match self.mode {
@@ -276,11 +266,6 @@ mod mempolicy {
         }
         Ok(())
     }
-}
-
-/// The CPUs the calling thread may run on (for tests and diagnostics).
-pub fn current_affinity() -> Option<Vec<usize>> {
-    affinity::current()
 }
 
 #[cfg(test)]

@@ -59,7 +59,7 @@ impl std::fmt::Display for AutoChoice {
         write!(
             f,
             "split mode auto: {} (estimated per token: layer {:.2} ms, row {:.2} ms; round trips {}; {}; {:.1} GB/s per worker)",
-            if self.mode == SplitMode::Row { "row" } else { "layer" },
+            self.mode.name(),
             self.layer_ms,
             self.row_ms,
             rtts.join(", "),

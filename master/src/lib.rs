@@ -45,6 +45,17 @@ pub enum SplitMode {
     Auto,
 }
 
+impl SplitMode {
+    /// `layer`, `row` or `auto` (the command-line and configuration spelling).
+    pub fn name(self) -> &'static str {
+        match self {
+            SplitMode::Layer => "layer",
+            SplitMode::Row => "row",
+            SplitMode::Auto => "auto",
+        }
+    }
+}
+
 /// Connects to the workers `addrs` and loads `model` on them in `mode` (for callers that only need
 /// a [`Forward`], such as `llamactl bench`).
 pub fn open_workers(

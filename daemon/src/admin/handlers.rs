@@ -449,12 +449,7 @@ pub async fn models_list() -> Json<ModelList> {
                     _ => None,
                 },
                 workers: m.cfg.workers.clone(),
-                split_mode: match m.cfg.split_mode {
-                    llamad_master::SplitMode::Layer => "layer",
-                    llamad_master::SplitMode::Row => "row",
-                    llamad_master::SplitMode::Auto => "auto",
-                }
-                .to_string(),
+                split_mode: m.cfg.split_mode.name().to_string(),
                 ctx: m.cfg.ctx,
                 parallel: m.cfg.parallel as u64,
                 busy: m.active.load(Ordering::Relaxed),

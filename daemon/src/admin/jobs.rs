@@ -316,6 +316,11 @@ impl Jobs {
     }
 }
 
+/// Whether `w` has the shape `host:port` (a port number after the last colon, a host before it).
+pub fn is_host_port(w: &str) -> bool {
+    w.rsplit_once(':').is_some_and(|(h, p)| !h.is_empty() && p.parse::<u16>().is_ok())
+}
+
 /// The addresses a job runs on: each entry is a registered address, else a label (every registered
 /// worker carrying it, by address), else any `host:port`. Duplicates are dropped, first place kept.
 pub fn resolve_workers(wanted: &[String], registry: &Registry) -> ApiResult<Vec<String>> {
@@ -329,7 +334,7 @@ pub fn resolve_workers(wanted: &[String], registry: &Registry) -> ApiResult<Vec<
                 known.iter().filter(|k| k.labels.iter().any(|l| l == w)).map(|k| k.address.clone()).collect();
             if !labelled.is_empty() {
                 labelled
-            } else if w.rsplit_once(':').is_some_and(|(h, p)| !h.is_empty() && p.parse::<u16>().is_ok()) {
+            } else if is_host_port(w) {
                 vec![w.to_string()]
             } else {
                 return Err(ApiError::bad_request(format!(

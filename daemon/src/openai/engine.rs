@@ -278,8 +278,7 @@ impl ModelHandle {
 /// The workers of a model: `host:port` entries as they are; other entries are addresses or labels
 /// of the admin API's worker registry (`llamactl workers add ADDR -l LABEL`), as a job's workers.
 fn resolve_workers(wanted: &[String]) -> Result<Vec<String>, String> {
-    let plain = |w: &str| w.rsplit_once(':').is_some_and(|(h, p)| !h.is_empty() && p.parse::<u16>().is_ok());
-    if wanted.iter().all(|w| plain(w.trim())) {
+    if wanted.iter().all(|w| crate::admin::jobs::is_host_port(w.trim())) {
         return Ok(wanted.iter().map(|w| w.trim().to_string()).collect());
     }
     let registry = crate::admin::registry().ok_or_else(|| {
