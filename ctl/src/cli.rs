@@ -266,6 +266,10 @@ pub struct BenchArgs {
     /// Generation tests: tokens generated one by one (0 = none).
     #[arg(short = 'n', long = "n-gen", value_delimiter = ',', default_value = "128", value_name = "N,...")]
     pub n_gen: Vec<u64>,
+    /// KV-cache depth of every test (llama-bench's `-d`): that many tokens are decoded first,
+    /// untimed, in each repetition, so `tg128 @ d4096` measures generation 4096 tokens deep.
+    #[arg(short = 'd', long = "n-depth", value_delimiter = ',', default_value = "0", value_name = "N,...")]
+    pub n_depth: Vec<u64>,
     /// Timed repetitions of each test.
     #[arg(short = 'r', long = "repetitions", default_value_t = 5)]
     pub repetitions: usize,

@@ -56,6 +56,19 @@ fn json_has_one_object_per_test_in_process_and_on_workers() {
     }
     assert_eq!(rows[0]["test"], "pp16");
     assert_eq!(rows[2]["test"], "tg4");
+    assert!(rows.iter().all(|r| r["n_depth"] == 0));
+
+    // llama-bench's -d: each test again after that many untimed tokens (here past one 256-cell KV
+    // extent, so the graphs at depth attend a longer cache).
+    let rows =
+        bench_json(&["-m", m, "-p", "8", "-n", "3", "-d", "0,300", "-r", "1", "-t", "1", "-o", "json"]);
+    let names: Vec<&str> = rows.iter().map(|r| r["test"].as_str().unwrap()).collect();
+    assert_eq!(names, ["pp8", "tg3", "pp8 @ d300", "tg3 @ d300"]);
+    let depths: Vec<u64> = rows.iter().map(|r| r["n_depth"].as_u64().unwrap()).collect();
+    assert_eq!(depths, [0, 0, 300, 300]);
+    for r in &rows {
+        check_row(r, r["n_prompt"].as_u64().unwrap(), r["n_gen"].as_u64().unwrap(), 1);
+    }
 
     let (w1, w2) = (Worker::start(256 << 20), Worker::start(256 << 20));
     let two = format!("{},{}", w1.addr, w2.addr);

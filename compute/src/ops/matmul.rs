@@ -16,7 +16,7 @@ use crate::op::GgmlOp;
 use crate::quant::interleave::{self, InterleavedDotFn};
 use crate::quant::panel::{PanelKernels, PANEL_COLS, PANEL_ROWS};
 use crate::quant::prepared::PreparedDot;
-use crate::quant::{self, FromF32Fn, GemmFn, VecDot2x2Fn, VecDotFn, VecDotX4Fn};
+use crate::quant::{self, FromF32Fn, GemmFn, VecDot2x2Fn, VecDotFn, VecDotRows4Fn, VecDotX4Fn};
 
 use super::access::{self, Tv};
 use super::{check_overlap, shape_err, src, tv, types_err, Alias, Ctx, Kind, Plan, SharedScratch};
@@ -312,6 +312,7 @@ pub(crate) unsafe fn prepare_mul_mat(
         Some(g) => DotKernels {
             vec_dot: g,
             vec_dot_x4: None,
+            vec_dot_rows4: None,
             gemm: quant::kernels(a.dtype()).gemm,
             vec_dot_2x2: None,
         },
@@ -327,9 +328,13 @@ pub(crate) unsafe fn prepare_mul_mat(
     let repack_local = if gemm.is_none() { plan_repack(&a, &b, &mut act) } else { 0 };
     let k = match act.repack {
         // Few columns: only the one-column dot runs, on prepared rows.
-        Some(Repack::Prepared(p)) => {
-            DotKernels { vec_dot: p.dot, vec_dot_x4: None, gemm: None, vec_dot_2x2: None }
-        }
+        Some(Repack::Prepared(p)) => DotKernels {
+            vec_dot: p.dot,
+            vec_dot_x4: None,
+            vec_dot_rows4: None,
+            gemm: None,
+            vec_dot_2x2: None,
+        },
         _ => k,
     };
     // ggml takes its tiled product for 8+ activation rows of a K-quant or IQ type: that order where
@@ -616,6 +621,8 @@ struct DotKernels {
     vec_dot: VecDotFn,
     /// One weight row against four activation rows, when the type has it.
     vec_dot_x4: Option<VecDotX4Fn>,
+    /// Four weight rows against one activation row, `vec_dot`'s bits, when the type has it.
+    vec_dot_rows4: Option<VecDotRows4Fn>,
     /// Register-tiled rows × columns, when the type has it.
     gemm: Option<GemmFn>,
     /// Two weight rows against two activation rows (aarch64 i8mm), when the type has it.
@@ -631,6 +638,7 @@ impl DotKernels {
         quant::kernels(t).vec_dot_batch.map(|f| DotKernels {
             vec_dot: f,
             vec_dot_x4: None,
+            vec_dot_rows4: None,
             gemm: None,
             vec_dot_2x2: None,
         })
@@ -640,7 +648,15 @@ impl DotKernels {
         let k = quant::kernels(t);
         // A float type's tiled kernel follows its GEMM order, which this product does not use.
         let gemm = k.gemm.filter(|_| k.vec_dot_gemm.is_none());
-        DotKernels { vec_dot, vec_dot_x4: k.vec_dot_x4, gemm, vec_dot_2x2: k.vec_dot_2x2 }
+        // The four-row form gives `vec_dot`'s bits only for the type's own `vec_dot`.
+        let rows4 = k.vec_dot_rows4.filter(|_| k.vec_dot.map(|f| f as usize) == Some(vec_dot as usize));
+        DotKernels {
+            vec_dot,
+            vec_dot_x4: k.vec_dot_x4,
+            vec_dot_rows4: rows4,
+            gemm,
+            vec_dot_2x2: k.vec_dot_2x2,
+        }
     }
 
     /// `out[j * x.len() + i]` = row `x[i]` · row `y[j]`. Every kernel gives the same bits for a
@@ -687,6 +703,23 @@ impl DotKernels {
                     j += 2;
                 }
                 return;
+            }
+        }
+        if let Some(r4) = self.vec_dot_rows4.filter(|_| self.vec_dot_x4.is_none() || ys.len() < 4) {
+            // Four rows against each column, the column's vectors loaded once.
+            while i0 + 4 <= m {
+                for ahead in
+                    xs.iter().skip(i0 + PREFETCH_ROWS).take(4).filter(|r| r.len() <= PREFETCH_MAX_ROW)
+                {
+                    for off in (0..ahead.len()).step_by(64) {
+                        super::prefetch::prefetch(ahead[off..].as_ptr());
+                    }
+                }
+                let x = [xs[i0], xs[i0 + 1], xs[i0 + 2], xs[i0 + 3]];
+                for (j, y) in ys.iter().enumerate() {
+                    out[j * m + i0..j * m + i0 + 4].copy_from_slice(&r4(k, x, y));
+                }
+                i0 += 4;
             }
         }
         for (i, x) in xs.iter().enumerate().skip(i0) {

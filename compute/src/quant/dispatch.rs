@@ -164,8 +164,11 @@ impl Kernels {
     }
 
     /// Replaces the dot product of `t`.
+    /// Replaces the dot product of `t`; its four-row form, which must give the same bits, goes
+    /// with it (the caller installs the new one's after this).
     pub(crate) fn set_vec_dot(&mut self, t: GgmlType, f: VecDotFn) {
         self.types[t as usize].vec_dot = Some(f);
+        self.types[t as usize].vec_dot_rows4 = None;
     }
 
     /// Removes every packed-panel product (see `quant::panel`).
@@ -183,6 +186,12 @@ impl Kernels {
     /// Sets the four-row dot product of `t`.
     pub(crate) fn set_vec_dot_x4(&mut self, t: GgmlType, f: super::VecDotX4Fn) {
         self.types[t as usize].vec_dot_x4 = Some(f);
+    }
+
+    /// Sets the four-row, one-column dot product of `t` (the same bits as its `vec_dot`).
+    #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
+    pub(crate) fn set_vec_dot_rows4(&mut self, t: GgmlType, f: super::VecDotRows4Fn) {
+        self.types[t as usize].vec_dot_rows4 = Some(f);
     }
 
     /// Sets the two-row × two-column dot product of `t`.
@@ -312,6 +321,7 @@ fn entry(to: ToF32Fn, from: Option<FromF32Fn>, dot: Option<VecDotFn>, vdt: GgmlT
         vec_dot: dot,
         vec_dot_type: vdt,
         vec_dot_x4: None,
+        vec_dot_rows4: None,
         vec_dot_2x2: None,
         vec_dot_gemm: None,
         gemm_rule: super::GemmRule::DEFAULT,
@@ -332,6 +342,7 @@ fn build_scalar() -> Kernels {
         vec_dot: None,
         vec_dot_type: F32,
         vec_dot_x4: None,
+        vec_dot_rows4: None,
         vec_dot_2x2: None,
         vec_dot_gemm: None,
         gemm_rule: super::GemmRule::DEFAULT,

@@ -82,6 +82,13 @@ pub type VecDotFn = fn(n: usize, x: &[u8], y: &[u8]) -> f32;
 /// weight blocks decoded once. For matrix-matrix products (prompt processing).
 pub type VecDotX4Fn = fn(n: usize, x: &[u8], y: [&[u8]; 4]) -> [f32; 4];
 
+/// Dot products of four weight rows `x[0..4]` with one row `y` of the `vec_dot_type`, each of `n`
+/// elements: bit for bit the four [`VecDotFn`] values of the same set, with the activation loaded
+/// once and the four reductions done together. For products over one activation row with short
+/// weight rows (attention's K·Q at generation, 64 or 128 elements per row), where the reduction and
+/// the call cost as much as the products.
+pub type VecDotRows4Fn = fn(n: usize, x: [&[u8]; 4], y: &[u8]) -> [f32; 4];
+
 /// Dot products of two weight rows `x[0..2]` with two rows `y[0..2]` of the `vec_dot_type`, each
 /// of `n` elements, row-major: `[x0·y0, x0·y1, x1·y0, x1·y1]`. Each value equals the same set's
 /// [`VecDotFn`] bit for bit. Exists where a 2×2 integer matrix instruction pays (aarch64 i8mm's
@@ -110,6 +117,8 @@ pub struct TypeKernels {
     /// Optional faster form of four `vec_dot` calls sharing the weight row (`None`: call
     /// `vec_dot` four times).
     pub vec_dot_x4: Option<VecDotX4Fn>,
+    /// Optional four-row form of `vec_dot` over one activation row (see [`VecDotRows4Fn`]).
+    pub vec_dot_rows4: Option<VecDotRows4Fn>,
     /// Optional two-row × two-column form (see [`VecDot2x2Fn`]); matrix products prefer it over
     /// `vec_dot_x4` where both exist.
     pub vec_dot_2x2: Option<VecDot2x2Fn>,

@@ -39,33 +39,52 @@ pub struct Test {
     pub n_prompt: u64,
     /// Tokens generated one at a time.
     pub n_gen: u64,
+    /// Tokens already in the KV cache when the timed part starts (llama-bench's `-d`).
+    pub n_depth: u64,
 }
 
 impl Test {
     /// llama-bench's name: `pp512`, `tg128`.
+    /// llama-bench's name: `pp512`, `tg128`, `tg128 @ d4096`.
     pub fn name(&self) -> String {
-        match (self.n_prompt, self.n_gen) {
+        let base = match (self.n_prompt, self.n_gen) {
             (p, 0) => format!("pp{p}"),
             (0, n) => format!("tg{n}"),
             (p, n) => format!("pp{p}+tg{n}"),
+        };
+        match self.n_depth {
+            0 => base,
+            d => format!("{base} @ d{d}"),
         }
     }
 
+    /// The timed tokens (the depth is decoded before the clock starts).
     fn tokens(&self) -> u64 {
         self.n_prompt + self.n_gen
     }
+
+    /// KV cells the test fills.
+    fn cells(&self) -> u64 {
+        self.n_depth + self.tokens()
+    }
 }
 
-/// The tests of `-p` and `-n` lists, in llama-bench's order (prompt tests first); zeros are skipped.
-pub fn tests_of(n_prompt: &[u64], n_gen: &[u64]) -> Vec<Test> {
-    let pp = n_prompt.iter().filter(|&&p| p > 0).map(|&p| Test { n_prompt: p, n_gen: 0 });
-    let tg = n_gen.iter().filter(|&&n| n > 0).map(|&n| Test { n_prompt: 0, n_gen: n });
-    pp.chain(tg).collect()
+/// The tests of `-p`, `-n` and `-d` lists, in llama-bench's order (per depth, prompt tests first);
+/// zero prompt and generation sizes are skipped.
+pub fn tests_of(n_prompt: &[u64], n_gen: &[u64], n_depth: &[u64]) -> Vec<Test> {
+    let depths: &[u64] = if n_depth.is_empty() { &[0] } else { n_depth };
+    let mut tests = Vec::new();
+    for &d in depths {
+        let pp = n_prompt.iter().filter(|&&p| p > 0).map(|&p| Test { n_prompt: p, n_gen: 0, n_depth: d });
+        let tg = n_gen.iter().filter(|&&n| n > 0).map(|&n| Test { n_prompt: 0, n_gen: n, n_depth: d });
+        tests.extend(pp.chain(tg));
+    }
+    tests
 }
 
-/// KV cells for a set of tests: `max(256, pad256(largest p + n))`.
+/// KV cells for a set of tests: `max(256, pad256(largest d + p + n))`.
 pub fn ctx_for(tests: &[Test]) -> u64 {
-    let most = tests.iter().map(Test::tokens).max().unwrap_or(1);
+    let most = tests.iter().map(Test::cells).max().unwrap_or(1);
     most.div_ceil(256).max(1) * 256
 }
 
@@ -214,6 +233,7 @@ impl BenchResult {
             "test": self.test.name(),
             "n_prompt": self.test.n_prompt,
             "n_gen": self.test.n_gen,
+            "n_depth": self.test.n_depth,
             "avg_ns": avg_ns.round() as u64,
             "stddev_ns": stddev_ns.round() as u64,
             "avg_ts": avg_ts,
@@ -284,6 +304,14 @@ pub fn measure(
     warmup: bool,
 ) -> Result<Vec<u64>> {
     let token = |rng: &mut Mt19937| (u64::from(rng.next_u32()) % n_vocab) as u32;
+    // The untimed prefix of a test at depth, decoded in ubatches like any prompt.
+    let fill = |fwd: &mut dyn Forward, rng: &mut Mt19937| -> Result<()> {
+        if test.n_depth > 0 {
+            let prefix: Vec<u32> = (0..test.n_depth).map(|_| token(rng)).collect();
+            fwd.decode(&prefix).context("filling the KV cache to the test's depth")?;
+        }
+        Ok(())
+    };
     if warmup {
         fwd.clear()?;
         if test.n_prompt > 0 {
@@ -297,6 +325,7 @@ pub fn measure(
     let mut samples = Vec::with_capacity(reps);
     for _ in 0..reps {
         fwd.clear()?;
+        fill(fwd, rng)?;
         let batch: Vec<u32> = (0..test.n_prompt).map(|_| token(rng)).collect();
         let gen: Vec<u32> = (0..test.n_gen).map(|_| token(rng)).collect();
         let t0 = Instant::now();
@@ -318,7 +347,7 @@ pub fn run(args: &BenchArgs) -> Result<()> {
     }
     let usage = |msg: &str| anyhow::Error::new(crate::cli::UsageError(msg.to_string()));
     let Some(path) = &args.model else { return Err(usage("give a model with -m (or --mem-bandwidth)")) };
-    let tests = tests_of(&args.n_prompt, &args.n_gen);
+    let tests = tests_of(&args.n_prompt, &args.n_gen, &args.n_depth);
     if tests.is_empty() {
         return Err(usage("nothing to measure: every -p and -n value is 0"));
     }
@@ -513,17 +542,22 @@ mod tests {
 
     #[test]
     fn tests_in_llama_bench_order_without_zeros() {
-        let t = tests_of(&[512, 0, 64], &[128, 0]);
+        let t = tests_of(&[512, 0, 64], &[128, 0], &[0]);
         let names: Vec<String> = t.iter().map(Test::name).collect();
         assert_eq!(names, ["pp512", "pp64", "tg128"]);
-        assert!(tests_of(&[0], &[0]).is_empty());
+        assert!(tests_of(&[0], &[0], &[0, 512]).is_empty());
+        let t = tests_of(&[64], &[16], &[0, 4096]);
+        let names: Vec<String> = t.iter().map(Test::name).collect();
+        assert_eq!(names, ["pp64", "tg16", "pp64 @ d4096", "tg16 @ d4096"]);
     }
 
     #[test]
     fn context_is_padded_to_256() {
-        assert_eq!(ctx_for(&tests_of(&[512], &[128])), 512);
-        assert_eq!(ctx_for(&tests_of(&[0], &[16])), 256);
-        assert_eq!(ctx_for(&tests_of(&[600], &[0])), 768);
+        assert_eq!(ctx_for(&tests_of(&[512], &[128], &[0])), 512);
+        assert_eq!(ctx_for(&tests_of(&[0], &[16], &[0])), 256);
+        assert_eq!(ctx_for(&tests_of(&[600], &[0], &[0])), 768);
+        // The depth is in the cache too: 4096 + 16 cells.
+        assert_eq!(ctx_for(&tests_of(&[0], &[16], &[4096])), 4352);
     }
 
     #[test]
@@ -552,7 +586,7 @@ mod tests {
                 flash_attn: false,
                 split_mode: "layer",
             },
-            test: Test { n_prompt: 0, n_gen: 100 },
+            test: Test { n_prompt: 0, n_gen: 100, n_depth: 0 },
             // 100 tokens in 1 s and in 0.5 s: 100 and 200 t/s.
             samples_ns: vec![1_000_000_000, 500_000_000],
         }

@@ -379,6 +379,55 @@ fn vec_dot_x4_bitwise_equals_vec_dot() {
     }
 }
 
+/// The four-row, one-column forms against the same table's `vec_dot`, bit for bit, in every kernel
+/// set and numerics profile this CPU runs: matmul takes them for single-column products (attention's
+/// K·Q at generation), so they must change nothing. Row lengths around the vector steps, the
+/// attention head sizes, and large magnitudes.
+#[test]
+fn vec_dot_rows4_bitwise_equals_vec_dot() {
+    let mut r = rng(44);
+    let mut checked = 0;
+    for isa in Isa::all_available() {
+        for numerics in crate::numerics::ALL {
+            let k = Kernels::build_for(isa, numerics);
+            for t in WEIGHT_TYPES {
+                let (Some(r4), Some(dot)) = (k.get(t).vec_dot_rows4, k.get(t).vec_dot) else { continue };
+                let vt = k.get(t).vec_dot_type;
+                for n in [t.blck_size(), 32, 64, 80, 96, 128, 256, 4096 + 32 * 3]
+                    .into_iter()
+                    .filter(|n| n % t.blck_size() == 0)
+                    .chain((t.blck_size() == 1).then_some([1usize, 7, 63, 65, 127]).into_iter().flatten())
+                {
+                    let nb = n / t.blck_size();
+                    for scale in [1.0f32, 30.0] {
+                        let x: Vec<Vec<u8>> = (0..4).map(|_| random_row(&mut r, t, nb, scale)).collect();
+                        let y = quantize(
+                            &k,
+                            vt,
+                            &gaussian(&mut r, n).iter().map(|v| v * scale).collect::<Vec<_>>(),
+                        );
+                        let got = r4(n, [&x[0], &x[1], &x[2], &x[3]], &y);
+                        for i in 0..4 {
+                            let want = dot(n, &x[i], &y);
+                            assert_eq!(
+                                got[i].to_bits(),
+                                want.to_bits(),
+                                "{} {numerics:?} {t} n={n} row {i}",
+                                isa.name()
+                            );
+                        }
+                        checked += 1;
+                    }
+                }
+            }
+        }
+    }
+    // On x86 with AVX2 at least the F16 form exists in every profile but the scalar one.
+    if Isa::all_available().contains(&Isa::Avx2) {
+        assert!(checked > 0, "no four-row form was checked");
+    }
+}
+
 /// The tiled matrix × matrix kernels against the same kernel set's `vec_dot` (and AVX2's), bit for
 /// bit, for every output of odd-shaped products: row and column counts that leave partial tiles,
 /// block counts with tails, extreme weight codes. matmul picks the tile or `vec_dot` by shape, so

@@ -25,6 +25,7 @@ use crate::quant::dispatch::Kernels;
 pub fn install(k: &mut Kernels) {
     k.set_vec_dot(GgmlType::F32, vec_dot_f32_f32);
     k.set_vec_dot(GgmlType::F16, vec_dot_f16_f16);
+    k.set_vec_dot_rows4(GgmlType::F16, vec_dot_f16_f16_rows4);
     k.set_vec_dot_gemm(GgmlType::F32, vec_dot_f32_f32_gemm);
     k.set_vec_dot_gemm(GgmlType::F16, vec_dot_f16_f16_gemm);
     k.set_gemm(GgmlType::F16, gemm_f16_f16);
@@ -57,6 +58,31 @@ unsafe fn reduce512(v: __m512) -> f32 {
         let hi = _mm512_extractf32x8_ps::<1>(v);
         let lo = _mm512_castps512_ps256(v);
         hsum_ps(_mm256_add_ps(hi, lo))
+    }
+}
+
+/// [`reduce512`] of four vectors at once, each in the same order: the 256-bit halves of two
+/// vectors added in one instruction, the 128-bit halves of all four in one, then lanes
+/// `(s0 + s2) + (s1 + s3)` of the four 128-bit groups side by side.
+#[inline(always)]
+unsafe fn reduce512_x4(v: [__m512; 4]) -> [f32; 4] {
+    // SAFETY: register arithmetic under AVX-512F (the callers' features).
+    unsafe {
+        // [v.q0, v.q1, w.q0, w.q1] + [v.q2, v.q3, w.q2, w.q3]: each vector's 256-bit halves added.
+        let h01 =
+            _mm512_add_ps(_mm512_shuffle_f32x4::<0x44>(v[0], v[1]), _mm512_shuffle_f32x4::<0xEE>(v[0], v[1]));
+        let h23 =
+            _mm512_add_ps(_mm512_shuffle_f32x4::<0x44>(v[2], v[3]), _mm512_shuffle_f32x4::<0xEE>(v[2], v[3]));
+        // The 128-bit halves of each sum: 128-bit group r holds vector r's four lanes.
+        let q = _mm512_add_ps(_mm512_shuffle_f32x4::<0x88>(h01, h23), _mm512_shuffle_f32x4::<0xDD>(h01, h23));
+        // Per group: (s0 + s2, s1 + s3), then their sum in lane 0.
+        let p = _mm512_add_ps(q, _mm512_permute_ps::<0b01_00_11_10>(q));
+        let s = _mm512_add_ps(p, _mm512_permute_ps::<0b10_11_00_01>(p));
+        let lanes =
+            _mm512_permutexvar_ps(_mm512_setr_epi32(0, 4, 8, 12, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0), s);
+        let mut out = [0.0f32; 4];
+        _mm_storeu_ps(out.as_mut_ptr(), _mm512_castps512_ps128(lanes));
+        out
     }
 }
 
@@ -113,6 +139,32 @@ unsafe fn dot_f16_vec(n: usize, x: &[u8], y: &[u8]) -> f32 {
     sum as f32
 }
 
+/// [`dot_f16_vec`] of four rows against one: the activation's vectors loaded once per step.
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512dq")]
+unsafe fn dot_f16_vec_rows4(n: usize, xs: [&[u8]; 4], y: &[u8]) -> [f32; 4] {
+    let head = n / 64 * 64;
+    // SAFETY: every load is below `head` elements, which the caller checked for every row.
+    let sums = unsafe {
+        let mut acc = [[_mm512_setzero_ps(); 4]; 4];
+        for i in (0..head).step_by(64) {
+            let yv: [__m512; 4] = std::array::from_fn(|k| load_f16(y, i + 16 * k));
+            for (x, a) in xs.iter().zip(acc.iter_mut()) {
+                for (k, ak) in a.iter_mut().enumerate() {
+                    *ak = _mm512_fmadd_ps(load_f16(x, i + 16 * k), yv[k], *ak);
+                }
+            }
+        }
+        reduce512_x4(acc.map(|a| _mm512_add_ps(_mm512_add_ps(a[0], a[2]), _mm512_add_ps(a[1], a[3]))))
+    };
+    std::array::from_fn(|r| {
+        let mut sum = sums[r] as f64;
+        for i in head..n {
+            sum += (f16_at(xs[r], i) * f16_at(y, i)) as f64;
+        }
+        sum as f32
+    })
+}
+
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512dq")]
 unsafe fn dot_f32_gemm(n: usize, x: &[u8], y: &[u8]) -> f32 {
     // SAFETY: lengths checked by the caller; features enabled on this fn.
@@ -137,6 +189,15 @@ pub(super) fn vec_dot_f16_f16(n: usize, x: &[u8], y: &[u8]) -> f32 {
     check(n, x, y, 2);
     // SAFETY: installed only after AVX-512F/DQ detection; lengths checked above.
     unsafe { dot_f16_vec(n, x, y) }
+}
+
+/// Four rows · one as [`vec_dot_f16_f16`] each, bit for bit.
+pub(super) fn vec_dot_f16_f16_rows4(n: usize, x: [&[u8]; 4], y: &[u8]) -> [f32; 4] {
+    for xr in x {
+        check(n, xr, y, 2);
+    }
+    // SAFETY: installed only after AVX-512F/DQ detection; lengths checked above.
+    unsafe { dot_f16_vec_rows4(n, x, y) }
 }
 
 /// f32 · f32 in ggml's AVX-512 GEMM order (`n % 16 == 0`, else as [`vec_dot_f32_f32`]).
@@ -326,6 +387,47 @@ mod tests {
             }
         }
         assert_eq!(checked, 42);
+    }
+
+    #[test]
+    fn four_row_f16_dot_equals_four_vec_dots_bitwise() {
+        if !super::super::avx512_numerics_available() {
+            return;
+        }
+        let mut r = StdRng::seed_from_u64(4);
+        let mut checked = 0;
+        for n in [0usize, 1, 15, 63, 64, 65, 96, 128, 130, 576, 4100] {
+            for scale in [1.0f32, 60.0, 1e-3] {
+                let xr: Vec<(Vec<u8>, Vec<f32>)> =
+                    (0..4).map(|_| f16_bytes(&rows(&mut r, n, scale).0)).collect();
+                let (y, fy) = f16_bytes(&rows(&mut r, n, scale).1);
+                let x: [&[u8]; 4] = std::array::from_fn(|i| xr[i].0.as_slice());
+                let got = vec_dot_f16_f16_rows4(n, x, &y);
+                for i in 0..4 {
+                    let one = vec_dot_f16_f16(n, x[i], &y);
+                    assert_eq!(got[i].to_bits(), one.to_bits(), "n={n} row {i}: {} vs {one}", got[i]);
+                    let twin = ref_vec_dot(&xr[i].1, &fy, true);
+                    assert_eq!(got[i].to_bits(), twin.to_bits(), "n={n} row {i} vs the twin");
+                }
+                checked += 1;
+            }
+        }
+        assert_eq!(checked, 33);
+        // Edge values: infinities and NaN stay in their own row; signed zeros as the one-row dot.
+        let n = 64;
+        let mut edge: Vec<Vec<f32>> = (0..4).map(|i| vec![0.5 * i as f32; n]).collect();
+        edge[1][3] = f32::INFINITY;
+        edge[2][10] = f32::NAN;
+        edge[3].iter_mut().for_each(|v| *v = -0.0);
+        let bytes: Vec<Vec<u8>> = edge.iter().map(|v| f16_bytes(v).0).collect();
+        let (y, _) = f16_bytes(&vec![1.0f32; n]);
+        let x: [&[u8]; 4] = std::array::from_fn(|i| bytes[i].as_slice());
+        let got = vec_dot_f16_f16_rows4(n, x, &y);
+        for i in 0..4 {
+            assert_eq!(got[i].to_bits(), vec_dot_f16_f16(n, x[i], &y).to_bits(), "edge row {i}");
+        }
+        assert_eq!((got[0], got[1]), (0.0, f32::INFINITY));
+        assert!(got[2].is_nan() && !got[3].is_nan());
     }
 
     #[test]

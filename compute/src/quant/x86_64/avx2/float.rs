@@ -141,6 +141,47 @@ unsafe fn dot_f16_vec(n: usize, x: &[u8], y: &[u8]) -> f32 {
     unsafe { dot_vec_order(n, x, y, load_f16) }
 }
 
+/// [`dot_f16_vec`] of two rows against one, the activation's vectors loaded once, and the two
+/// [`reduce4_hadd`]s side by side (each row's halves in one add, each 128-bit lane's `hadd`s).
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn dot_f16_vec_rows2(n: usize, x0: &[u8], x1: &[u8], y: &[u8]) -> [f32; 2] {
+    // SAFETY: every load is below `n / 32 * 32` elements, which the caller checked for each row.
+    unsafe {
+        let (mut a0, mut a1) = ([_mm256_setzero_ps(); 4], [_mm256_setzero_ps(); 4]);
+        for i in (0..n / 32 * 32).step_by(32) {
+            for k in 0..4 {
+                let yv = load_f16(y, i + 8 * k);
+                a0[k] = _mm256_fmadd_ps(load_f16(x0, i + 8 * k), yv, a0[k]);
+                a1[k] = _mm256_fmadd_ps(load_f16(x1, i + 8 * k), yv, a1[k]);
+            }
+        }
+        let s0 = _mm256_add_ps(_mm256_add_ps(a0[0], a0[2]), _mm256_add_ps(a0[1], a0[3]));
+        let s1 = _mm256_add_ps(_mm256_add_ps(a1[0], a1[2]), _mm256_add_ps(a1[1], a1[3]));
+        // [s0.lo + s0.hi | s1.lo + s1.hi], then two horizontal adds within each 128-bit lane.
+        let t = _mm256_add_ps(_mm256_permute2f128_ps::<0x20>(s0, s1), _mm256_permute2f128_ps::<0x31>(s0, s1));
+        let h = _mm256_hadd_ps(t, t);
+        let h = _mm256_hadd_ps(h, h);
+        [_mm256_cvtss_f32(h), _mm_cvtss_f32(_mm256_extractf128_ps::<1>(h))]
+    }
+}
+
+/// Four rows · one as [`vec_dot_f16_f16`] each, bit for bit.
+pub(super) fn vec_dot_f16_f16_rows4(n: usize, x: [&[u8]; 4], y: &[u8]) -> [f32; 4] {
+    for xr in x {
+        check(n, xr, y, 2);
+    }
+    // SAFETY: installed only after AVX2/FMA/F16C detection; lengths checked above.
+    let (a, b) = unsafe { (dot_f16_vec_rows2(n, x[0], x[1], y), dot_f16_vec_rows2(n, x[2], x[3], y)) };
+    let v = [a[0], a[1], b[0], b[1]];
+    std::array::from_fn(|r| {
+        let mut sum = v[r] as f64;
+        for i in n / 32 * 32..n {
+            sum += (f16_at(x[r], i) * f16_at(y, i)) as f64;
+        }
+        sum as f32
+    })
+}
+
 /// f32 · f32 as ggml's AVX2 `ggml_vec_dot_f32` ([`dot_f32_vec`]).
 pub(super) fn vec_dot_f32_f32(n: usize, x: &[u8], y: &[u8]) -> f32 {
     check(n, x, y, 4);

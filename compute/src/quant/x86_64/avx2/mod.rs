@@ -32,6 +32,7 @@ pub fn install(k: &mut Kernels) {
     use GgmlType::*;
     k.set_vec_dot(F32, float::vec_dot_f32_f32);
     k.set_vec_dot(F16, float::vec_dot_f16_f16);
+    k.set_vec_dot_rows4(F16, float::vec_dot_f16_f16_rows4);
     k.set_vec_dot_gemm(F32, float::vec_dot_f32_f32_gemm);
     k.set_vec_dot_gemm(F16, float::vec_dot_f16_f16_gemm);
     k.set_vec_dot(BF16, float::vec_dot_bf16_bf16);
