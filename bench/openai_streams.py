@@ -11,7 +11,7 @@ each row; compare ratios measured in the same run.
         [--threads 2] [--tokens 64] [--reps 1] [--workers N [--worker-threads 1]]
 
 With `--workers N` the model runs on N local llamad workers (`[[models]] workers`, each started
-with `-t WORKER_THREADS`, the split mode chosen by `auto`) instead of in-process, in the one slot a
+with `-t WORKER_THREADS`, split by layers, the default) instead of in-process, in the one slot a
 model on workers has; the CPU column then counts the serving llamad and its workers together.
 
 Environment as tests/openai (LLAMAD_MODEL). Needs the `openai` package (scripts/test.sh's venv).
