@@ -59,7 +59,7 @@ fn main() {
                     while c0 < n {
                         let nc = interleave::MAX_COLS.min(n - c0);
                         let ys: Vec<&[u8]> = cols[c0..c0 + nc].iter().map(Vec::as_slice).collect();
-                        f(k, group, &ys, &mut out[c0 * 16..]);
+                        f(k, group, &ys, &mut out[c0 * 16..], &[]);
                         c0 += nc;
                     }
                 }

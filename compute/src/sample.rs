@@ -211,6 +211,10 @@ impl Sampler {
 
     /// Picks the next token from `logits` (one per vocabulary entry). Does not [`accept`](Self::accept) it.
     pub fn sample(&mut self, logits: &[f32]) -> Option<u32> {
+        if self.p.temp <= 0.0 && !penalties_active(&self.p) {
+            // Greedy without penalties: the logits as they are decide, no candidate list needed.
+            return argmax(logits);
+        }
         self.cand.clear();
         self.cand.extend(logits.iter().enumerate().map(|(i, &l)| Candidate { id: i as u32, logit: l }));
         if self.cand.is_empty() {
@@ -240,10 +244,14 @@ fn random_seed() -> u32 {
     (h.finish() as u32).min(u32::MAX - 1)
 }
 
+/// Whether [`penalties`] changes any logit with `p`.
+fn penalties_active(p: &SamplerParams) -> bool {
+    p.penalty_last_n != 0 && (p.penalty_repeat != 1.0 || p.penalty_freq != 0.0 || p.penalty_present != 0.0)
+}
+
 /// Repetition, frequency and presence penalties over the tokens in `history` (ref §7).
 pub fn penalties(cand: &mut [Candidate], history: &VecDeque<u32>, p: &SamplerParams) {
-    if p.penalty_last_n == 0 || (p.penalty_repeat == 1.0 && p.penalty_freq == 0.0 && p.penalty_present == 0.0)
-    {
+    if !penalties_active(p) {
         return;
     }
     let mut counts = std::collections::HashMap::<u32, u32>::new();
@@ -270,6 +278,17 @@ pub fn greedy(cand: &[Candidate]) -> Option<u32> {
         }
     }
     best.map(|c| c.id)
+}
+
+/// The index of the highest logit (first on ties), as [`greedy`] over unmodified candidates.
+pub fn argmax(logits: &[f32]) -> Option<u32> {
+    let mut best: Option<(usize, f32)> = None;
+    for (i, &l) in logits.iter().enumerate() {
+        if best.is_none_or(|(_, b)| l > b) {
+            best = Some((i, l));
+        }
+    }
+    best.map(|(i, _)| i as u32)
 }
 
 /// The candidates' order: higher logit first, then lower id (a total order, so every sort and

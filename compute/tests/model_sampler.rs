@@ -172,3 +172,23 @@ fn model_sampling_metadata_overrides_defaults_not_user_values() {
     assert_eq!(d, SamplerParams::default());
     assert_eq!((d.top_k, d.top_p, d.min_p, d.temp, d.penalty_last_n), (40, 0.95, 0.05, 0.8, 64));
 }
+
+#[test]
+fn greedy_without_penalties_is_the_first_highest_logit() {
+    // The sampler's shortcut (no candidate list) against `greedy` over the candidates and a
+    // hand-picked answer: ties go to the lower id, -inf and a NaN after the maximum lose.
+    let p = SamplerParams { temp: 0.0, penalty_repeat: 1.0, seed: 1, ..SamplerParams::default() };
+    let mut s = Sampler::new(p);
+    let logits = [1.0, 3.5, -2.0, 3.5, f32::NEG_INFINITY, f32::NAN, 0.0];
+    assert_eq!(s.sample(&logits), Some(1));
+    assert_eq!(greedy(&cands(&logits)), Some(1));
+    assert_eq!(s.sample(&[]), None);
+    let mut r = Mt19937::new(7);
+    for n in [1usize, 2, 17, 49_152] {
+        // Few distinct values, so ties are frequent.
+        let logits: Vec<f32> = (0..n).map(|_| (r.next_u32() % 64) as f32 * 0.25 - 8.0).collect();
+        let want = (0..n).fold(0, |b, i| if logits[i] > logits[b] { i } else { b }) as u32;
+        assert_eq!(s.sample(&logits), Some(want));
+        assert_eq!(greedy(&cands(&logits)), Some(want));
+    }
+}

@@ -559,13 +559,24 @@ impl MulMat {
         // and unchanged while the graph exists.
         let group = unsafe { std::slice::from_raw_parts(data.add(r0 / interleave::ROWS * gb), gb) };
         let n = b.ne[1];
+        // The next group of rows (the unit a thread most often claims next): each kernel call
+        // prefetches a share of it, so it arrives while this group computes.
+        let next: &[u8] = if r0 + interleave::ROWS < a.ne[1] {
+            // SAFETY: the group after r0's lies inside the copy too (r0 + 16 < ne1, whole groups).
+            unsafe { std::slice::from_raw_parts(data.add((r0 / interleave::ROWS + 1) * gb), gb) }
+        } else {
+            &[]
+        };
+        let share = gb.div_ceil(n.div_ceil(interleave::MAX_COLS)).next_multiple_of(64);
         let mut c0 = 0;
         while c0 < n {
+            let first = (c0 / interleave::MAX_COLS * share).min(next.len());
+            let ahead = &next[first..(first + share).min(next.len())];
             let nc = interleave::MAX_COLS.min(n - c0);
             let ys: [&[u8]; interleave::MAX_COLS] =
                 std::array::from_fn(|j| act_row(b, &self.act, &ctx.sh, c0 + j.min(nc - 1), i12, i13));
             let mut out = [0.0f32; interleave::MAX_COLS * interleave::ROWS];
-            f(k, group, &ys[..nc], &mut out[..nc * interleave::ROWS]);
+            f(k, group, &ys[..nc], &mut out[..nc * interleave::ROWS], ahead);
             for (j, col) in out[..nc * interleave::ROWS].chunks_exact(interleave::ROWS).enumerate() {
                 dst.store_f32s(r0, c0 + j, i12, i13, col);
             }

@@ -40,8 +40,10 @@ pub const ROWS: usize = 16;
 pub const MAX_COLS: usize = 2;
 
 /// The interleaved product of one group of [`ROWS`] rows of `k` elements with 1..=[`MAX_COLS`]
-/// prepared activation rows: `out[j * ROWS + r]` = row `r` · column `j`.
-pub type InterleavedDotFn = fn(k: usize, group: &[u8], cols: &[&[u8]], out: &mut [f32]);
+/// prepared activation rows: `out[j * ROWS + r]` = row `r` · column `j`. The cache lines of `ahead`
+/// (a share of the group to run next; any length, empty for none) are prefetched spread over the
+/// product, so that the weight stream overlaps the arithmetic; they change no result.
+pub type InterleavedDotFn = fn(k: usize, group: &[u8], cols: &[&[u8]], out: &mut [f32], ahead: &[u8]);
 
 /// Whether `t` has an interleaved layout.
 pub fn supported(t: GgmlType) -> bool {

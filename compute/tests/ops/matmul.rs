@@ -238,9 +238,10 @@ fn mul_mat_on_interleaved_weights_equals_the_rows_bit_for_bit() {
         let bytes = a.slice_mut(0, t.row_size(k).unwrap() as usize * m as usize).to_vec();
         let mut il = vec![0u8; bytes.len()];
         interleave::interleave(t, k as usize, m as usize, &bytes, &mut il);
-        // Generation shapes (one and two activation rows, broadcast batches) and one that the
-        // interleaved kernel does not take (three rows).
-        for (n, ne2) in [(1u64, 1u64), (2, 1), (1, 3), (3, 1)] {
+        // Generation shapes (one and two activation rows, broadcast batches), an odd count, and
+        // eight rows (a server's eight slots: four kernel calls per group, each prefetching a
+        // share of the next group).
+        for (n, ne2) in [(1u64, 1u64), (2, 1), (1, 3), (3, 1), (8, 1)] {
             let b = T::from_f32(GgmlType::F32, [k, n, ne2, 1], &randv(&mut r, (k * n * ne2) as usize, 1.0));
             let rows = T::new(GgmlType::F32, [m, n, ne2, 1]);
             run(vec![node(GgmlOp::MulMat, rows.t(), &[a.t(), b.t()])], 1).unwrap();

@@ -117,7 +117,7 @@ fn interleaved_dots_equal_the_reference_and_vec_dot() {
                     }
                     let Some(f) = kern.get(t).interleaved_dot else { continue };
                     let mut got = vec![0.0f32; ys.len() * ROWS];
-                    f(k, &il, &ys, &mut got);
+                    f(k, &il, &ys, &mut got, &il);
                     for (g, w) in got.iter().zip(&want) {
                         assert_eq!(g.to_bits(), w.to_bits(), "{} {t} k {k}: {g} vs {w}", isa.name());
                     }

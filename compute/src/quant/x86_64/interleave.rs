@@ -35,45 +35,48 @@ const Q5_0: u8 = 3;
 /// Bytes of one prepared activation block (`PreparedQ8`): qs at 0, off at 32, d at 64, s at 68.
 const PBLOCK: usize = 72;
 
-fn dot_q4_0(k: usize, group: &[u8], cols: &[&[u8]], out: &mut [f32]) {
-    run::<Q4_0>(GgmlType::Q4_0, k, group, cols, out);
+fn dot_q4_0(k: usize, group: &[u8], cols: &[&[u8]], out: &mut [f32], ahead: &[u8]) {
+    run::<Q4_0>(GgmlType::Q4_0, k, group, cols, out, ahead);
 }
 
-fn dot_q4_1(k: usize, group: &[u8], cols: &[&[u8]], out: &mut [f32]) {
-    run::<Q4_1>(GgmlType::Q4_1, k, group, cols, out);
+fn dot_q4_1(k: usize, group: &[u8], cols: &[&[u8]], out: &mut [f32], ahead: &[u8]) {
+    run::<Q4_1>(GgmlType::Q4_1, k, group, cols, out, ahead);
 }
 
-fn dot_q5_0(k: usize, group: &[u8], cols: &[&[u8]], out: &mut [f32]) {
-    run::<Q5_0>(GgmlType::Q5_0, k, group, cols, out);
+fn dot_q5_0(k: usize, group: &[u8], cols: &[&[u8]], out: &mut [f32], ahead: &[u8]) {
+    run::<Q5_0>(GgmlType::Q5_0, k, group, cols, out, ahead);
 }
 
-fn dot_q8_0(k: usize, group: &[u8], cols: &[&[u8]], out: &mut [f32]) {
-    run::<Q8_0>(GgmlType::Q8_0, k, group, cols, out);
+fn dot_q8_0(k: usize, group: &[u8], cols: &[&[u8]], out: &mut [f32], ahead: &[u8]) {
+    run::<Q8_0>(GgmlType::Q8_0, k, group, cols, out, ahead);
 }
 
 /// The safe entry point: checks every length, then runs the kernel for the number of columns.
-fn run<const T: u8>(t: GgmlType, k: usize, group: &[u8], cols: &[&[u8]], out: &mut [f32]) {
+fn run<const T: u8>(t: GgmlType, k: usize, group: &[u8], cols: &[&[u8]], out: &mut [f32], ahead: &[u8]) {
     check_args(t, k, group, cols, out);
     let nb = k / QK;
     let bb = interleave::block_bytes(t);
     let mut res = [0.0f32; MAX_COLS * ROWS];
     // SAFETY: AVX-512 F/BW/VNNI (and AVX2/FMA/F16C under them) were detected before `install` put
     // this function in the table; `group` holds nb block columns of bb bytes and every column nb
-    // prepared blocks (check_args), which is all the kernel reads.
+    // prepared blocks (check_args), which is all the kernel reads; `ahead` is only prefetched.
     unsafe {
+        let pf = (ahead.as_ptr(), ahead.len().div_ceil(64));
         match cols.len() {
-            1 => kernel::<T, 1>(nb, bb, group.as_ptr(), [cols[0].as_ptr(); 2], &mut res),
-            _ => kernel::<T, 2>(nb, bb, group.as_ptr(), [cols[0].as_ptr(), cols[1].as_ptr()], &mut res),
+            1 => kernel::<T, 1>(nb, bb, group.as_ptr(), [cols[0].as_ptr(); 2], &mut res, pf),
+            _ => kernel::<T, 2>(nb, bb, group.as_ptr(), [cols[0].as_ptr(), cols[1].as_ptr()], &mut res, pf),
         }
     }
     out[..cols.len() * ROWS].copy_from_slice(&res[..cols.len() * ROWS]);
 }
 
-/// The first `C` columns against the group into `res[c * 16 + r]`.
+/// The first `C` columns against the group into `res[c * 16 + r]`, prefetching the `pf.1` cache
+/// lines from `pf.0` spread over the block columns.
 ///
 /// # Safety
 /// AVX-512 F/BW/VNNI, FMA and F16C must be available; `w` must point to `nb` block columns of
-/// `bb` bytes of format `T`, and each of the first `C` columns to `nb` prepared blocks.
+/// `bb` bytes of format `T`, and each of the first `C` columns to `nb` prepared blocks (`pf` is
+/// only a hint: PREFETCHT0 never faults).
 #[target_feature(enable = "avx512f,avx512bw,avx512vnni,fma,f16c")]
 unsafe fn kernel<const T: u8, const C: usize>(
     nb: usize,
@@ -81,6 +84,7 @@ unsafe fn kernel<const T: u8, const C: usize>(
     w: *const u8,
     cols: [*const u8; MAX_COLS],
     res: &mut [f32; MAX_COLS * ROWS],
+    pf: (*const u8, usize),
 ) {
     let qb = match T {
         Q8_0 => QK * ROWS,
@@ -92,6 +96,9 @@ unsafe fn kernel<const T: u8, const C: usize>(
     let mut acc = [[_mm512_setzero_ps(); 8]; C];
     let mut ms = [_mm512_setzero_ps(); C];
     for b in 0..nb {
+        for l in b * pf.1 / nb..(b + 1) * pf.1 / nb {
+            _mm_prefetch::<_MM_HINT_T0>(pf.0.wrapping_add(l * 64).cast::<i8>());
+        }
         // SAFETY: block column b lies inside the group and block b inside every column (the
         // caller's contract); all loads are unaligned loads of bytes inside those ranges.
         unsafe {
