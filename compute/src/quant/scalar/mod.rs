@@ -9,6 +9,7 @@ pub mod extra;
 pub mod float;
 pub mod iq;
 pub(crate) mod iq_grids;
+pub mod iq_x86;
 pub mod kquantize;
 pub mod kquants;
 pub mod kquants_x86;

@@ -558,3 +558,84 @@ fn grid_type_dots_equal_the_scalar_kernel_bitwise() {
         }
     }
 }
+
+/// Under the `avx2` and `avx512` numerics profiles the x86 kernel sets' grid IQ dot products follow
+/// ggml's orders: `vec_dot` (one to seven activation rows) and `vec_dot_batch` (the tiled product,
+/// eight or more) equal the scalar models of `scalar::iq_x86` bit for bit, on random blocks, blocks
+/// with every bit set but the scale, random bytes, odd super-block counts, and activations from zero
+/// to large and of ±127 (the largest products the integer lanes meet).
+#[test]
+fn x86_grid_iq_dots_equal_ggml_models_bitwise() {
+    use crate::numerics::Numerics;
+    use crate::quant::scalar::iq_x86 as m;
+    use crate::quant::testing::random_grid_blocks;
+    use GgmlType::*;
+    let s = scalar_table();
+    let mut r = rng(31);
+    let models: [(GgmlType, crate::quant::VecDotFn, crate::quant::VecDotFn); 7] = [
+        (IQ2_XXS, m::vec_dot_iq2_xxs_q8_k_x86, m::vec_dot_iq2_xxs_q8_k_tiled_x86),
+        (IQ2_XS, m::vec_dot_iq2_xs_q8_k_x86, m::vec_dot_iq2_xs_q8_k_tiled_x86),
+        (IQ2_S, m::vec_dot_iq2_s_q8_k_x86, m::vec_dot_iq2_s_q8_k_tiled_x86),
+        (IQ3_XXS, m::vec_dot_iq3_xxs_q8_k_x86, m::vec_dot_iq3_xxs_q8_k_tiled_x86),
+        (IQ3_S, m::vec_dot_iq3_s_q8_k_x86, m::vec_dot_iq3_s_q8_k_tiled_x86),
+        (IQ1_S, m::vec_dot_iq1_s_q8_k_x86, m::vec_dot_iq1_s_q8_k_tiled_x86),
+        (IQ1_M, m::vec_dot_iq1_m_q8_k_x86, m::vec_dot_iq1_m_q8_k_tiled_x86),
+    ];
+    let mut tested = 0;
+    for isa in Isa::all_available().into_iter().filter(|i| matches!(i, Isa::Avx2 | Isa::Avx512)) {
+        for numerics in [Numerics::Avx2, Numerics::Avx512] {
+            let k = Kernels::build_for(isa, numerics);
+            for (t, one_row, tiled) in models {
+                let e = k.get(t);
+                let dots =
+                    [(one_row, e.vec_dot.unwrap(), "vec_dot"), (tiled, e.vec_dot_batch.unwrap(), "tiled")];
+                for nb in [1usize, 3, 8] {
+                    let n = nb * 256;
+                    let first = random_grid_blocks(t, nb, 1.0, r.random()).unwrap();
+                    // Every bit set, and random bytes, each with the first row's (finite) scales.
+                    let size = t.type_size();
+                    let keep_scale = |b: &mut [u8], orig: &[u8]| match t {
+                        IQ1_M => {
+                            for (k, o) in b[48..56].iter_mut().zip(&orig[48..56]).skip(1).step_by(2) {
+                                *k = (*k & 0x0F) | (o & 0xF0);
+                            }
+                        }
+                        _ => b[..2].copy_from_slice(&orig[..2]),
+                    };
+                    let mut all = first.clone();
+                    let mut noise: Vec<u8> = (0..first.len()).map(|_| r.random()).collect();
+                    for ((b, z), orig) in all
+                        .chunks_exact_mut(size)
+                        .zip(noise.chunks_exact_mut(size))
+                        .zip(first.chunks_exact(size))
+                    {
+                        b.fill(0xFF);
+                        keep_scale(b, orig);
+                        keep_scale(z, orig);
+                    }
+                    let mut acts: Vec<Vec<u8>> =
+                        activations(&mut r, n).iter().map(|y| quantize(&s, Q8_K, y)).collect();
+                    let extreme: Vec<f32> = (0..n).map(|i| if i % 3 == 0 { -1.0 } else { 1.0 }).collect();
+                    acts.push(quantize(&s, Q8_K, &extreme));
+                    for x in [&first, &all, &noise] {
+                        for y in &acts {
+                            for (model, dot, what) in dots {
+                                let (got, want) = (dot(n, x, y), model(n, x, y));
+                                assert_eq!(
+                                    got.to_bits(),
+                                    want.to_bits(),
+                                    "{} {numerics:?} {t} {what} n={n}: {got} vs model {want}",
+                                    isa.name()
+                                );
+                                tested += 1;
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+    if Isa::all_available().contains(&Isa::Avx2) {
+        assert!(tested > 0);
+    }
+}

@@ -89,6 +89,7 @@ pub fn install_avx512_numerics(k: &mut Kernels) {
 pub fn install_ggml_orders(k: &mut Kernels, avx512: bool) {
     k.clear_panels();
     avx2::install_iq4_nl_gemm(k);
+    avx2::install_iq_ggml_orders(k);
     if avx512 && avx512_numerics_available() {
         install_avx512_numerics(k);
     }

@@ -24,6 +24,29 @@ pub fn install_iq4_nl_gemm(k: &mut Kernels) {
     }
 }
 
+/// Installs the grid IQ types' dot products in ggml's orders (the `avx2` and `avx512` numerics
+/// profiles): the one-row order for up to seven activation rows and the tiled product's for eight
+/// or more (models: `scalar::iq_x86`).
+pub fn install_iq_ggml_orders(k: &mut Kernels) {
+    if !super::avx2_available() {
+        return;
+    }
+    use GgmlType::*;
+    let orders: [(GgmlType, crate::quant::VecDotFn, crate::quant::VecDotFn); 7] = [
+        (IQ2_XXS, iq::vec_dot_iq2_xxs_ggml, iq::vec_dot_iq2_xxs_tiled),
+        (IQ2_XS, iq::vec_dot_iq2_xs_ggml, iq::vec_dot_iq2_xs_tiled),
+        (IQ2_S, iq::vec_dot_iq2_s_ggml, iq::vec_dot_iq2_s_tiled),
+        (IQ3_XXS, iq::vec_dot_iq3_xxs_ggml, iq::vec_dot_iq3_xxs_tiled),
+        (IQ3_S, iq::vec_dot_iq3_s_ggml, iq::vec_dot_iq3_s_tiled),
+        (IQ1_S, iq::vec_dot_iq1_s_ggml, iq::vec_dot_iq1_s_tiled),
+        (IQ1_M, iq::vec_dot_iq1_m_ggml, iq::vec_dot_iq1_m_tiled),
+    ];
+    for (t, one_row, tiled) in orders {
+        k.set_vec_dot(t, one_row);
+        k.set_vec_dot_batch(t, tiled);
+    }
+}
+
 /// Installs the AVX2 kernels into `k`; does nothing unless AVX2, FMA and F16C are present.
 pub fn install(k: &mut Kernels) {
     if !super::avx2_available() {
