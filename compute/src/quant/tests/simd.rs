@@ -639,3 +639,62 @@ fn x86_grid_iq_dots_equal_ggml_models_bitwise() {
         assert!(tested > 0);
     }
 }
+
+/// Under the `avx2` and `avx512` numerics profiles BF16's `vec_dot` and `vec_dot_gemm` follow ggml's
+/// x86 builds (AVX2; on a CPU with AVX512-BF16 the native build's `vdpbf16ps` orders), equal to the
+/// scalar models of `scalar::bf16_x86` bit for bit: lengths around every step (8, 32, 64) with
+/// leftovers, random rows of several scales, zeros, mixed magnitudes (rounding in every add), and
+/// denormal inputs and underflowing products (`vdpbf16ps` reads and writes them as zero).
+#[cfg(target_arch = "x86_64")]
+#[test]
+fn x86_bf16_dots_equal_ggml_models_bitwise() {
+    use crate::numerics::Numerics;
+    use crate::quant::scalar::bf16_x86 as m;
+    let s = scalar_table();
+    let mut r = rng(32);
+    let mut tested = 0;
+    for isa in Isa::all_available().into_iter().filter(|i| matches!(i, Isa::Avx2 | Isa::Avx512)) {
+        for numerics in [Numerics::Avx2, Numerics::Avx512] {
+            let k = Kernels::build_for(isa, numerics);
+            let native_bf16 = numerics == Numerics::Avx512
+                && is_x86_feature_detected!("avx512bf16")
+                && crate::quant::x86_64::avx512_numerics_available();
+            let (one, gemm): (crate::quant::VecDotFn, crate::quant::VecDotFn) = if native_bf16 {
+                (m::vec_dot_bf16_avx512bf16_x86, m::vec_dot_bf16_gemm_avx512bf16_x86)
+            } else {
+                (m::vec_dot_bf16_avx2_x86, m::vec_dot_bf16_gemm_avx2_x86)
+            };
+            let e = k.get(GgmlType::BF16);
+            let pairs = [(one, e.vec_dot.unwrap(), "vec_dot"), (gemm, e.vec_dot_gemm.unwrap(), "gemm")];
+            for n in [1usize, 7, 8, 24, 31, 32, 33, 63, 64, 65, 96, 100, 128, 1000, 4096] {
+                let mut rows: Vec<Vec<f32>> = [1.0f32, 1e-3, 300.0]
+                    .iter()
+                    .map(|&sc| gaussian(&mut r, n).iter().map(|v| v * sc).collect())
+                    .collect();
+                rows.push(vec![0.0; n]);
+                rows.push(
+                    (0..n).map(|i| if i % 5 == 0 { 1e4 } else { (i as f32 * 0.37).sin() * 1e-3 }).collect(),
+                );
+                rows.push((0..n).map(|i| if i % 2 == 0 { 1e-39 } else { 1e-20 }).collect());
+                let q: Vec<Vec<u8>> = rows.iter().map(|v| quantize(&s, GgmlType::BF16, v)).collect();
+                for x in &q {
+                    for y in &q {
+                        for (model, dot, what) in pairs {
+                            let (got, want) = (dot(n, x, y), model(n, x, y));
+                            assert_eq!(
+                                got.to_bits(),
+                                want.to_bits(),
+                                "{} {numerics:?} BF16 {what} n={n}: {got} vs model {want}",
+                                isa.name()
+                            );
+                            tested += 1;
+                        }
+                    }
+                }
+            }
+        }
+    }
+    if Isa::all_available().contains(&Isa::Avx2) {
+        assert!(tested > 0);
+    }
+}

@@ -19,14 +19,27 @@ pub const WEIGHT_TYPES: [GgmlType; 28] = [
 ];
 
 /// Types whose AVX2 matrix product reproduces ggml's bit for bit (tests/interop/README.md: the
-/// legacy dot products with the Q8_0/Q8_1 activation quantizers, F32/F16 in tinyBLAS or vec_dot order,
+/// legacy dot products with the Q8_0/Q8_1 activation quantizers, F32/F16/BF16 in tinyBLAS or vec_dot order,
 /// the K-quants and IQ4_XS with the Q8_K quantizer in vec_dot order and, from 8 activation rows on,
 /// in the order of ggml's tiled K-quant product, IQ4_NL in vec_dot or tinyBLAS order, the grid IQ
 /// types in vec_dot order and, from 8 activation rows on, in the tiled product's).
 fn designed_exact(t: GgmlType) -> bool {
     matches!(
         t,
-        F32 | F16 | Q4_0 | Q4_1 | Q5_0 | Q5_1 | Q8_0 | IQ4_NL | Q2_K | Q3_K | Q4_K | Q5_K | Q6_K | IQ4_XS
+        F32 | F16
+            | BF16
+            | Q4_0
+            | Q4_1
+            | Q5_0
+            | Q5_1
+            | Q8_0
+            | IQ4_NL
+            | Q2_K
+            | Q3_K
+            | Q4_K
+            | Q5_K
+            | Q6_K
+            | IQ4_XS
     ) || GRID_IQ.contains(&t)
 }
 

@@ -47,6 +47,15 @@ pub fn install_iq_ggml_orders(k: &mut Kernels) {
     }
 }
 
+/// Installs BF16's dot products in the orders of ggml's AVX2 build (`vec_dot` and tinyBLAS's for two
+/// or more activation rows; models: `scalar::bf16_x86`).
+pub fn install_bf16_ggml_orders(k: &mut Kernels) {
+    if super::avx2_available() {
+        k.set_vec_dot(GgmlType::BF16, float::vec_dot_bf16_bf16_ggml);
+        k.set_vec_dot_gemm(GgmlType::BF16, float::vec_dot_bf16_bf16_gemm);
+    }
+}
+
 /// Installs the AVX2 kernels into `k`; does nothing unless AVX2, FMA and F16C are present.
 pub fn install(k: &mut Kernels) {
     if !super::avx2_available() {
