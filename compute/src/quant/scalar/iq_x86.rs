@@ -18,6 +18,12 @@
 //! * IQ1_M: two lane accumulators, `Σ scale·g·y` and `Σ scale·δ·y`, each by `fma`; the result is
 //!   `fma(hsum(acc2), 0.125, hsum(acc1))` (contracted in both builds).
 //!
+//! TQ1_0 and TQ2_0 (one order for every row count: ggml has no tiled product for them) form their
+//! lanes from the digits `q ∈ {0, 1, 2}` and subtract the Q8_K `bsums` lane-wise: the i16 lane `k`
+//! of the products loses `bsum_k`, so i32 lane `l` is `Σ_{e : (e mod 32) / 4 = l} q(e)·y(e) −
+//! bsum_2l − bsum_2l+1` (not the lane's own `Σ (q − 1)·y`); then `acc = fma(float(lanes), d_x·d_y,
+//! acc)` (contracted in both builds) and `hsum(acc)`.
+//!
 //! Eight or more activation rows take ggml's tiled product (`tiled/tiled.cpp`, as for the K-quants,
 //! see [`super::kquants_x86`]): the tile's weight scale is `d_x·C` (exact: `C` is a power of two; IQ1
 //! codes are `8·g ± 1` with `C` = 1/8), the integer `s1 = Σ scale·v·y` of the super-block is exact,
@@ -25,7 +31,7 @@
 
 use super::iq::{
     block_isum, decode_iq1_m, decode_iq1_s, iq1_m_d, Decoded, IqSpec, IQ1_M_SPEC, IQ1_S_SPEC, IQ2_S_SPEC,
-    IQ2_XS_SPEC, IQ2_XXS_SPEC, IQ3_S_SPEC, IQ3_XXS_SPEC,
+    IQ2_XS_SPEC, IQ2_XXS_SPEC, IQ3_S_SPEC, IQ3_XXS_SPEC, TQ1_0_SPEC, TQ2_0_SPEC,
 };
 use super::kquants_x86::hsum8;
 use crate::dtype::QK_K;
@@ -111,6 +117,30 @@ models! {
     vec_dot_iq2_s_q8_k_x86, vec_dot_iq2_s_q8_k_tiled_x86, IQ2_S_SPEC, "IQ2_S";
     vec_dot_iq3_xxs_q8_k_x86, vec_dot_iq3_xxs_q8_k_tiled_x86, IQ3_XXS_SPEC, "IQ3_XXS";
     vec_dot_iq3_s_q8_k_x86, vec_dot_iq3_s_q8_k_tiled_x86, IQ3_S_SPEC, "IQ3_S";
+}
+
+/// The TQ order: digit lanes less the paired `bsums`, `fma(d_x·d_y)`, `hsum`.
+fn tq_row<B: bytemuck::Pod>(spec: &IqSpec<B>, n: usize, x: &[u8], y: &[u8]) -> f32 {
+    let mut acc = [0f32; 8];
+    for (bx, by) in pairs::<B>(n, x, y) {
+        let dec = (spec.decode)(bx);
+        let mut l = lanes(|e| dec.v[e] as i32 + 1, &dec.scale, &by.qs);
+        for (j, l) in l.iter_mut().enumerate() {
+            *l -= i16::from_le_bytes(by.bsums[2 * j]) as i32 + i16::from_le_bytes(by.bsums[2 * j + 1]) as i32;
+        }
+        fma8(&mut acc, (spec.d)(bx) * q8k_d(by), l);
+    }
+    hsum8(acc)
+}
+
+/// TQ1_0 · Q8_K in ggml's AVX2 order.
+pub fn vec_dot_tq1_0_q8_k_x86(n: usize, x: &[u8], y: &[u8]) -> f32 {
+    tq_row(&TQ1_0_SPEC, n, x, y)
+}
+
+/// TQ2_0 · Q8_K in ggml's AVX2 order.
+pub fn vec_dot_tq2_0_q8_k_x86(n: usize, x: &[u8], y: &[u8]) -> f32 {
+    tq_row(&TQ2_0_SPEC, n, x, y)
 }
 
 /// IQ1_S · Q8_K in ggml's AVX2 one-row order.

@@ -559,9 +559,9 @@ fn grid_type_dots_equal_the_scalar_kernel_bitwise() {
     }
 }
 
-/// Under the `avx2` and `avx512` numerics profiles the x86 kernel sets' grid IQ dot products follow
-/// ggml's orders: `vec_dot` (one to seven activation rows) and `vec_dot_batch` (the tiled product,
-/// eight or more) equal the scalar models of `scalar::iq_x86` bit for bit, on random blocks, blocks
+/// Under the `avx2` and `avx512` numerics profiles the x86 kernel sets' grid IQ, TQ1_0 and TQ2_0 dot
+/// products follow ggml's orders: `vec_dot` (one to seven activation rows; every count for TQ) and
+/// `vec_dot_batch` (the grid types' tiled product, eight or more) equal the scalar models of `scalar::iq_x86` bit for bit, on random blocks, blocks
 /// with every bit set but the scale, random bytes, odd super-block counts, and activations from zero
 /// to large and of ±127 (the largest products the integer lanes meet).
 #[test]
@@ -572,14 +572,17 @@ fn x86_grid_iq_dots_equal_ggml_models_bitwise() {
     use GgmlType::*;
     let s = scalar_table();
     let mut r = rng(31);
-    let models: [(GgmlType, crate::quant::VecDotFn, crate::quant::VecDotFn); 7] = [
-        (IQ2_XXS, m::vec_dot_iq2_xxs_q8_k_x86, m::vec_dot_iq2_xxs_q8_k_tiled_x86),
-        (IQ2_XS, m::vec_dot_iq2_xs_q8_k_x86, m::vec_dot_iq2_xs_q8_k_tiled_x86),
-        (IQ2_S, m::vec_dot_iq2_s_q8_k_x86, m::vec_dot_iq2_s_q8_k_tiled_x86),
-        (IQ3_XXS, m::vec_dot_iq3_xxs_q8_k_x86, m::vec_dot_iq3_xxs_q8_k_tiled_x86),
-        (IQ3_S, m::vec_dot_iq3_s_q8_k_x86, m::vec_dot_iq3_s_q8_k_tiled_x86),
-        (IQ1_S, m::vec_dot_iq1_s_q8_k_x86, m::vec_dot_iq1_s_q8_k_tiled_x86),
-        (IQ1_M, m::vec_dot_iq1_m_q8_k_x86, m::vec_dot_iq1_m_q8_k_tiled_x86),
+    type Dot = crate::quant::VecDotFn;
+    let models: [(GgmlType, Dot, Option<Dot>); 9] = [
+        (IQ2_XXS, m::vec_dot_iq2_xxs_q8_k_x86, Some(m::vec_dot_iq2_xxs_q8_k_tiled_x86)),
+        (IQ2_XS, m::vec_dot_iq2_xs_q8_k_x86, Some(m::vec_dot_iq2_xs_q8_k_tiled_x86)),
+        (IQ2_S, m::vec_dot_iq2_s_q8_k_x86, Some(m::vec_dot_iq2_s_q8_k_tiled_x86)),
+        (IQ3_XXS, m::vec_dot_iq3_xxs_q8_k_x86, Some(m::vec_dot_iq3_xxs_q8_k_tiled_x86)),
+        (IQ3_S, m::vec_dot_iq3_s_q8_k_x86, Some(m::vec_dot_iq3_s_q8_k_tiled_x86)),
+        (IQ1_S, m::vec_dot_iq1_s_q8_k_x86, Some(m::vec_dot_iq1_s_q8_k_tiled_x86)),
+        (IQ1_M, m::vec_dot_iq1_m_q8_k_x86, Some(m::vec_dot_iq1_m_q8_k_tiled_x86)),
+        (TQ1_0, m::vec_dot_tq1_0_q8_k_x86, None),
+        (TQ2_0, m::vec_dot_tq2_0_q8_k_x86, None),
     ];
     let mut tested = 0;
     for isa in Isa::all_available().into_iter().filter(|i| matches!(i, Isa::Avx2 | Isa::Avx512)) {
@@ -587,14 +590,21 @@ fn x86_grid_iq_dots_equal_ggml_models_bitwise() {
             let k = Kernels::build_for(isa, numerics);
             for (t, one_row, tiled) in models {
                 let e = k.get(t);
-                let dots =
-                    [(one_row, e.vec_dot.unwrap(), "vec_dot"), (tiled, e.vec_dot_batch.unwrap(), "tiled")];
+                let mut dots = vec![(one_row, e.vec_dot.unwrap(), "vec_dot")];
+                if let Some(tiled) = tiled {
+                    dots.push((tiled, e.vec_dot_batch.unwrap(), "tiled"));
+                }
                 for nb in [1usize, 3, 8] {
                     let n = nb * 256;
-                    let first = random_grid_blocks(t, nb, 1.0, r.random()).unwrap();
+                    let first = match random_grid_blocks(t, nb, 1.0, r.random()) {
+                        Some(b) => b,
+                        None => quantize(&s, t, &gaussian(&mut r, n)),
+                    };
                     // Every bit set, and random bytes, each with the first row's (finite) scales.
                     let size = t.type_size();
                     let keep_scale = |b: &mut [u8], orig: &[u8]| match t {
+                        TQ1_0 => b[52..54].copy_from_slice(&orig[52..54]),
+                        TQ2_0 => b[64..66].copy_from_slice(&orig[64..66]),
                         IQ1_M => {
                             for (k, o) in b[48..56].iter_mut().zip(&orig[48..56]).skip(1).step_by(2) {
                                 *k = (*k & 0x0F) | (o & 0xF0);
@@ -619,7 +629,7 @@ fn x86_grid_iq_dots_equal_ggml_models_bitwise() {
                     acts.push(quantize(&s, Q8_K, &extreme));
                     for x in [&first, &all, &noise] {
                         for y in &acts {
-                            for (model, dot, what) in dots {
+                            for &(model, dot, what) in &dots {
                                 let (got, want) = (dot(n, x, y), model(n, x, y));
                                 assert_eq!(
                                     got.to_bits(),

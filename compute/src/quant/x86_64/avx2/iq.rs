@@ -379,6 +379,14 @@ fn iq3_s_lanes(b: &BlockIq3S, y: &BlockQ8K) -> __m256i {
 /// in i16 lanes (8 pairs of at most 2·3·127 each, less a bsum of at most 16·127: no overflow).
 #[target_feature(enable = "avx2")]
 fn tq2_0_isum(b: &BlockTq2_0, y: &BlockQ8K) -> i32 {
+    hsum_i32(tq2_0_lanes(b, y))
+}
+
+/// The i32 lanes of [`tq2_0_isum`] before the horizontal sum (ggml's lanes: `madd` of i16 lanes that
+/// hold the digit products less one `bsum` each).
+#[target_feature(enable = "avx2")]
+#[inline]
+fn tq2_0_lanes(b: &BlockTq2_0, y: &BlockQ8K) -> __m256i {
     let (yq, bsums) = q8_parts(y);
     let qs: &[[u8; 32]; 2] = bytemuck::cast_ref(&b.qs);
     let three = _mm256_set1_epi8(3);
@@ -392,7 +400,7 @@ fn tq2_0_isum(b: &BlockTq2_0, y: &BlockQ8K) -> i32 {
             acc = _mm256_add_epi16(acc, _mm256_maddubs_epi16(ql, load32(&yq[4 * g + l])));
         }
     }
-    hsum_i32(_mm256_madd_epi16(acc, _mm256_set1_epi16(1)))
+    _mm256_madd_epi16(acc, _mm256_set1_epi16(1))
 }
 
 /// `s ↦ 3·s mod 256` per byte: the next base-3 digit plane of TQ1_0 bytes (see [`tq1_0_isum`]).
@@ -432,6 +440,14 @@ fn trits(s: __m256i) -> __m256i {
 /// at most 2·2·127 each, less a bsum of at most 16·127.
 #[target_feature(enable = "avx2")]
 fn tq1_0_isum(b: &BlockTq1_0, y: &BlockQ8K) -> i32 {
+    hsum_i32(tq1_0_lanes(b, y))
+}
+
+/// The i32 lanes of [`tq1_0_isum`] before the horizontal sum (ggml's lanes: `madd` of i16 lanes that
+/// hold the digit products less one `bsum` each).
+#[target_feature(enable = "avx2")]
+#[inline]
+fn tq1_0_lanes(b: &BlockTq1_0, y: &BlockQ8K) -> __m256i {
     let (yq, bsums) = q8_parts(y);
     let (head, tail) = b.qs.split_at(32);
     let (head, tail): (&[u8; 32], &[u8; 16]) = (head.try_into().unwrap(), tail.try_into().unwrap());
@@ -453,7 +469,7 @@ fn tq1_0_isum(b: &BlockTq1_0, y: &BlockQ8K) -> i32 {
     for (v, chunk) in [v01, v23, v4h].into_iter().zip(&yq[5..]) {
         acc = _mm256_add_epi16(acc, _mm256_maddubs_epi16(trits(v), load32(chunk)));
     }
-    hsum_i32(_mm256_madd_epi16(acc, _mm256_set1_epi16(1)))
+    _mm256_madd_epi16(acc, _mm256_set1_epi16(1))
 }
 
 /// IQ1_S blocks against Q8_K blocks, in two parts: the i16 lanes of `Σ_ib s_ib·Σ g·y` and the i32
@@ -711,6 +727,8 @@ ggml_one_row! {
     vec_dot_iq2_s_ggml, iq2_s_ggml: BlockIq2S, 0.125, iq2_s_lanes;
     vec_dot_iq3_xxs_ggml, iq3_xxs_ggml: BlockIq3Xxs, 0.25, iq3_xxs_lanes;
     vec_dot_iq3_s_ggml, iq3_s_ggml: BlockIq3S, 1.0, iq3_s_lanes;
+    vec_dot_tq1_0_ggml, tq1_0_ggml: BlockTq1_0, 1.0, tq1_0_lanes;
+    vec_dot_tq2_0_ggml, tq2_0_ggml: BlockTq2_0, 1.0, tq2_0_lanes;
 }
 
 /// IQ1_S in ggml's one-row order: the grid lanes by `fma(d)` into `acc`, the δ integer by a scalar

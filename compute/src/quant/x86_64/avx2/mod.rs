@@ -26,7 +26,7 @@ pub fn install_iq4_nl_gemm(k: &mut Kernels) {
 
 /// Installs the grid IQ types' dot products in ggml's orders (the `avx2` and `avx512` numerics
 /// profiles): the one-row order for up to seven activation rows and the tiled product's for eight
-/// or more (models: `scalar::iq_x86`).
+/// or more; and TQ1_0's and TQ2_0's one order (models: `scalar::iq_x86`).
 pub fn install_iq_ggml_orders(k: &mut Kernels) {
     if !super::avx2_available() {
         return;
@@ -45,6 +45,8 @@ pub fn install_iq_ggml_orders(k: &mut Kernels) {
         k.set_vec_dot(t, one_row);
         k.set_vec_dot_batch(t, tiled);
     }
+    k.set_vec_dot(TQ1_0, iq::vec_dot_tq1_0_ggml);
+    k.set_vec_dot(TQ2_0, iq::vec_dot_tq2_0_ggml);
 }
 
 /// Installs BF16's dot products in the orders of ggml's AVX2 build (`vec_dot` and tinyBLAS's for two
