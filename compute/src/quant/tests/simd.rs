@@ -708,3 +708,58 @@ fn x86_bf16_dots_equal_ggml_models_bitwise() {
         assert!(tested > 0);
     }
 }
+
+/// Under the `avx2` and `avx512` numerics profiles Q1_0's and NVFP4's `vec_dot` follow ggml's AVX2
+/// order, equal to the scalar models of `scalar::extra_x86` bit for bit: quantized rows, rows of
+/// random bytes with finite scales (every code and sign pattern), odd block counts, and activations
+/// from zero to large.
+#[test]
+fn x86_q1_0_nvfp4_dots_equal_ggml_models_bitwise() {
+    use crate::numerics::Numerics;
+    use crate::quant::scalar::extra_x86 as m;
+    use GgmlType::*;
+    let s = scalar_table();
+    let mut r = rng(33);
+    let mut tested = 0;
+    for isa in Isa::all_available().into_iter().filter(|i| matches!(i, Isa::Avx2 | Isa::Avx512)) {
+        for numerics in [Numerics::Avx2, Numerics::Avx512] {
+            let k = Kernels::build_for(isa, numerics);
+            let models: [(GgmlType, crate::quant::VecDotFn); 2] =
+                [(Q1_0, m::vec_dot_q1_0_q8_0_x86), (NVFP4, m::vec_dot_nvfp4_q8_0_x86)];
+            for (t, model) in models {
+                let dot = k.get(t).vec_dot.unwrap();
+                for nb in [1usize, 3, 8] {
+                    let n = nb * t.blck_size();
+                    let mut xrows = vec![quantize(&s, t, &gaussian(&mut r, n))];
+                    let mut noise: Vec<u8> = (0..xrows[0].len()).map(|_| r.random()).collect();
+                    for (z, orig) in
+                        noise.chunks_exact_mut(t.type_size()).zip(xrows[0].chunks_exact(t.type_size()))
+                    {
+                        // Keep the scales finite: Q1_0's f16, NVFP4's UE4M3 bytes below 0x7F.
+                        match t {
+                            Q1_0 => z[..2].copy_from_slice(&orig[..2]),
+                            _ => z[..4].iter_mut().for_each(|b| *b &= 0x7E),
+                        }
+                    }
+                    xrows.push(noise);
+                    for y in activations(&mut r, n) {
+                        let qy = quantize(&s, Q8_0, &y);
+                        for qx in &xrows {
+                            let (got, want) = (dot(n, qx, &qy), model(n, qx, &qy));
+                            assert_eq!(
+                                got.to_bits(),
+                                want.to_bits(),
+                                "{} {numerics:?} {t} n={n}: {got} vs model {want}",
+                                isa.name()
+                            );
+                            tested += 1;
+                        }
+                    }
+                }
+            }
+        }
+    }
+    if Isa::all_available().contains(&Isa::Avx2) {
+        assert!(tested > 0);
+    }
+}

@@ -5,6 +5,7 @@
 //! are reachable only through [`install`], which runs only after the features were detected; that
 //! is the invariant every `// SAFETY:` comment below refers to.
 
+mod extra;
 pub(super) mod float;
 mod iq;
 pub(super) mod kquants;
@@ -26,7 +27,8 @@ pub fn install_iq4_nl_gemm(k: &mut Kernels) {
 
 /// Installs the grid IQ types' dot products in ggml's orders (the `avx2` and `avx512` numerics
 /// profiles): the one-row order for up to seven activation rows and the tiled product's for eight
-/// or more; and TQ1_0's and TQ2_0's one order (models: `scalar::iq_x86`).
+/// or more; and TQ1_0's and TQ2_0's one order (models: `scalar::iq_x86`), Q1_0's and NVFP4's
+/// (models: `scalar::extra_x86`).
 pub fn install_iq_ggml_orders(k: &mut Kernels) {
     if !super::avx2_available() {
         return;
@@ -47,6 +49,8 @@ pub fn install_iq_ggml_orders(k: &mut Kernels) {
     }
     k.set_vec_dot(TQ1_0, iq::vec_dot_tq1_0_ggml);
     k.set_vec_dot(TQ2_0, iq::vec_dot_tq2_0_ggml);
+    k.set_vec_dot(Q1_0, extra::vec_dot_q1_0_q8_0_ggml);
+    k.set_vec_dot(NVFP4, extra::vec_dot_nvfp4_q8_0_ggml);
 }
 
 /// Installs BF16's dot products in the orders of ggml's AVX2 build (`vec_dot` and tinyBLAS's for two
