@@ -16,7 +16,7 @@
 //! | Q2_K … Q6_K | ✓ | ggml's reference searches, byte for byte ([`scalar::refquant`]) | ✓ | AVX2 all; NEON all |
 //! | IQ4_NL, IQ4_XS | ✓ | ggml's reference searches, byte for byte | ✓ | AVX2 both; AVX-512 VNNI IQ4_NL; NEON both |
 //! | MXFP4, NVFP4, Q1_0, Q2_0, TQ1_0, TQ2_0 | ✓ | ggml's reference quantizers, byte for byte | ✓ | MXFP4: AVX2, NEON; TQ1_0, TQ2_0: fused AVX2, NEON dots (to_f32 scalar) |
-//! | IQ1_S, IQ1_M, IQ2_XXS, IQ2_XS, IQ2_S, IQ3_XXS, IQ3_S | ✓ ([`scalar::iq`]) | — (ggml's CPU backend has none either) | ✓ | AVX2: IQ2_XXS, IQ2_XS, IQ2_S, IQ3_XXS, IQ3_S fused, IQ1_S, IQ1_M fused (all bit-identical to scalar); NEON: dot products of all seven in one, four and 2×2 (i8mm) columns, bit-identical to scalar, to_f32 scalar |
+//! | IQ1_S, IQ1_M, IQ2_XXS, IQ2_XS, IQ2_S, IQ3_XXS, IQ3_S | ✓ ([`scalar::iq`]) | — (ggml's CPU backend has none either) | ✓ | AVX2: IQ2_XXS, IQ2_XS, IQ2_S, IQ3_XXS, IQ3_S fused, IQ1_S, IQ1_M fused (all bit-identical to scalar; under the `avx2`/`avx512` profiles in ggml's one-row and tiled orders instead, twins in [`scalar::iq_x86`]); NEON: dot products of all seven in one, four and 2×2 (i8mm) columns, bit-identical to scalar, to_f32 scalar |
 //!
 //! `compute/tests/quant_peer.rs` checks every row against ggml itself: dequantization bit for bit,
 //! dot products within summation order, quantizers byte for byte.

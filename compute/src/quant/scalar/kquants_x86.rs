@@ -30,7 +30,7 @@ use crate::quant::blocks::*;
 use crate::quant::scalar::kquants::{k4_scales, q2k_quants, q3k_quants, q4k_quants, q5k_quants, q6k_quants};
 
 /// The 8-lane horizontal sum of ggml's `hsum_float_8`.
-fn hsum8(a: [f32; 8]) -> f32 {
+pub(crate) fn hsum8(a: [f32; 8]) -> f32 {
     let s: [f32; 4] = std::array::from_fn(|k| a[k + 4] + a[k]);
     (s[0] + s[2]) + (s[1] + s[3])
 }

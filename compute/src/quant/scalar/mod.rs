@@ -5,10 +5,13 @@
 //! packers), [`refquant`] (ggml's reference quantizers for the K-quants, IQ4, MXFP4 and TQ types),
 //! [`extra`] (Q1_0, Q2_0, NVFP4, TQ2_0) and [`iq`] (the grid-based IQ1/IQ2/IQ3 types and TQ1_0).
 
+pub mod bf16_x86;
 pub mod extra;
+pub mod extra_x86;
 pub mod float;
 pub mod iq;
 pub(crate) mod iq_grids;
+pub mod iq_x86;
 pub mod kquantize;
 pub mod kquants;
 pub mod kquants_x86;

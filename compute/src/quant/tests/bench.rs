@@ -127,3 +127,52 @@ fn interleave_throughput() {
         );
     }
 }
+
+/// The grid IQ dot products per numerics profile (only with `LLAMAD_SLOW_TESTS=1`): ns per
+/// 4096-element row of the `portable` fused kernels and of ggml's one-row and tiled orders that the
+/// `avx2` / `avx512` profiles install. Each figure's sum is checked against the scalar kernel.
+#[test]
+fn grid_iq_order_throughput() {
+    use crate::numerics::Numerics;
+    use crate::quant::testing::random_grid_blocks;
+    if std::env::var("LLAMAD_SLOW_TESTS").as_deref() != Ok("1") {
+        return;
+    }
+    let (n, rows, reps) = (4096usize, 64usize, 20usize);
+    let s = scalar_table();
+    let mut r = rng(2);
+    let qy = quantize(&s, GgmlType::Q8_K, &gaussian(&mut r, n));
+    let Some(isa) = Isa::all_available().into_iter().rfind(|i| matches!(i, Isa::Avx2 | Isa::Avx512)) else {
+        return;
+    };
+    use GgmlType::*;
+    for t in [IQ2_XXS, IQ2_XS, IQ2_S, IQ3_XXS, IQ3_S, IQ1_S, IQ1_M] {
+        let qx = random_grid_blocks(t, rows * n / 256, 1.0, 3).unwrap();
+        let rs = t.row_size(n as u64).unwrap() as usize;
+        let want: f32 = qx.chunks_exact(rs).map(|row| (s.get(t).vec_dot.unwrap())(n, row, &qy)).sum();
+        let portable = Kernels::build_for(isa, Numerics::Portable);
+        let ggml = Kernels::build_for(isa, Numerics::Avx2);
+        let kinds = [
+            ("portable", portable.get(t).vec_dot.unwrap()),
+            ("ggml one-row", ggml.get(t).vec_dot.unwrap()),
+            ("ggml tiled", ggml.get(t).vec_dot_batch.unwrap()),
+        ];
+        for (what, dot) in kinds {
+            let mut dt = f64::INFINITY;
+            let mut acc = 0.0f32;
+            for _ in 0..10 {
+                let t0 = Instant::now();
+                acc = 0.0;
+                for _ in 0..reps {
+                    for row in qx.chunks_exact(rs) {
+                        acc += dot(n, row, &qy);
+                    }
+                }
+                dt = dt.min(t0.elapsed().as_secs_f64());
+            }
+            let want = want * reps as f32;
+            assert!((acc - want).abs() <= 1e-3 * want.abs().max(1.0), "{t} {what}: {acc} vs {want}");
+            eprintln!("{t:>7} {:>7} {what:>13}: {:8.1} ns/row", isa.name(), dt * 1e9 / (rows * reps) as f64);
+        }
+    }
+}

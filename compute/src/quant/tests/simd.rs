@@ -607,3 +607,208 @@ fn grid_type_dots_equal_the_scalar_kernel_bitwise() {
         }
     }
 }
+
+/// Under the `avx2` and `avx512` numerics profiles the x86 kernel sets' grid IQ, TQ1_0 and TQ2_0 dot
+/// products follow ggml's orders: `vec_dot` (one to seven activation rows; every count for TQ) and
+/// `vec_dot_batch` (the grid types' tiled product, eight or more) equal the scalar models of `scalar::iq_x86` bit for bit, on random blocks, blocks
+/// with every bit set but the scale, random bytes, odd super-block counts, and activations from zero
+/// to large and of ±127 (the largest products the integer lanes meet).
+#[test]
+fn x86_grid_iq_dots_equal_ggml_models_bitwise() {
+    use crate::numerics::Numerics;
+    use crate::quant::scalar::iq_x86 as m;
+    use crate::quant::testing::random_grid_blocks;
+    use GgmlType::*;
+    let s = scalar_table();
+    let mut r = rng(31);
+    type Dot = crate::quant::VecDotFn;
+    let models: [(GgmlType, Dot, Option<Dot>); 9] = [
+        (IQ2_XXS, m::vec_dot_iq2_xxs_q8_k_x86, Some(m::vec_dot_iq2_xxs_q8_k_tiled_x86)),
+        (IQ2_XS, m::vec_dot_iq2_xs_q8_k_x86, Some(m::vec_dot_iq2_xs_q8_k_tiled_x86)),
+        (IQ2_S, m::vec_dot_iq2_s_q8_k_x86, Some(m::vec_dot_iq2_s_q8_k_tiled_x86)),
+        (IQ3_XXS, m::vec_dot_iq3_xxs_q8_k_x86, Some(m::vec_dot_iq3_xxs_q8_k_tiled_x86)),
+        (IQ3_S, m::vec_dot_iq3_s_q8_k_x86, Some(m::vec_dot_iq3_s_q8_k_tiled_x86)),
+        (IQ1_S, m::vec_dot_iq1_s_q8_k_x86, Some(m::vec_dot_iq1_s_q8_k_tiled_x86)),
+        (IQ1_M, m::vec_dot_iq1_m_q8_k_x86, Some(m::vec_dot_iq1_m_q8_k_tiled_x86)),
+        (TQ1_0, m::vec_dot_tq1_0_q8_k_x86, None),
+        (TQ2_0, m::vec_dot_tq2_0_q8_k_x86, None),
+    ];
+    let mut tested = 0;
+    for isa in Isa::all_available().into_iter().filter(|i| matches!(i, Isa::Avx2 | Isa::Avx512)) {
+        for numerics in [Numerics::Avx2, Numerics::Avx512] {
+            let k = Kernels::build_for(isa, numerics);
+            for (t, one_row, tiled) in models {
+                let e = k.get(t);
+                let mut dots = vec![(one_row, e.vec_dot.unwrap(), "vec_dot")];
+                if let Some(tiled) = tiled {
+                    dots.push((tiled, e.vec_dot_batch.unwrap(), "tiled"));
+                }
+                for nb in [1usize, 3, 8] {
+                    let n = nb * 256;
+                    let first = match random_grid_blocks(t, nb, 1.0, r.random()) {
+                        Some(b) => b,
+                        None => quantize(&s, t, &gaussian(&mut r, n)),
+                    };
+                    // Every bit set, and random bytes, each with the first row's (finite) scales.
+                    let size = t.type_size();
+                    let keep_scale = |b: &mut [u8], orig: &[u8]| match t {
+                        TQ1_0 => b[52..54].copy_from_slice(&orig[52..54]),
+                        TQ2_0 => b[64..66].copy_from_slice(&orig[64..66]),
+                        IQ1_M => {
+                            for (k, o) in b[48..56].iter_mut().zip(&orig[48..56]).skip(1).step_by(2) {
+                                *k = (*k & 0x0F) | (o & 0xF0);
+                            }
+                        }
+                        _ => b[..2].copy_from_slice(&orig[..2]),
+                    };
+                    let mut all = first.clone();
+                    let mut noise: Vec<u8> = (0..first.len()).map(|_| r.random()).collect();
+                    for ((b, z), orig) in all
+                        .chunks_exact_mut(size)
+                        .zip(noise.chunks_exact_mut(size))
+                        .zip(first.chunks_exact(size))
+                    {
+                        b.fill(0xFF);
+                        keep_scale(b, orig);
+                        keep_scale(z, orig);
+                    }
+                    let mut acts: Vec<Vec<u8>> =
+                        activations(&mut r, n).iter().map(|y| quantize(&s, Q8_K, y)).collect();
+                    let extreme: Vec<f32> = (0..n).map(|i| if i % 3 == 0 { -1.0 } else { 1.0 }).collect();
+                    acts.push(quantize(&s, Q8_K, &extreme));
+                    for x in [&first, &all, &noise] {
+                        for y in &acts {
+                            for &(model, dot, what) in &dots {
+                                let (got, want) = (dot(n, x, y), model(n, x, y));
+                                assert_eq!(
+                                    got.to_bits(),
+                                    want.to_bits(),
+                                    "{} {numerics:?} {t} {what} n={n}: {got} vs model {want}",
+                                    isa.name()
+                                );
+                                tested += 1;
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+    if Isa::all_available().contains(&Isa::Avx2) {
+        assert!(tested > 0);
+    }
+}
+
+/// Under the `avx2` and `avx512` numerics profiles BF16's `vec_dot` and `vec_dot_gemm` follow ggml's
+/// x86 builds (AVX2; on a CPU with AVX512-BF16 the native build's `vdpbf16ps` orders), equal to the
+/// scalar models of `scalar::bf16_x86` bit for bit: lengths around every step (8, 32, 64) with
+/// leftovers, random rows of several scales, zeros, mixed magnitudes (rounding in every add), and
+/// denormal inputs and underflowing products (`vdpbf16ps` reads and writes them as zero).
+#[cfg(target_arch = "x86_64")]
+#[test]
+fn x86_bf16_dots_equal_ggml_models_bitwise() {
+    use crate::numerics::Numerics;
+    use crate::quant::scalar::bf16_x86 as m;
+    let s = scalar_table();
+    let mut r = rng(32);
+    let mut tested = 0;
+    for isa in Isa::all_available().into_iter().filter(|i| matches!(i, Isa::Avx2 | Isa::Avx512)) {
+        for numerics in [Numerics::Avx2, Numerics::Avx512] {
+            let k = Kernels::build_for(isa, numerics);
+            let native_bf16 = numerics == Numerics::Avx512
+                && is_x86_feature_detected!("avx512bf16")
+                && crate::quant::x86_64::avx512_numerics_available();
+            let (one, gemm): (crate::quant::VecDotFn, crate::quant::VecDotFn) = if native_bf16 {
+                (m::vec_dot_bf16_avx512bf16_x86, m::vec_dot_bf16_gemm_avx512bf16_x86)
+            } else {
+                (m::vec_dot_bf16_avx2_x86, m::vec_dot_bf16_gemm_avx2_x86)
+            };
+            let e = k.get(GgmlType::BF16);
+            let pairs = [(one, e.vec_dot.unwrap(), "vec_dot"), (gemm, e.vec_dot_gemm.unwrap(), "gemm")];
+            for n in [1usize, 7, 8, 24, 31, 32, 33, 63, 64, 65, 96, 100, 128, 1000, 4096] {
+                let mut rows: Vec<Vec<f32>> = [1.0f32, 1e-3, 300.0]
+                    .iter()
+                    .map(|&sc| gaussian(&mut r, n).iter().map(|v| v * sc).collect())
+                    .collect();
+                rows.push(vec![0.0; n]);
+                rows.push(
+                    (0..n).map(|i| if i % 5 == 0 { 1e4 } else { (i as f32 * 0.37).sin() * 1e-3 }).collect(),
+                );
+                rows.push((0..n).map(|i| if i % 2 == 0 { 1e-39 } else { 1e-20 }).collect());
+                let q: Vec<Vec<u8>> = rows.iter().map(|v| quantize(&s, GgmlType::BF16, v)).collect();
+                for x in &q {
+                    for y in &q {
+                        for (model, dot, what) in pairs {
+                            let (got, want) = (dot(n, x, y), model(n, x, y));
+                            assert_eq!(
+                                got.to_bits(),
+                                want.to_bits(),
+                                "{} {numerics:?} BF16 {what} n={n}: {got} vs model {want}",
+                                isa.name()
+                            );
+                            tested += 1;
+                        }
+                    }
+                }
+            }
+        }
+    }
+    if Isa::all_available().contains(&Isa::Avx2) {
+        assert!(tested > 0);
+    }
+}
+
+/// Under the `avx2` and `avx512` numerics profiles Q1_0's and NVFP4's `vec_dot` follow ggml's AVX2
+/// order, equal to the scalar models of `scalar::extra_x86` bit for bit: quantized rows, rows of
+/// random bytes with finite scales (every code and sign pattern), odd block counts, and activations
+/// from zero to large.
+#[test]
+fn x86_q1_0_nvfp4_dots_equal_ggml_models_bitwise() {
+    use crate::numerics::Numerics;
+    use crate::quant::scalar::extra_x86 as m;
+    use GgmlType::*;
+    let s = scalar_table();
+    let mut r = rng(33);
+    let mut tested = 0;
+    for isa in Isa::all_available().into_iter().filter(|i| matches!(i, Isa::Avx2 | Isa::Avx512)) {
+        for numerics in [Numerics::Avx2, Numerics::Avx512] {
+            let k = Kernels::build_for(isa, numerics);
+            let models: [(GgmlType, crate::quant::VecDotFn); 2] =
+                [(Q1_0, m::vec_dot_q1_0_q8_0_x86), (NVFP4, m::vec_dot_nvfp4_q8_0_x86)];
+            for (t, model) in models {
+                let dot = k.get(t).vec_dot.unwrap();
+                for nb in [1usize, 3, 8] {
+                    let n = nb * t.blck_size();
+                    let mut xrows = vec![quantize(&s, t, &gaussian(&mut r, n))];
+                    let mut noise: Vec<u8> = (0..xrows[0].len()).map(|_| r.random()).collect();
+                    for (z, orig) in
+                        noise.chunks_exact_mut(t.type_size()).zip(xrows[0].chunks_exact(t.type_size()))
+                    {
+                        // Keep the scales finite: Q1_0's f16, NVFP4's UE4M3 bytes below 0x7F.
+                        match t {
+                            Q1_0 => z[..2].copy_from_slice(&orig[..2]),
+                            _ => z[..4].iter_mut().for_each(|b| *b &= 0x7E),
+                        }
+                    }
+                    xrows.push(noise);
+                    for y in activations(&mut r, n) {
+                        let qy = quantize(&s, Q8_0, &y);
+                        for qx in &xrows {
+                            let (got, want) = (dot(n, qx, &qy), model(n, qx, &qy));
+                            assert_eq!(
+                                got.to_bits(),
+                                want.to_bits(),
+                                "{} {numerics:?} {t} n={n}: {got} vs model {want}",
+                                isa.name()
+                            );
+                            tested += 1;
+                        }
+                    }
+                }
+            }
+        }
+    }
+    if Isa::all_available().contains(&Isa::Avx2) {
+        assert!(tested > 0);
+    }
+}

@@ -43,6 +43,7 @@ macro_rules! block_loop2 {
 
 mod avx2;
 mod avx512;
+mod bf16_512;
 mod float512;
 mod gemm;
 mod interleave;
@@ -89,8 +90,11 @@ pub fn install_avx512_numerics(k: &mut Kernels) {
 pub fn install_ggml_orders(k: &mut Kernels, avx512: bool) {
     k.clear_panels();
     avx2::install_iq4_nl_gemm(k);
+    avx2::install_iq_ggml_orders(k);
+    avx2::install_bf16_ggml_orders(k);
     if avx512 && avx512_numerics_available() {
         install_avx512_numerics(k);
+        bf16_512::install(k);
     }
 }
 

@@ -19,14 +19,38 @@ pub const WEIGHT_TYPES: [GgmlType; 28] = [
 ];
 
 /// Types whose AVX2 matrix product reproduces ggml's bit for bit (tests/interop/README.md: the
-/// legacy dot products with the Q8_0/Q8_1 activation quantizers, F32/F16 in tinyBLAS or vec_dot order,
+/// legacy dot products with the Q8_0/Q8_1 activation quantizers, F32/F16/BF16 in tinyBLAS or vec_dot order,
 /// the K-quants and IQ4_XS with the Q8_K quantizer in vec_dot order and, from 8 activation rows on,
-/// in the order of ggml's tiled K-quant product, IQ4_NL in vec_dot or tinyBLAS order).
+/// in the order of ggml's tiled K-quant product, IQ4_NL in vec_dot or tinyBLAS order, the grid IQ
+/// types in vec_dot order and, from 8 activation rows on, in the tiled product's, TQ1_0/TQ2_0,
+/// MXFP4, Q1_0 and NVFP4 in vec_dot order).
 fn designed_exact(t: GgmlType) -> bool {
     matches!(
         t,
-        F32 | F16 | Q4_0 | Q4_1 | Q5_0 | Q5_1 | Q8_0 | IQ4_NL | Q2_K | Q3_K | Q4_K | Q5_K | Q6_K | IQ4_XS
-    )
+        F32 | F16
+            | BF16
+            | Q4_0
+            | Q4_1
+            | Q5_0
+            | Q5_1
+            | Q8_0
+            | IQ4_NL
+            | Q2_K
+            | Q3_K
+            | Q4_K
+            | Q5_K
+            | Q6_K
+            | IQ4_XS
+    ) || GRID_IQ.contains(&t)
+        || matches!(t, TQ1_0 | TQ2_0 | MXFP4 | Q1_0 | NVFP4)
+}
+
+/// The grid IQ types (ggml's tiled product takes them from 8 activation rows, as the K-quants).
+const GRID_IQ: [GgmlType; 7] = [IQ2_XXS, IQ2_XS, IQ2_S, IQ3_XXS, IQ3_S, IQ1_S, IQ1_M];
+
+/// The types ggml multiplies with its tiled product from 8 activation rows.
+fn tiled_types() -> impl Iterator<Item = GgmlType> {
+    [Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_XS].into_iter().chain(GRID_IQ)
 }
 
 fn bound(t: GgmlType) -> Bound {
@@ -83,8 +107,8 @@ pub fn cases(v: &mut Vec<Case>) {
         mm(v, t, 256, 32, 5, 2, 2, Permuted, Strided, "");
         mm(v, t, 256, 32, 4, 1, 1, Offset, Offset, "");
     }
-    // ggml's tiled K-quant product starts at 8 activation rows: both sides of the threshold.
-    for t in [Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_XS] {
+    // ggml's tiled product starts at 8 activation rows: both sides of the threshold.
+    for t in tiled_types() {
         for n in [7, 8] {
             mm(v, t, 768, 48, n, 1, 1, Contig, Contig, "-tiled-threshold");
         }
@@ -169,7 +193,7 @@ fn mul_mat_id(v: &mut Vec<Case>) {
     // 5 tokens: under 8 rows per expert; 24 tokens: some experts get 8+ rows, which ggml multiplies
     // with its tiled product for the K-quants and IQ types.
     let tokens = |t: GgmlType| {
-        if matches!(t, Q2_K | Q3_K | Q4_K | Q5_K | Q6_K | IQ4_XS) {
+        if tiled_types().any(|x| x == t) {
             &[5u64, 24][..]
         } else {
             &[5u64][..]

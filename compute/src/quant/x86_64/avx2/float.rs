@@ -228,6 +228,54 @@ fn f16_at(b: &[u8], i: usize) -> f32 {
     half::f16::from_bits(u16::from_le_bytes([b[2 * i], b[2 * i + 1]])).to_f32()
 }
 
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn dot_bf16_ggml(n: usize, x: &[u8], y: &[u8]) -> f32 {
+    // SAFETY: every load is below `n / 32 * 32` elements, which the caller checked; features
+    // enabled on this fn.
+    let v = unsafe {
+        let mut acc = [_mm256_setzero_ps(); 4];
+        for i in (0..n / 32 * 32).step_by(32) {
+            for (k, a) in acc.iter_mut().enumerate() {
+                *a = _mm256_fmadd_ps(load_bf16(x, i + 8 * k), load_bf16(y, i + 8 * k), *a);
+            }
+        }
+        hsum_ps(_mm256_add_ps(_mm256_add_ps(acc[0], acc[2]), _mm256_add_ps(acc[1], acc[3])))
+    };
+    let mut sum = 0.0 + v as f64;
+    for i in n / 32 * 32..n {
+        sum += (bf16_at(x, i) * bf16_at(y, i)) as f64;
+    }
+    sum as f32
+}
+
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn dot_bf16_gemm(n: usize, x: &[u8], y: &[u8]) -> f32 {
+    // SAFETY: lengths checked by the caller; features enabled on this fn.
+    unsafe { dot_gemm_order(n, x, y, load_bf16) }
+}
+
+fn bf16_at(b: &[u8], i: usize) -> f32 {
+    crate::quant::blocks::bf16_bits_to_f32(u16::from_le_bytes([b[2 * i], b[2 * i + 1]]))
+}
+
+/// bf16 · bf16 as ggml's AVX2 `ggml_vec_dot_bf16` (model: `scalar::bf16_x86`): four accumulators,
+/// `(a0 + a2) + (a1 + a3)`, `hsum`, leftovers in f64.
+pub(crate) fn vec_dot_bf16_bf16_ggml(n: usize, x: &[u8], y: &[u8]) -> f32 {
+    check(n, x, y, 2);
+    // SAFETY: installed only after AVX2/FMA/F16C detection; lengths checked above.
+    unsafe { dot_bf16_ggml(n, x, y) }
+}
+
+/// bf16 · bf16 in the order of ggml's AVX2 tinyBLAS (`n % 8 == 0`, else [`vec_dot_bf16_bf16_ggml`]).
+pub(crate) fn vec_dot_bf16_bf16_gemm(n: usize, x: &[u8], y: &[u8]) -> f32 {
+    check(n, x, y, 2);
+    if !n.is_multiple_of(8) {
+        return vec_dot_bf16_bf16_ggml(n, x, y);
+    }
+    // SAFETY: installed only after AVX2/FMA/F16C detection; lengths checked above.
+    unsafe { dot_bf16_gemm(n, x, y) }
+}
+
 /// bf16 · bf16.
 pub(super) fn vec_dot_bf16_bf16(n: usize, x: &[u8], y: &[u8]) -> f32 {
     check(n, x, y, 2);

@@ -167,7 +167,16 @@ fn scaled(mag: __m256i, q: __m256i, scales: __m256i) -> __m256i {
 
 /// IQ2_XXS blocks against Q8_K blocks: each block's exact integer sum.
 #[target_feature(enable = "avx2")]
+#[inline]
 fn iq2_xxs_isum(b: &BlockIq2Xxs, y: &BlockQ8K) -> i32 {
+    hsum_i32(iq2_xxs_lanes(b, y))
+}
+
+/// IQ2_XXS blocks against Q8_K blocks: the exact integer sum in ggml's eight lanes (lane `l`: the
+/// scaled products of elements `4l..4l + 4` of every 32).
+#[target_feature(enable = "avx2")]
+#[inline]
+fn iq2_xxs_lanes(b: &BlockIq2Xxs, y: &BlockQ8K) -> __m256i {
     let (yq, _) = q8_parts(y);
     let qs: &[[u8; 8]; 8] = bytemuck::cast_ref(&b.qs);
     let halves: &[[u8; 32]; 2] = bytemuck::cast_ref(&b.qs);
@@ -186,12 +195,21 @@ fn iq2_xxs_isum(b: &BlockIq2Xxs, y: &BlockQ8K) -> i32 {
         let y8 = apply_signs(load32(&yq[ib]), signs_of(signs, ib));
         acc = _mm256_add_epi32(acc, scaled(mag, y8, signs_of(scales, ib)));
     }
-    hsum_i32(acc)
+    acc
 }
 
 /// IQ3_XXS blocks against Q8_K blocks: each block's exact integer sum.
 #[target_feature(enable = "avx2")]
+#[inline]
 fn iq3_xxs_isum(b: &BlockIq3Xxs, y: &BlockQ8K) -> i32 {
+    hsum_i32(iq3_xxs_lanes(b, y))
+}
+
+/// IQ3_XXS blocks against Q8_K blocks: the exact integer sum in ggml's eight lanes (lane `l`: the
+/// scaled products of elements `4l..4l + 4` of every 32).
+#[target_feature(enable = "avx2")]
+#[inline]
+fn iq3_xxs_lanes(b: &BlockIq3Xxs, y: &BlockQ8K) -> __m256i {
     let (yq, _) = q8_parts(y);
     let (idx, sas) = b.qs.split_at(QK_K / 4);
     let idx: &[[u8; 8]; 8] = bytemuck::cast_ref(<&[u8; 64]>::try_from(idx).unwrap());
@@ -202,12 +220,21 @@ fn iq3_xxs_isum(b: &BlockIq3Xxs, y: &BlockQ8K) -> i32 {
         let y8 = apply_signs(load32(&yq[ib]), signs_of(signs, ib));
         acc = _mm256_add_epi32(acc, scaled(mag, y8, signs_of(scales, ib)));
     }
-    hsum_i32(acc)
+    acc
 }
 
 /// IQ2_XS blocks against Q8_K blocks: each block's exact integer sum.
 #[target_feature(enable = "avx2")]
+#[inline]
 fn iq2_xs_isum(b: &BlockIq2Xs, y: &BlockQ8K) -> i32 {
+    hsum_i32(iq2_xs_lanes(b, y))
+}
+
+/// IQ2_XS blocks against Q8_K blocks: the exact integer sum in ggml's eight lanes (lane `l`: the
+/// scaled products of elements `4l..4l + 4` of every 32).
+#[target_feature(enable = "avx2")]
+#[inline]
+fn iq2_xs_lanes(b: &BlockIq2Xs, y: &BlockQ8K) -> __m256i {
     let (yq, _) = q8_parts(y);
     let halves: &[[u8; 32]; 2] = bytemuck::cast_ref(&b.qs);
     let words: &[[u8; 8]; 8] = bytemuck::cast_ref(&b.qs);
@@ -228,13 +255,14 @@ fn iq2_xs_isum(b: &BlockIq2Xs, y: &BlockQ8K) -> i32 {
         acc = _mm256_add_epi32(acc, scaled(mag, y8, _mm256_shuffle_epi8(sb, pick)));
         pick = _mm256_add_epi16(pick, _mm256_set1_epi16(2));
     }
-    hsum_i32(acc)
+    acc
 }
 
 /// The 32 10-bit IQ2_S grid indices of a block, one per u16, in order (word `ib` holds those of
 /// sub-block `ib`): index `4ib + l` is byte `idx[4ib + l]` with bits `2l..2l + 2` of `qh[ib]` above
 /// it, moved there by a multiply by `2^(8 − 2l)` per lane and a mask.
 #[target_feature(enable = "avx2")]
+#[inline]
 fn iq2_s_indices(idx: &[u8; 32], qh: &[u8; 8]) -> [u64; 8] {
     let lo = _mm256_cvtepu8_epi16(load16(idx[..16].try_into().unwrap()));
     let hi = _mm256_cvtepu8_epi16(load16(idx[16..].try_into().unwrap()));
@@ -289,7 +317,16 @@ fn iq2_s_indices(idx: &[u8; 32], qh: &[u8; 8]) -> [u64; 8] {
 
 /// IQ2_S blocks against Q8_K blocks: each block's exact integer sum.
 #[target_feature(enable = "avx2")]
+#[inline]
 fn iq2_s_isum(b: &BlockIq2S, y: &BlockQ8K) -> i32 {
+    hsum_i32(iq2_s_lanes(b, y))
+}
+
+/// IQ2_S blocks against Q8_K blocks: the exact integer sum in ggml's eight lanes (lane `l`: the
+/// scaled products of elements `4l..4l + 4` of every 32).
+#[target_feature(enable = "avx2")]
+#[inline]
+fn iq2_s_lanes(b: &BlockIq2S, y: &BlockQ8K) -> __m256i {
     let (yq, _) = q8_parts(y);
     let (idx, sg) = b.qs.split_at(QK_K / 8);
     let words = iq2_s_indices(idx.try_into().unwrap(), &b.qh);
@@ -305,12 +342,21 @@ fn iq2_s_isum(b: &BlockIq2S, y: &BlockQ8K) -> i32 {
         acc = _mm256_add_epi32(acc, scaled(mag, y8, _mm256_shuffle_epi8(sb, pick)));
         pick = _mm256_add_epi16(pick, _mm256_set1_epi16(2));
     }
-    hsum_i32(acc)
+    acc
 }
 
 /// IQ3_S blocks against Q8_K blocks: each block's exact integer sum.
 #[target_feature(enable = "avx2")]
+#[inline]
 fn iq3_s_isum(b: &BlockIq3S, y: &BlockQ8K) -> i32 {
+    hsum_i32(iq3_s_lanes(b, y))
+}
+
+/// IQ3_S blocks against Q8_K blocks: the exact integer sum in ggml's eight lanes (lane `l`: the
+/// scaled products of elements `4l..4l + 4` of every 32).
+#[target_feature(enable = "avx2")]
+#[inline]
+fn iq3_s_lanes(b: &BlockIq3S, y: &BlockQ8K) -> __m256i {
     let (yq, _) = q8_parts(y);
     let idx: &[[u8; 8]; 8] = bytemuck::cast_ref(&b.qs);
     let signs = load32(&b.signs);
@@ -326,13 +372,21 @@ fn iq3_s_isum(b: &BlockIq3S, y: &BlockQ8K) -> i32 {
         acc = _mm256_add_epi32(acc, scaled(mag, y8, _mm256_shuffle_epi8(sb, pick)));
         pick = _mm256_add_epi16(pick, _mm256_set1_epi16(1));
     }
-    hsum_i32(acc)
+    acc
 }
 
 /// TQ2_0 blocks against Q8_K blocks: `Σ (q − 1)·y = Σ q·y − Σ y`, exact. The products are summed
 /// in i16 lanes (8 pairs of at most 2·3·127 each, less a bsum of at most 16·127: no overflow).
 #[target_feature(enable = "avx2")]
 fn tq2_0_isum(b: &BlockTq2_0, y: &BlockQ8K) -> i32 {
+    hsum_i32(tq2_0_lanes(b, y))
+}
+
+/// The i32 lanes of [`tq2_0_isum`] before the horizontal sum (ggml's lanes: `madd` of i16 lanes that
+/// hold the digit products less one `bsum` each).
+#[target_feature(enable = "avx2")]
+#[inline]
+fn tq2_0_lanes(b: &BlockTq2_0, y: &BlockQ8K) -> __m256i {
     let (yq, bsums) = q8_parts(y);
     let qs: &[[u8; 32]; 2] = bytemuck::cast_ref(&b.qs);
     let three = _mm256_set1_epi8(3);
@@ -346,7 +400,7 @@ fn tq2_0_isum(b: &BlockTq2_0, y: &BlockQ8K) -> i32 {
             acc = _mm256_add_epi16(acc, _mm256_maddubs_epi16(ql, load32(&yq[4 * g + l])));
         }
     }
-    hsum_i32(_mm256_madd_epi16(acc, _mm256_set1_epi16(1)))
+    _mm256_madd_epi16(acc, _mm256_set1_epi16(1))
 }
 
 /// `s ↦ 3·s mod 256` per byte: the next base-3 digit plane of TQ1_0 bytes (see [`tq1_0_isum`]).
@@ -386,6 +440,14 @@ fn trits(s: __m256i) -> __m256i {
 /// at most 2·2·127 each, less a bsum of at most 16·127.
 #[target_feature(enable = "avx2")]
 fn tq1_0_isum(b: &BlockTq1_0, y: &BlockQ8K) -> i32 {
+    hsum_i32(tq1_0_lanes(b, y))
+}
+
+/// The i32 lanes of [`tq1_0_isum`] before the horizontal sum (ggml's lanes: `madd` of i16 lanes that
+/// hold the digit products less one `bsum` each).
+#[target_feature(enable = "avx2")]
+#[inline]
+fn tq1_0_lanes(b: &BlockTq1_0, y: &BlockQ8K) -> __m256i {
     let (yq, bsums) = q8_parts(y);
     let (head, tail) = b.qs.split_at(32);
     let (head, tail): (&[u8; 32], &[u8; 16]) = (head.try_into().unwrap(), tail.try_into().unwrap());
@@ -407,15 +469,16 @@ fn tq1_0_isum(b: &BlockTq1_0, y: &BlockQ8K) -> i32 {
     for (v, chunk) in [v01, v23, v4h].into_iter().zip(&yq[5..]) {
         acc = _mm256_add_epi16(acc, _mm256_maddubs_epi16(trits(v), load32(chunk)));
     }
-    hsum_i32(_mm256_madd_epi16(acc, _mm256_set1_epi16(1)))
+    _mm256_madd_epi16(acc, _mm256_set1_epi16(1))
 }
 
-/// IQ1_S blocks against Q8_K blocks: `Σ_ib s_ib·(8·Σ g·y + δ_ib·Σ y)`, exact (the scalar kernel's
-/// `Σ s·(8g + δ)·y`). The grid values g ∈ {−1, 0, 1} become signs of the activations, the scale
-/// multiplies them in `maddubs` and the sums stay in i16 lanes (8 pairs of at most 2·15·127); the
-/// δ term comes from the bsums.
+/// IQ1_S blocks against Q8_K blocks, in two parts: the i16 lanes of `Σ_ib s_ib·Σ g·y` and the i32
+/// lanes of the δ term `Σ_ib s_ib·δ_ib·Σ y`. The grid values g ∈ {−1, 0, 1} become signs of the
+/// activations, the scale multiplies them in `maddubs` and the sums stay in i16 lanes (8 pairs of
+/// at most 2·15·127, lane `k`: elements `2k, 2k + 1` of every 32); the δ term comes from the bsums.
 #[target_feature(enable = "avx2")]
-fn iq1_s_isum(b: &BlockIq1S, y: &BlockQ8K) -> i32 {
+#[inline]
+fn iq1_s_parts(b: &BlockIq1S, y: &BlockQ8K) -> (__m256i, __m256i) {
     let (yq, bsums) = q8_parts(y);
     let h = load16(&b.qh);
     // Per 32 elements: scale 2·((h >> 12) & 7) + 1, and the scale times δ (bit 15 set: δ = −1).
@@ -432,13 +495,32 @@ fn iq1_s_isum(b: &BlockIq1S, y: &BlockQ8K) -> i32 {
         let gy = _mm256_sign_epi8(load32(&yq[ib]), g);
         acc = _mm256_add_epi16(acc, _mm256_maddubs_epi16(sc, gy));
     }
+    (acc, _mm256_madd_epi16(bsums, sd))
+}
+
+/// IQ1_S blocks against Q8_K blocks: `Σ_ib s_ib·(8·Σ g·y + δ_ib·Σ y)`, exact (the scalar kernel's
+/// `Σ s·(8g + δ)·y`), from [`iq1_s_parts`].
+#[target_feature(enable = "avx2")]
+#[inline]
+fn iq1_s_isum(b: &BlockIq1S, y: &BlockQ8K) -> i32 {
+    let (acc, delta) = iq1_s_parts(b, y);
     let grid = _mm256_madd_epi16(acc, _mm256_set1_epi16(8));
-    hsum_i32(_mm256_add_epi32(grid, _mm256_madd_epi16(bsums, sd)))
+    hsum_i32(_mm256_add_epi32(grid, delta))
+}
+
+/// IQ1_S in ggml's AVX2 parts: the lanes of `Σ s·g·y` (lane `l`: elements `4l..4l + 4` of every
+/// 32) and the integer `Σ_ib s_ib·δ_ib·(bsum_2ib + bsum_2ib+1)`.
+#[target_feature(enable = "avx2")]
+#[inline]
+fn iq1_s_ggml_parts(b: &BlockIq1S, y: &BlockQ8K) -> (__m256i, i32) {
+    let (acc, delta) = iq1_s_parts(b, y);
+    (_mm256_madd_epi16(acc, _mm256_set1_epi16(1)), hsum_i32(delta))
 }
 
 /// The 16 scales `2·s + 1` of an IQ1_M block, one byte per 16 elements: word j of `scales` holds
 /// those of groups 4j..4j+4 in bits 0..3, 3..6, 6..9, 9..12 (a multiply shifts each to the top).
 #[target_feature(enable = "avx2")]
+#[inline]
 fn iq1_m_scales(scales: &[u8; 8]) -> __m128i {
     let w = _mm_cvtsi64_si128(i64::from_le_bytes(*scales));
     let lo = _mm_shuffle_epi8(w, _mm_setr_epi8(0, 1, 0, 1, 0, 1, 0, 1, 2, 3, 2, 3, 2, 3, 2, 3));
@@ -477,6 +559,7 @@ const fn iq1m_rows() -> [[i8; 8]; 4096] {
 /// (≤ 9) meet the sign-adjusted activations in `maddubs` (pairs of at most 2·9·127) and `madd`
 /// applies the i16 scale of each 16 elements.
 #[target_feature(enable = "avx2")]
+#[inline]
 fn iq1_m_isum(b: &BlockIq1M, y: &BlockQ8K) -> i32 {
     let (yq, _) = q8_parts(y);
     let sb = _mm256_broadcastsi128_si256(iq1_m_scales(&b.scales));
@@ -491,6 +574,35 @@ fn iq1_m_isum(b: &BlockIq1M, y: &BlockQ8K) -> i32 {
         pick = _mm256_add_epi16(pick, _mm256_set1_epi16(2));
     }
     hsum_i32(acc)
+}
+
+/// Rows of eight `+1` (index 0) or eight `−1` (index 1): IQ1_M's δ per 8 elements.
+static DELTA_ROWS: [[i8; 8]; 2] = [[1; 8], [-1; 8]];
+
+/// IQ1_M in ggml's AVX2 parts: the lanes of `Σ s·g·y` and of `Σ s·δ·y` (lane `l`: elements
+/// `4l..4l + 4` of every 32; `g ∈ {−1, 0, 1}` the grid value, `δ = ±1` per 8 elements, `s` the
+/// scale of 16 elements), both exact.
+#[target_feature(enable = "avx2")]
+#[inline]
+fn iq1_m_ggml_lanes(b: &BlockIq1M, y: &BlockQ8K) -> (__m256i, __m256i) {
+    let (yq, _) = q8_parts(y);
+    let sb = _mm256_broadcastsi128_si256(iq1_m_scales(&b.scales));
+    let one = _mm256_set1_epi8(1);
+    let mut pick = scale_pick(0, 1);
+    let (mut grid, mut delta) = (_mm256_setzero_si256(), _mm256_setzero_si256());
+    for ib in 0..8 {
+        let hq = u16::from_le_bytes([b.qh[2 * ib], b.qh[2 * ib + 1]]) as usize;
+        let i = |l: usize| b.qs[4 * ib + l] as usize | (((hq >> (4 * l)) & 7) << 8);
+        let dl = |l: usize| (hq >> (4 * l + 3)) & 1;
+        let g = rows4(&IQ1S_GRID, [i(0), i(1), i(2), i(3)]);
+        let dv = rows4(&DELTA_ROWS, [dl(0), dl(1), dl(2), dl(3)]);
+        let y8 = load32(&yq[ib]);
+        let sc = _mm256_shuffle_epi8(sb, pick);
+        grid = _mm256_add_epi32(grid, scaled(_mm256_abs_epi8(g), _mm256_sign_epi8(y8, g), sc));
+        delta = _mm256_add_epi32(delta, scaled(one, _mm256_sign_epi8(y8, dv), sc));
+        pick = _mm256_add_epi16(pick, _mm256_set1_epi16(2));
+    }
+    (grid, delta)
 }
 
 /// An f16 scale as f32, by F16C (exact, as every conversion of a finite or infinite f16 is).
@@ -559,6 +671,139 @@ fused! {
         |b, a| tq1_0_isum(b, a) as f32;
     vec_dot_tq2_0_fused, tq2_0_dot: BlockTq2_0, 1.0, |b: &BlockTq2_0| f16c(b.d),
         |b, a| tq2_0_isum(b, a) as f32;
+}
+
+// ---- ggml's orders (the `avx2` and `avx512` numerics profiles; models in `scalar::iq_x86`) ----
+
+/// The rows of `n` elements as blocks, checked.
+#[inline(always)]
+fn block_rows<'a, B: bytemuck::Pod>(n: usize, x: &'a [u8], y: &'a [u8]) -> (&'a [B], &'a [BlockQ8K]) {
+    assert_eq!(n % QK_K, 0, "vec_dot: n = {n} is not a whole number of blocks");
+    let nb = n / QK_K;
+    let (bs, ys) = (std::mem::size_of::<B>(), std::mem::size_of::<BlockQ8K>());
+    assert!(x.len() >= nb * bs && y.len() >= nb * ys, "vec_dot: rows too short");
+    (as_blocks(&x[..nb * bs]), as_blocks(&y[..nb * ys]))
+}
+
+/// `acc = fma(d, float(lanes), acc)`.
+#[target_feature(enable = "avx2,fma")]
+#[inline]
+fn fma_lanes(d: f32, lanes: __m256i, acc: __m256) -> __m256 {
+    _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(lanes), acc)
+}
+
+/// ggml's `hsum_float_8`: high plus low half, then `(s0 + s2) + (s1 + s3)`.
+#[target_feature(enable = "avx2")]
+#[inline]
+fn hsum8(v: __m256) -> f32 {
+    // SAFETY: register arithmetic; AVX2 is enabled here.
+    unsafe { super::util::hsum_ps(v) }
+}
+
+/// The table entry and its `#[target_feature]` body for each type of ggml's one-row order:
+/// `acc = fma(d_x·d_y, float(lanes), acc)` per block, then `C·hsum(acc)`.
+macro_rules! ggml_one_row {
+    ($($name:ident, $body:ident: $blk:ty, $c:expr, $lanes:ident;)*) => {$(
+        #[target_feature(enable = "avx2,fma,f16c")]
+        fn $body(n: usize, x: &[u8], y: &[u8]) -> f32 {
+            let (xs, ys) = block_rows::<$blk>(n, x, y);
+            let mut acc = _mm256_setzero_ps();
+            for (b, a) in xs.iter().zip(ys) {
+                acc = fma_lanes(f16c(b.d) * f32::from_le_bytes(a.d), $lanes(b, a), acc);
+            }
+            $c * hsum8(acc)
+        }
+
+        pub(crate) fn $name(n: usize, x: &[u8], y: &[u8]) -> f32 {
+            // SAFETY: installed only after AVX2, FMA and F16C were detected (see the module doc of `avx2`).
+            unsafe { $body(n, x, y) }
+        }
+    )*};
+}
+
+ggml_one_row! {
+    vec_dot_iq2_xxs_ggml, iq2_xxs_ggml: BlockIq2Xxs, 0.125, iq2_xxs_lanes;
+    vec_dot_iq2_xs_ggml, iq2_xs_ggml: BlockIq2Xs, 0.125, iq2_xs_lanes;
+    vec_dot_iq2_s_ggml, iq2_s_ggml: BlockIq2S, 0.125, iq2_s_lanes;
+    vec_dot_iq3_xxs_ggml, iq3_xxs_ggml: BlockIq3Xxs, 0.25, iq3_xxs_lanes;
+    vec_dot_iq3_s_ggml, iq3_s_ggml: BlockIq3S, 1.0, iq3_s_lanes;
+    vec_dot_tq1_0_ggml, tq1_0_ggml: BlockTq1_0, 1.0, tq1_0_lanes;
+    vec_dot_tq2_0_ggml, tq2_0_ggml: BlockTq2_0, 1.0, tq2_0_lanes;
+}
+
+/// IQ1_S in ggml's one-row order: the grid lanes by `fma(d)` into `acc`, the δ integer by a scalar
+/// `fma(d)` into `acc1`, then `hsum(acc) + acc1·0.125`.
+#[target_feature(enable = "avx2,fma,f16c")]
+fn iq1_s_ggml(n: usize, x: &[u8], y: &[u8]) -> f32 {
+    let (xs, ys) = block_rows::<BlockIq1S>(n, x, y);
+    let (mut acc, mut acc1) = (_mm256_setzero_ps(), 0f32);
+    for (b, a) in xs.iter().zip(ys) {
+        let (lanes, sumi1) = iq1_s_ggml_parts(b, a);
+        let d = f32::from_le_bytes(a.d) * f16c(b.d);
+        acc = fma_lanes(d, lanes, acc);
+        acc1 = d.mul_add(sumi1 as f32, acc1);
+    }
+    hsum8(acc) + acc1 * 0.125
+}
+
+/// IQ1_S · Q8_K in ggml's AVX2 one-row order.
+pub(crate) fn vec_dot_iq1_s_ggml(n: usize, x: &[u8], y: &[u8]) -> f32 {
+    // SAFETY: installed only after AVX2, FMA and F16C were detected (see the module doc of `avx2`).
+    unsafe { iq1_s_ggml(n, x, y) }
+}
+
+/// IQ1_M in ggml's one-row order: grid and δ lanes by `fma(d)` into two accumulators, then
+/// `fma(hsum(acc2), 0.125, hsum(acc1))`.
+#[target_feature(enable = "avx2,fma,f16c")]
+fn iq1_m_ggml(n: usize, x: &[u8], y: &[u8]) -> f32 {
+    let (xs, ys) = block_rows::<BlockIq1M>(n, x, y);
+    let (mut acc1, mut acc2) = (_mm256_setzero_ps(), _mm256_setzero_ps());
+    for (b, a) in xs.iter().zip(ys) {
+        let (grid, delta) = iq1_m_ggml_lanes(b, a);
+        let d = f32::from_le_bytes(a.d) * f16c(iq::iq1_m_d_bits(b));
+        acc1 = fma_lanes(d, grid, acc1);
+        acc2 = fma_lanes(d, delta, acc2);
+    }
+    hsum8(acc2).mul_add(0.125, hsum8(acc1))
+}
+
+/// IQ1_M · Q8_K in ggml's AVX2 one-row order.
+pub(crate) fn vec_dot_iq1_m_ggml(n: usize, x: &[u8], y: &[u8]) -> f32 {
+    // SAFETY: installed only after AVX2, FMA and F16C were detected (see the module doc of `avx2`).
+    unsafe { iq1_m_ggml(n, x, y) }
+}
+
+/// The table entry and its `#[target_feature]` body for each type of ggml's tiled order (8 or more
+/// activation rows): `r = (d_x·C)·float(s1)` with the block's exact integer `s1`, then
+/// `acc = fma(r, d_y, acc)`.
+macro_rules! ggml_tiled {
+    ($($name:ident, $body:ident: $blk:ty, $c:expr, $d:expr, $isum:ident;)*) => {$(
+        #[target_feature(enable = "avx2,fma,f16c")]
+        fn $body(n: usize, x: &[u8], y: &[u8]) -> f32 {
+            let (xs, ys) = block_rows::<$blk>(n, x, y);
+            let mut acc = 0f32;
+            for (b, a) in xs.iter().zip(ys) {
+                let r = ($d(b) * $c) * $isum(b, a) as f32;
+                acc = r.mul_add(f32::from_le_bytes(a.d), acc);
+            }
+            acc
+        }
+
+        pub(crate) fn $name(n: usize, x: &[u8], y: &[u8]) -> f32 {
+            // SAFETY: installed only after AVX2, FMA and F16C were detected (see the module doc of `avx2`).
+            unsafe { $body(n, x, y) }
+        }
+    )*};
+}
+
+ggml_tiled! {
+    vec_dot_iq2_xxs_tiled, iq2_xxs_tiled: BlockIq2Xxs, 0.125, |b: &BlockIq2Xxs| f16c(b.d), iq2_xxs_isum;
+    vec_dot_iq2_xs_tiled, iq2_xs_tiled: BlockIq2Xs, 0.125, |b: &BlockIq2Xs| f16c(b.d), iq2_xs_isum;
+    vec_dot_iq2_s_tiled, iq2_s_tiled: BlockIq2S, 0.125, |b: &BlockIq2S| f16c(b.d), iq2_s_isum;
+    vec_dot_iq3_xxs_tiled, iq3_xxs_tiled: BlockIq3Xxs, 0.25, |b: &BlockIq3Xxs| f16c(b.d), iq3_xxs_isum;
+    vec_dot_iq3_s_tiled, iq3_s_tiled: BlockIq3S, 1.0, |b: &BlockIq3S| f16c(b.d), iq3_s_isum;
+    vec_dot_iq1_s_tiled, iq1_s_tiled: BlockIq1S, 0.125, |b: &BlockIq1S| f16c(b.d), iq1_s_isum;
+    vec_dot_iq1_m_tiled, iq1_m_tiled: BlockIq1M, 0.125, |b: &BlockIq1M| f16c(iq::iq1_m_d_bits(b)), iq1_m_isum;
 }
 
 #[cfg(test)]

@@ -5,6 +5,7 @@
 //! are reachable only through [`install`], which runs only after the features were detected; that
 //! is the invariant every `// SAFETY:` comment below refers to.
 
+mod extra;
 pub(super) mod float;
 mod iq;
 pub(super) mod kquants;
@@ -21,6 +22,43 @@ use crate::quant::dispatch::Kernels;
 pub fn install_iq4_nl_gemm(k: &mut Kernels) {
     if super::avx2_available() {
         k.set_vec_dot_gemm(GgmlType::IQ4_NL, legacy::vec_dot_iq4_nl_q8_0_gemm);
+    }
+}
+
+/// Installs the grid IQ types' dot products in ggml's orders (the `avx2` and `avx512` numerics
+/// profiles): the one-row order for up to seven activation rows and the tiled product's for eight
+/// or more; and TQ1_0's and TQ2_0's one order (models: `scalar::iq_x86`), Q1_0's and NVFP4's
+/// (models: `scalar::extra_x86`).
+pub fn install_iq_ggml_orders(k: &mut Kernels) {
+    if !super::avx2_available() {
+        return;
+    }
+    use GgmlType::*;
+    let orders: [(GgmlType, crate::quant::VecDotFn, crate::quant::VecDotFn); 7] = [
+        (IQ2_XXS, iq::vec_dot_iq2_xxs_ggml, iq::vec_dot_iq2_xxs_tiled),
+        (IQ2_XS, iq::vec_dot_iq2_xs_ggml, iq::vec_dot_iq2_xs_tiled),
+        (IQ2_S, iq::vec_dot_iq2_s_ggml, iq::vec_dot_iq2_s_tiled),
+        (IQ3_XXS, iq::vec_dot_iq3_xxs_ggml, iq::vec_dot_iq3_xxs_tiled),
+        (IQ3_S, iq::vec_dot_iq3_s_ggml, iq::vec_dot_iq3_s_tiled),
+        (IQ1_S, iq::vec_dot_iq1_s_ggml, iq::vec_dot_iq1_s_tiled),
+        (IQ1_M, iq::vec_dot_iq1_m_ggml, iq::vec_dot_iq1_m_tiled),
+    ];
+    for (t, one_row, tiled) in orders {
+        k.set_vec_dot(t, one_row);
+        k.set_vec_dot_batch(t, tiled);
+    }
+    k.set_vec_dot(TQ1_0, iq::vec_dot_tq1_0_ggml);
+    k.set_vec_dot(TQ2_0, iq::vec_dot_tq2_0_ggml);
+    k.set_vec_dot(Q1_0, extra::vec_dot_q1_0_q8_0_ggml);
+    k.set_vec_dot(NVFP4, extra::vec_dot_nvfp4_q8_0_ggml);
+}
+
+/// Installs BF16's dot products in the orders of ggml's AVX2 build (`vec_dot` and tinyBLAS's for two
+/// or more activation rows; models: `scalar::bf16_x86`).
+pub fn install_bf16_ggml_orders(k: &mut Kernels) {
+    if super::avx2_available() {
+        k.set_vec_dot(GgmlType::BF16, float::vec_dot_bf16_bf16_ggml);
+        k.set_vec_dot_gemm(GgmlType::BF16, float::vec_dot_bf16_bf16_gemm);
     }
 }
 
