@@ -176,3 +176,78 @@ fn grid_iq_order_throughput() {
         }
     }
 }
+
+/// The tiled matrix × matrix kernels in matmul's calls (16 weight rows × 16 activation rows per
+/// call, a prompt's worth of calls over one weight matrix): this thread's CPU ns per output and
+/// block of 32, the best of 5 runs (the machine is shared; CPU time is less disturbed than wall time; only
+/// with `LLAMAD_SLOW_TESTS=1`; `LLAMAD_BENCH_SHAPE=K,ROWS,COLS`, default 576,1536,128). Every output
+/// is checked against the kernel set's `vec_dot` bit for bit.
+#[test]
+fn gemm_throughput() {
+    if std::env::var("LLAMAD_SLOW_TESTS").as_deref() != Ok("1") {
+        return;
+    }
+    let shape = std::env::var("LLAMAD_BENCH_SHAPE").ok();
+    let mut dims = shape.iter().flat_map(|s| s.split(',')).filter_map(|v| v.parse::<usize>().ok());
+    let (n, rows, cols) =
+        (dims.next().unwrap_or(576), dims.next().unwrap_or(1536), dims.next().unwrap_or(128));
+    let s = scalar_table();
+    let mut r = rng(2);
+    for t in [GgmlType::Q4_0, GgmlType::Q5_0, GgmlType::Q8_0, GgmlType::Q4_1, GgmlType::Q4_K, GgmlType::Q6_K]
+    {
+        if !n.is_multiple_of(t.blck_size()) {
+            continue;
+        }
+        let qx = quantize(&s, t, &gaussian(&mut r, n * rows));
+        let vt = s.get(t).vec_dot_type;
+        let qy = quantize(&s, vt, &gaussian(&mut r, n * cols));
+        let (rs, ys) = (t.row_size(n as u64).unwrap() as usize, vt.row_size(n as u64).unwrap() as usize);
+        let x: Vec<&[u8]> = qx.chunks_exact(rs).collect();
+        let y: Vec<&[u8]> = qy.chunks_exact(ys).collect();
+        for isa in Isa::all_available() {
+            let k = Kernels::build(isa);
+            let (Some(gemm), Some(dot)) = (k.get(t).gemm, k.get(t).vec_dot) else { continue };
+            let mut out = vec![0.0f32; rows * cols];
+            let mut dt = f64::INFINITY;
+            for _ in 0..5 {
+                let t0 = thread_cpu_secs();
+                for (cb, yc) in y.chunks(16).enumerate() {
+                    for (rb, xr) in x.chunks(16).enumerate() {
+                        let mut o = [0.0f32; 256];
+                        gemm(n, xr, yc, &mut o[..xr.len() * yc.len()]);
+                        for (j, col) in o[..xr.len() * yc.len()].chunks_exact(xr.len()).enumerate() {
+                            let at = (cb * 16 + j) * rows + rb * 16;
+                            out[at..at + col.len()].copy_from_slice(col);
+                        }
+                    }
+                }
+                dt = dt.min(thread_cpu_secs() - t0);
+            }
+            for (j, yj) in y.iter().enumerate().step_by(7) {
+                for (i, xi) in x.iter().enumerate().step_by(5) {
+                    assert_eq!(
+                        out[j * rows + i].to_bits(),
+                        dot(n, xi, yj).to_bits(),
+                        "{t} {} ({i},{j})",
+                        isa.name()
+                    );
+                }
+            }
+            let blocks = (rows * cols * n / t.blck_size()) as f64;
+            eprintln!(
+                "{t:>7} {:>7}: gemm {:6.3} ns/output/block  {:7.2} ms CPU",
+                isa.name(),
+                dt * 1e9 / blocks,
+                dt * 1e3
+            );
+        }
+    }
+}
+
+/// CPU seconds of this thread so far.
+fn thread_cpu_secs() -> f64 {
+    let mut t = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    // SAFETY: `t` is a valid timespec to write; the clock id is a constant of the platform.
+    unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut t) };
+    t.tv_sec as f64 + t.tv_nsec as f64 * 1e-9
+}

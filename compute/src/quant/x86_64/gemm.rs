@@ -28,7 +28,8 @@ use crate::dtype::{GgmlType, QK_K};
 use crate::quant::blocks::*;
 use crate::quant::dispatch::Kernels;
 
-/// Installs the VNNI tiles into `k`; does nothing without AVX-512 VNNI + VL.
+/// Installs the VNNI tiles into `k`; does nothing without AVX-512 VNNI + VL. `gemm512::install`,
+/// run after this, replaces those of Q4_0, Q5_0 and Q8_0 with 512-bit tiles (same bits).
 pub fn install(k: &mut Kernels) {
     if !super::avx512_available() {
         return;

@@ -46,6 +46,7 @@ mod avx512;
 mod bf16_512;
 mod float512;
 mod gemm;
+mod gemm512;
 mod interleave;
 mod panel;
 
@@ -108,6 +109,8 @@ pub fn install_avx2(k: &mut Kernels) {
 pub fn install_avx512(k: &mut Kernels) {
     avx512::install(k);
     gemm::install(k);
+    // The 512-bit tiles replace the 256-bit ones of Q4_0, Q5_0 and Q8_0 (same bits, faster).
+    gemm512::install(k);
     panel::install(k);
     interleave::install(k);
 }
