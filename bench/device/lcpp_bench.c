@@ -1,12 +1,13 @@
 /* llama.cpp's side of bench/device/scaling.sh: llama-bench's pp and tg tests through libllama's C API,
  * for machines where the reference Python (llama-cpp-python and numpy) cannot travel.
  *
- * Usage: lcpp_bench MODEL.gguf THREADS N_PROMPT N_GEN REPS [FLASH_ATTN 0|1]
+ * Usage: lcpp_bench MODEL.gguf THREADS N_PROMPT N_GEN REPS [FLASH_ATTN 0|1] [DEPTH]
  *
  * Times llama_decode the way bench/lcpp_bench.py (and llama-bench) do: one context of
  * pad256(N_PROMPT + N_GEN) cells, one untimed warm-up per test, then REPS repetitions, each after
  * llama_memory_clear: ppN decodes one batch of N random tokens, tgN decodes N random tokens one at
- * a time, each followed by llama_synchronize. Prints one JSON object per test on stdout:
+ * a time, each followed by llama_synchronize; with DEPTH (llama-bench's -d) each repetition first
+ * decodes DEPTH random tokens, untimed, in batches of 512. Prints one JSON object per test on stdout:
  *   {"test":"pp256","n_threads":16,"samples_ts":[...],"avg_ts":...}
  * Built by bench/device/pack.sh against the reference wheel's libllama (rpath $ORIGIN). */
 #include <stdint.h>
@@ -45,11 +46,18 @@ static int decode(struct llama_context *ctx, llama_token *toks, int32_t n) {
 }
 
 /* One repetition: the prompt batch, then the generated tokens one by one; seconds, or < 0 on error. */
-static double run_once(struct llama_context *ctx, int32_t n_vocab, int n_prompt, int n_gen, llama_token *buf) {
+static double run_once(struct llama_context *ctx, int32_t n_vocab, int depth, int n_prompt, int n_gen,
+                       llama_token *buf) {
     llama_memory_clear(llama_get_memory(ctx), true);
-    for (int i = 0; i < n_prompt + n_gen; i++) {
+    for (int i = 0; i < depth + n_prompt + n_gen; i++) {
         buf[i] = next_token(n_vocab);
     }
+    for (int i = 0; i < depth; i += 512) {
+        if (decode(ctx, buf + i, depth - i < 512 ? depth - i : 512) != 0) {
+            return -1.0;
+        }
+    }
+    buf += depth;
     double t0 = now_s();
     if (n_prompt > 0 && decode(ctx, buf, n_prompt) != 0) {
         return -1.0;
@@ -64,13 +72,14 @@ static double run_once(struct llama_context *ctx, int32_t n_vocab, int n_prompt,
 
 int main(int argc, char **argv) {
     if (argc < 6) {
-        fprintf(stderr, "usage: %s MODEL.gguf THREADS N_PROMPT N_GEN REPS [FLASH_ATTN 0|1]\n", argv[0]);
+        fprintf(stderr, "usage: %s MODEL.gguf THREADS N_PROMPT N_GEN REPS [FLASH_ATTN 0|1] [DEPTH]\n", argv[0]);
         return 2;
     }
     const char *path = argv[1];
     int threads = atoi(argv[2]), n_prompt = atoi(argv[3]), n_gen = atoi(argv[4]), reps = atoi(argv[5]);
     int fa = argc > 6 ? atoi(argv[6]) : 0;
-    if (threads < 1 || n_prompt < 0 || n_gen < 0 || n_prompt + n_gen < 1 || reps < 1) {
+    int depth = argc > 7 ? atoi(argv[7]) : 0;
+    if (depth < 0 || threads < 1 || n_prompt < 0 || n_gen < 0 || n_prompt + n_gen < 1 || reps < 1) {
         fprintf(stderr, "lcpp_bench: bad arguments\n");
         return 2;
     }
@@ -86,9 +95,9 @@ int main(int argc, char **argv) {
     }
     int32_t n_vocab = llama_vocab_n_tokens(llama_model_get_vocab(model));
     struct llama_context_params cp = llama_context_default_params();
-    int cells = (n_prompt + n_gen + 255) / 256 * 256;
+    int cells = (depth + n_prompt + n_gen + 255) / 256 * 256;
     cp.n_ctx = (uint32_t)cells;
-    cp.n_batch = (uint32_t)(n_prompt > 0 ? n_prompt : 1);
+    cp.n_batch = (uint32_t)(n_prompt > 512 ? n_prompt : 512);
     cp.n_ubatch = cp.n_batch < 512 ? cp.n_batch : 512;
     cp.n_threads = threads;
     cp.n_threads_batch = threads;
@@ -99,19 +108,19 @@ int main(int argc, char **argv) {
         fprintf(stderr, "lcpp_bench: cannot create a context\n");
         return 1;
     }
-    llama_token *buf = malloc(sizeof(llama_token) * (size_t)(n_prompt + n_gen));
+    llama_token *buf = malloc(sizeof(llama_token) * (size_t)(depth + n_prompt + n_gen));
     double *ts = malloc(sizeof(double) * (size_t)reps);
     if (buf == NULL || ts == NULL) {
         return 1;
     }
     /* The warm-up: the prompt batch (or one token), untimed. */
-    if (run_once(ctx, n_vocab, n_prompt, n_prompt > 0 ? 0 : 1, buf) < 0) {
+    if (run_once(ctx, n_vocab, 0, n_prompt, n_prompt > 0 ? 0 : 1, buf) < 0) {
         fprintf(stderr, "lcpp_bench: llama_decode failed\n");
         return 1;
     }
     double sum = 0.0;
     for (int r = 0; r < reps; r++) {
-        double s = run_once(ctx, n_vocab, n_prompt, n_gen, buf);
+        double s = run_once(ctx, n_vocab, depth, n_prompt, n_gen, buf);
         if (s <= 0) {
             fprintf(stderr, "lcpp_bench: llama_decode failed\n");
             return 1;
@@ -119,8 +128,9 @@ int main(int argc, char **argv) {
         ts[r] = (double)(n_prompt + n_gen) / s;
         sum += ts[r];
     }
-    printf("{\"test\":\"%s%d\",\"n_threads\":%d,\"n_prompt\":%d,\"n_gen\":%d,\"flash_attn\":%s,\"samples_ts\":[",
-           n_prompt > 0 ? "pp" : "tg", n_prompt > 0 ? n_prompt : n_gen, threads, n_prompt, n_gen,
+    printf("{\"test\":\"%s%d\",\"n_threads\":%d,\"n_prompt\":%d,\"n_gen\":%d,\"n_depth\":%d,"
+           "\"flash_attn\":%s,\"samples_ts\":[",
+           n_prompt > 0 ? "pp" : "tg", n_prompt > 0 ? n_prompt : n_gen, threads, n_prompt, n_gen, depth,
            fa ? "true" : "false");
     for (int r = 0; r < reps; r++) {
         printf("%s%.4f", r ? "," : "", ts[r]);
