@@ -646,9 +646,10 @@ const GEMM_MIN_COLS: usize = 3;
 impl DotKernels {
     /// The one-column dot in the order of ggml's tiled product, when the kernel set has it.
     fn batch(t: GgmlType) -> Option<DotKernels> {
-        quant::kernels(t).vec_dot_batch.map(|f| DotKernels {
+        let k = quant::kernels(t);
+        k.vec_dot_batch.map(|f| DotKernels {
             vec_dot: f,
-            vec_dot_x4: None,
+            vec_dot_x4: k.vec_dot_batch_x4,
             vec_dot_rows4: None,
             gemm: None,
             vec_dot_2x2: None,

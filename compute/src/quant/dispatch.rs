@@ -181,6 +181,13 @@ impl Kernels {
     #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
     pub(crate) fn set_vec_dot_batch(&mut self, t: GgmlType, f: VecDotFn) {
         self.types[t as usize].vec_dot_batch = Some(f);
+        self.types[t as usize].vec_dot_batch_x4 = None;
+    }
+
+    /// Sets the four-column form of `t`'s tiled-order dot (after [`Self::set_vec_dot_batch`]).
+    #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
+    pub(crate) fn set_vec_dot_batch_x4(&mut self, t: GgmlType, f: super::VecDotX4Fn) {
+        self.types[t as usize].vec_dot_batch_x4 = Some(f);
     }
 
     /// Sets the four-row dot product of `t`.
@@ -326,6 +333,7 @@ fn entry(to: ToF32Fn, from: Option<FromF32Fn>, dot: Option<VecDotFn>, vdt: GgmlT
         vec_dot_gemm: None,
         gemm_rule: super::GemmRule::DEFAULT,
         vec_dot_batch: None,
+        vec_dot_batch_x4: None,
         gemm: None,
         vec_dot_prepared: None,
         panel: None,
@@ -347,6 +355,7 @@ fn build_scalar() -> Kernels {
         vec_dot_gemm: None,
         gemm_rule: super::GemmRule::DEFAULT,
         vec_dot_batch: None,
+        vec_dot_batch_x4: None,
         gemm: None,
         vec_dot_prepared: None,
         panel: None,

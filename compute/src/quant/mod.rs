@@ -135,6 +135,9 @@ pub struct TypeKernels {
     /// MUL_MAT_ID): per super-block `r = d·s1 - dmin·s2` (exact integer sums `s1`, `s2`; the minus
     /// fused), then `acc = fma(r, d_y, acc)`. `None` where the kernel set does not reproduce it.
     pub vec_dot_batch: Option<VecDotFn>,
+    /// Optional four-column form of `vec_dot_batch` (one weight row decoded once for four
+    /// activation rows; the same bits per output).
+    pub vec_dot_batch_x4: Option<VecDotX4Fn>,
     /// Optional register-tiled matrix × matrix form of `vec_dot` (`None`: call `vec_dot_x4` /
     /// `vec_dot` per row).
     pub gemm: Option<GemmFn>,

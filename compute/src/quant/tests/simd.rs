@@ -428,6 +428,52 @@ fn vec_dot_rows4_bitwise_equals_vec_dot() {
     }
 }
 
+/// The four-column forms of the tiled-order dots against their one-column kernels, bit for bit, in
+/// every kernel set and profile (matmul takes them for 8+ activation rows, four columns at a time).
+#[test]
+fn vec_dot_batch_x4_bitwise_equals_vec_dot_batch() {
+    let mut r = rng(45);
+    let mut checked = 0;
+    for isa in Isa::all_available() {
+        for numerics in crate::numerics::ALL {
+            let k = Kernels::build_for(isa, numerics);
+            for t in WEIGHT_TYPES {
+                let (Some(x4), Some(one)) = (k.get(t).vec_dot_batch_x4, k.get(t).vec_dot_batch) else {
+                    continue;
+                };
+                let vt = k.get(t).vec_dot_type;
+                for nb in [1usize, 3, 6] {
+                    let n = nb * t.blck_size();
+                    let mut xrows = vec![random_row(&mut r, t, nb, 1.5), random_row(&mut r, t, nb, 1e3)];
+                    for fill in [0xFFu8, 0x00] {
+                        xrows.push(filled_row(&mut r, t, nb, fill));
+                    }
+                    let ys: Vec<Vec<u8>> =
+                        activations(&mut r, n).iter().map(|y| quantize(&k, vt, y)).collect();
+                    for qx in &xrows {
+                        for w in ys.windows(4) {
+                            let got = x4(n, qx, [&w[0], &w[1], &w[2], &w[3]]);
+                            for c in 0..4 {
+                                let want = one(n, qx, &w[c]);
+                                assert_eq!(
+                                    got[c].to_bits(),
+                                    want.to_bits(),
+                                    "{} {numerics:?} {t} n={n} col {c}",
+                                    isa.name()
+                                );
+                            }
+                            checked += 1;
+                        }
+                    }
+                }
+            }
+        }
+    }
+    if Isa::all_available().contains(&Isa::Avx2) {
+        assert!(checked > 0, "no four-column tiled-order form was checked");
+    }
+}
+
 /// The tiled matrix × matrix kernels against the same kernel set's `vec_dot` (and AVX2's), bit for
 /// bit, for every output of odd-shaped products: row and column counts that leave partial tiles,
 /// block counts with tails, extreme weight codes. matmul picks the tile or `vec_dot` by shape, so

@@ -186,6 +186,59 @@ tiled_kernel!(vec_dot_q5_k_q8_k_tiled, q5_k_tiled, q5_k_block, BlockQ5K, |b| f16
 tiled_kernel!(vec_dot_q6_k_q8_k_tiled, q6_k_tiled, q6_k_block, BlockQ6K, |b| f16_pair(b.d, b.d));
 tiled_kernel!(vec_dot_iq4_xs_q8_k_tiled, iq4_xs_tiled, iq4_xs_block, BlockIq4Xs, |b| f16_pair(b.d, b.d));
 
+/// [`vec_dot_q4_k_q8_k_tiled`] of one weight row against four activation rows: each super-block's
+/// nibbles and scales decoded once; every column's exact integer sums and float steps as the
+/// one-column kernel's, so each output has its bits.
+pub(super) fn vec_dot_q4_k_q8_k_tiled_x4(n: usize, x: &[u8], y: [&[u8]; 4]) -> [f32; 4] {
+    let (xs, y0) = rows::<BlockQ4K>(n, x, y[0]);
+    let ys =
+        [y0, rows::<BlockQ4K>(n, x, y[1]).1, rows::<BlockQ4K>(n, x, y[2]).1, rows::<BlockQ4K>(n, x, y[3]).1];
+    // SAFETY: installed only after AVX2/FMA/F16C detection (module docs of `avx2`); the blocks are
+    // whole structs, as many in every row.
+    unsafe { q4_k_tiled_x4(xs, ys) }
+}
+
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn q4_k_tiled_x4(xs: &[BlockQ4K], ys: [&[BlockQ8K]; 4]) -> [f32; 4] {
+    let mut acc = [0.0f32; 4];
+    // SAFETY: in-bounds 32-byte loads (checked by `load32_at`), 16-byte reads of whole fields, and
+    // register arithmetic; features enabled on this fn.
+    unsafe {
+        let mask = _mm256_set1_epi8(0x0F);
+        for (b, bx) in xs.iter().enumerate() {
+            let u = k4_unpack(&bx.scales);
+            let v = _mm_loadu_si128(u.as_ptr().cast());
+            let sc = _mm256_broadcastsi128_si256(_mm_cvtepu8_epi16(v));
+            let mn = _mm_cvtepu8_epi16(_mm_srli_si128(v, 8));
+            let mut sumi = [_mm256_setzero_si256(); 4];
+            for c in 0..4 {
+                let q = load32_at(&bx.qs, c * 32);
+                let lo = _mm256_and_si256(q, mask);
+                let hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), mask);
+                let j = 2 * c as i32;
+                let (sl, sh) = (pick16(sc, j, j), pick16(sc, j + 1, j + 1));
+                for (s, yk) in sumi.iter_mut().zip(&ys) {
+                    let by = &yk[b];
+                    let pl = _mm256_madd_epi16(_mm256_maddubs_epi16(lo, load32_at(&by.qs, c * 64)), sl);
+                    let ph = _mm256_madd_epi16(_mm256_maddubs_epi16(hi, load32_at(&by.qs, c * 64 + 32)), sh);
+                    *s = _mm256_add_epi32(*s, _mm256_add_epi32(pl, ph));
+                }
+            }
+            let (d, dmin) = f16_pair(bx.d, bx.dmin);
+            for k in 0..4 {
+                let by = &ys[k][b];
+                let b0 = _mm_loadu_si128(by.bsums.as_ptr().cast());
+                let b1 = _mm_loadu_si128(by.bsums[8..].as_ptr().cast());
+                let mins = _mm_madd_epi16(mn, _mm_hadd_epi16(b0, b1));
+                let dy = q8k_d(by);
+                let p = Part { sumi: sumi[k], scale: dy * d, mins: Mins::Lanes4(mins, -dy * dmin) };
+                acc[k] = tiled_step(&p, d, dmin, dy, acc[k]);
+            }
+        }
+    }
+    acc
+}
+
 /// Q4_K/Q5_K scales and mins as `[sc0..8, mn0..8]`, unpacked on 32-bit words: with
 /// `w0, w1, w2` the three little-endian words of `scales`, `sc0..3 = w0 & 0x3f…`,
 /// `mn0..3 = w1 & 0x3f…`, `sc4..7 = (w2 & 0x0f…) | ((w0 >> 6) & 0x03…) << 4`,

@@ -93,6 +93,7 @@ pub fn install(k: &mut Kernels) {
     k.set_vec_dot_batch(Q2_K, kquants::vec_dot_q2_k_q8_k_tiled);
     k.set_vec_dot_batch(Q3_K, kquants::vec_dot_q3_k_q8_k_tiled);
     k.set_vec_dot_batch(Q4_K, kquants::vec_dot_q4_k_q8_k_tiled);
+    k.set_vec_dot_batch_x4(Q4_K, kquants::vec_dot_q4_k_q8_k_tiled_x4);
     k.set_vec_dot_batch(Q5_K, kquants::vec_dot_q5_k_q8_k_tiled);
     k.set_vec_dot_batch(Q6_K, kquants::vec_dot_q6_k_q8_k_tiled);
     k.set_vec_dot_batch(IQ4_XS, kquants::vec_dot_iq4_xs_q8_k_tiled);
