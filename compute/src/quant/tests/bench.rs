@@ -6,6 +6,31 @@ use std::time::Instant;
 
 use super::*;
 
+/// `reps` passes of `dot` over the rows of `qx` (row size `rs`) against `qy`: the best wall time of
+/// 10 trials (the machine is shared, the minimum is the least disturbed) and the last trial's sum.
+fn best_of_10(
+    dot: crate::quant::VecDotFn,
+    n: usize,
+    qx: &[u8],
+    rs: usize,
+    qy: &[u8],
+    reps: usize,
+) -> (f64, f32) {
+    let mut dt = f64::INFINITY;
+    let mut acc = 0.0f32;
+    for _ in 0..10 {
+        let t0 = Instant::now();
+        acc = 0.0;
+        for _ in 0..reps {
+            for row in qx.chunks_exact(rs) {
+                acc += dot(n, row, qy);
+            }
+        }
+        dt = dt.min(t0.elapsed().as_secs_f64());
+    }
+    (dt, acc)
+}
+
 #[test]
 fn dot_throughput() {
     if std::env::var("LLAMAD_SLOW_TESTS").as_deref() != Ok("1") {
@@ -44,19 +69,7 @@ fn dot_throughput() {
             let k = Kernels::build(isa);
             let dot = k.get(t).vec_dot.unwrap();
             let reps = if isa == Isa::Scalar { 2 } else { 20 };
-            // The best of 10 trials: the machine is shared, the minimum is the least disturbed.
-            let mut dt = f64::INFINITY;
-            let mut acc = 0.0f32;
-            for _ in 0..10 {
-                let t0 = Instant::now();
-                acc = 0.0;
-                for _ in 0..reps {
-                    for row in qx.chunks_exact(rs) {
-                        acc += dot(n, row, &qy);
-                    }
-                }
-                dt = dt.min(t0.elapsed().as_secs_f64());
-            }
+            let (dt, acc) = best_of_10(dot, n, &qx, rs, &qy, reps);
             let want: f32 =
                 qx.chunks_exact(rs).map(|row| (s.get(t).vec_dot.unwrap())(n, row, &qy)).sum::<f32>()
                     * reps as f32;
@@ -158,18 +171,7 @@ fn grid_iq_order_throughput() {
             ("ggml tiled", ggml.get(t).vec_dot_batch.unwrap()),
         ];
         for (what, dot) in kinds {
-            let mut dt = f64::INFINITY;
-            let mut acc = 0.0f32;
-            for _ in 0..10 {
-                let t0 = Instant::now();
-                acc = 0.0;
-                for _ in 0..reps {
-                    for row in qx.chunks_exact(rs) {
-                        acc += dot(n, row, &qy);
-                    }
-                }
-                dt = dt.min(t0.elapsed().as_secs_f64());
-            }
+            let (dt, acc) = best_of_10(dot, n, &qx, rs, &qy, reps);
             let want = want * reps as f32;
             assert!((acc - want).abs() <= 1e-3 * want.abs().max(1.0), "{t} {what}: {acc} vs {want}");
             eprintln!("{t:>7} {:>7} {what:>13}: {:8.1} ns/row", isa.name(), dt * 1e9 / (rows * reps) as f64);

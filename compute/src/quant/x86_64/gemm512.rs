@@ -139,9 +139,8 @@ impl Weights for Q8_0 {
 
 /// Converts `src`'s f16 values (little-endian bytes) to f32 into `dst` (exact), 16 at a time.
 #[inline(always)]
-unsafe fn f16s(src: impl Iterator<Item = [u8; 2]>, dst: &mut [f32]) {
+unsafe fn f16s(mut src: impl Iterator<Item = [u8; 2]>, dst: &mut [f32]) {
     let mut h = [0u16; 16];
-    let mut src = src.peekable();
     for out in dst.chunks_mut(16) {
         for v in h.iter_mut().take(out.len()) {
             *v = src.next().map_or(0, u16::from_le_bytes);
@@ -343,29 +342,19 @@ fn ref_dot<X>(xs: &[X], ys: &[BlockQ8_0], codes: impl Fn(&X) -> [i32; 32], d: im
 mod tests {
     use super::*;
     use half::f16 as F16;
+    use rand::{Rng as _, RngCore, SeedableRng};
 
-    /// xorshift64*: reproducible bytes without a dependency.
-    struct Rng(u64);
-    impl Rng {
-        fn next(&mut self) -> u64 {
-            self.0 ^= self.0 >> 12;
-            self.0 ^= self.0 << 25;
-            self.0 ^= self.0 >> 27;
-            self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
-        }
-        fn bytes(&mut self, out: &mut [u8]) {
-            out.iter_mut().for_each(|b| *b = (self.next() >> 32) as u8);
-        }
-        /// A scale: mostly ordinary magnitudes, some tiny or large, some exactly zero.
-        fn scale(&mut self) -> [u8; 2] {
-            let v = match self.next() % 8 {
-                0 => 0.0,
-                1 => 6.0e-5,
-                2 => -3.0e3,
-                _ => ((self.next() % 20_000) as f32 - 10_000.0) * 1.0e-5,
-            };
-            F16::from_f32(v).to_le_bytes()
-        }
+    type Rng = rand::rngs::StdRng;
+
+    /// A scale: mostly ordinary magnitudes, some tiny or large, some exactly zero.
+    fn scale(r: &mut Rng) -> [u8; 2] {
+        let v = match r.random::<u64>() % 8 {
+            0 => 0.0,
+            1 => 6.0e-5,
+            2 => -3.0e3,
+            _ => ((r.random::<u64>() % 20_000) as f32 - 10_000.0) * 1.0e-5,
+        };
+        F16::from_f32(v).to_le_bytes()
     }
 
     /// `rows` rows of `nb` blocks of `size` bytes: random codes (and high bits), with rows of all
@@ -380,10 +369,10 @@ mod tests {
                     3 if q8 => {
                         v.iter_mut().enumerate().for_each(|(j, b)| *b = if j % 2 == 0 { 0x80 } else { 0x7F })
                     }
-                    _ => r.bytes(&mut v),
+                    _ => r.fill_bytes(&mut v),
                 }
                 for b in v.chunks_exact_mut(size) {
-                    b[..2].copy_from_slice(&r.scale());
+                    b[..2].copy_from_slice(&scale(r));
                 }
                 v
             })
@@ -396,12 +385,12 @@ mod tests {
         (0..cols)
             .map(|j| {
                 let mut v = vec![0u8; nb * 34];
-                r.bytes(&mut v);
+                r.fill_bytes(&mut v);
                 if j % 4 == 3 {
                     v.iter_mut().enumerate().for_each(|(i, b)| *b = if i % 3 == 0 { 0x81 } else { 0x7F });
                 }
                 for b in v.chunks_exact_mut(34) {
-                    b[..2].copy_from_slice(&r.scale());
+                    b[..2].copy_from_slice(&scale(r));
                 }
                 v
             })
@@ -424,7 +413,7 @@ mod tests {
         if !super::super::avx512_available() {
             return;
         }
-        let mut r = Rng(0x9E37_79B9_7F4A_7C15);
+        let mut r = Rng::seed_from_u64(0x9E37_79B9_7F4A_7C15);
         let mut tested = 0;
         for nb in [1usize, 3, 18] {
             let n = nb * QK;

@@ -190,9 +190,8 @@ tiled_kernel!(vec_dot_iq4_xs_q8_k_tiled, iq4_xs_tiled, iq4_xs_block, BlockIq4Xs,
 /// nibbles and scales decoded once; every column's exact integer sums and float steps as the
 /// one-column kernel's, so each output has its bits.
 pub(super) fn vec_dot_q4_k_q8_k_tiled_x4(n: usize, x: &[u8], y: [&[u8]; 4]) -> [f32; 4] {
-    let (xs, y0) = rows::<BlockQ4K>(n, x, y[0]);
-    let ys =
-        [y0, rows::<BlockQ4K>(n, x, y[1]).1, rows::<BlockQ4K>(n, x, y[2]).1, rows::<BlockQ4K>(n, x, y[3]).1];
+    let (xs, _) = rows::<BlockQ4K>(n, x, y[0]);
+    let ys = y.map(|r| take_blocks::<BlockQ8K>(r, n / QK_K));
     // SAFETY: installed only after AVX2/FMA/F16C detection (module docs of `avx2`); the blocks are
     // whole structs, as many in every row.
     unsafe { q4_k_tiled_x4(xs, ys) }
