@@ -1,6 +1,8 @@
 //! Scalar models of ggml's x86 AVX2 dot products of Q1_0 and NVFP4 against Q8_0 (read from
 //! `ggml_vec_dot_q1_0_q8_0` and `ggml_vec_dot_nvfp4_q8_0` under `__AVX2__` in ggml-cpu's
-//! `arch/x86/quants.c`, which ggml's native AVX-512 build runs too): the bit-exact twins of the AVX2
+//! `arch/x86/quants.c`, which ggml's native AVX-512 build runs too), and of Q2_0's (ggml has only the
+//! generic C loop for it; GCC keeps its float steps in source order and contracts each `+= a * b`
+//! into one FMA, read from both reference builds' machine code): the bit-exact twins of the AVX2
 //! kernels the `avx2` and `avx512` numerics profiles install (`quant::x86_64::avx2::extra`).
 //!
 //! Both form eight 32-bit lanes per 32 activations, lane `l` the exact sum over elements `4l..4l + 4`
@@ -10,7 +12,10 @@
 //!   `acc = fma(d_x, block, acc)`; the result `hsum(acc)`;
 //! * NVFP4 (64 elements, two Q8_0 blocks, a UE4M3 scale per 16): lanes of `w·y`, each lane scaled by
 //!   `s = ue4m3(d_sub)·d_y` of its 16 elements (lanes 0..4 the first, 4..8 the second), the first Q8_0
-//!   block's then the second's `acc = fma(s, float(lanes), acc)`; the result `hsum(acc)`.
+//!   block's then the second's `acc = fma(s, float(lanes), acc)`; the result `hsum(acc)`;
+//! * Q2_0 (64 elements, two Q8_0 blocks): per Q2_0 block `sumi = 0`, then for each Q8_0 block `K`
+//!   `sumi = fma(float(isum_K), d_yK, sumi)` with `isum_K` the exact sum of `(q-1)·y`, then
+//!   `sum = fma(sumi, d_x, sum)`, all in scalar registers.
 
 use super::kquants_x86::hsum8;
 use crate::quant::blocks::*;
@@ -84,4 +89,26 @@ pub fn vec_dot_nvfp4_q8_0_x86(n: usize, x: &[u8], y: &[u8]) -> f32 {
         }
     }
     hsum8(acc)
+}
+
+/// Q2_0 · Q8_0 in the order of ggml's generic loop as GCC compiles it for x86 (FMA-contracted).
+pub fn vec_dot_q2_0_q8_0_x86(n: usize, x: &[u8], y: &[u8]) -> f32 {
+    let nb = check(n, 64, x, std::mem::size_of::<BlockQ2_0>(), y);
+    let (xs, ys) = (take_blocks::<BlockQ2_0>(x, nb), take_blocks::<BlockQ8_0>(y, 2 * nb));
+    let mut sum = 0f32;
+    for (ib, bx) in xs.iter().enumerate() {
+        let mut sumi = 0f32;
+        for k in 0..2 {
+            let by = &ys[2 * ib + k];
+            let isum: i32 = (0..32)
+                .map(|e| {
+                    let q = ((bx.qs[8 * k + e / 4] >> (2 * (e % 4))) & 3) as i32 - 1;
+                    q * by.qs[e] as i32
+                })
+                .sum();
+            sumi = (isum as f32).mul_add(f16le(by.d), sumi);
+        }
+        sum = sumi.mul_add(f16le(bx.d), sum);
+    }
+    sum
 }

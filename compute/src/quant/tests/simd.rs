@@ -804,12 +804,12 @@ fn x86_bf16_dots_equal_ggml_models_bitwise() {
     }
 }
 
-/// Under the `avx2` and `avx512` numerics profiles Q1_0's and NVFP4's `vec_dot` follow ggml's AVX2
-/// order, equal to the scalar models of `scalar::extra_x86` bit for bit: quantized rows, rows of
+/// Under the `avx2` and `avx512` numerics profiles Q1_0's, Q2_0's and NVFP4's `vec_dot` follow
+/// ggml's x86 orders, equal to the scalar models of `scalar::extra_x86` bit for bit: quantized rows, rows of
 /// random bytes with finite scales (every code and sign pattern), odd block counts, and activations
 /// from zero to large.
 #[test]
-fn x86_q1_0_nvfp4_dots_equal_ggml_models_bitwise() {
+fn x86_q1_0_q2_0_nvfp4_dots_equal_ggml_models_bitwise() {
     use crate::numerics::Numerics;
     use crate::quant::scalar::extra_x86 as m;
     use GgmlType::*;
@@ -819,8 +819,11 @@ fn x86_q1_0_nvfp4_dots_equal_ggml_models_bitwise() {
     for isa in Isa::all_available().into_iter().filter(|i| matches!(i, Isa::Avx2 | Isa::Avx512)) {
         for numerics in [Numerics::Avx2, Numerics::Avx512] {
             let k = Kernels::build_for(isa, numerics);
-            let models: [(GgmlType, crate::quant::VecDotFn); 2] =
-                [(Q1_0, m::vec_dot_q1_0_q8_0_x86), (NVFP4, m::vec_dot_nvfp4_q8_0_x86)];
+            let models: [(GgmlType, crate::quant::VecDotFn); 3] = [
+                (Q1_0, m::vec_dot_q1_0_q8_0_x86),
+                (Q2_0, m::vec_dot_q2_0_q8_0_x86),
+                (NVFP4, m::vec_dot_nvfp4_q8_0_x86),
+            ];
             for (t, model) in models {
                 let dot = k.get(t).vec_dot.unwrap();
                 for nb in [1usize, 3, 8] {
@@ -832,7 +835,7 @@ fn x86_q1_0_nvfp4_dots_equal_ggml_models_bitwise() {
                     {
                         // Keep the scales finite: Q1_0's f16, NVFP4's UE4M3 bytes below 0x7F.
                         match t {
-                            Q1_0 => z[..2].copy_from_slice(&orig[..2]),
+                            Q1_0 | Q2_0 => z[..2].copy_from_slice(&orig[..2]),
                             _ => z[..4].iter_mut().for_each(|b| *b &= 0x7E),
                         }
                     }

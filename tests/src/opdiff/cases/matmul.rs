@@ -23,7 +23,7 @@ pub const WEIGHT_TYPES: [GgmlType; 28] = [
 /// the K-quants and IQ4_XS with the Q8_K quantizer in vec_dot order and, from 8 activation rows on,
 /// in the order of ggml's tiled K-quant product, IQ4_NL in vec_dot or tinyBLAS order, the grid IQ
 /// types in vec_dot order and, from 8 activation rows on, in the tiled product's, TQ1_0/TQ2_0,
-/// MXFP4, Q1_0 and NVFP4 in vec_dot order).
+/// MXFP4, Q1_0, Q2_0 and NVFP4 in vec_dot order).
 fn designed_exact(t: GgmlType) -> bool {
     matches!(
         t,
@@ -42,7 +42,7 @@ fn designed_exact(t: GgmlType) -> bool {
             | Q6_K
             | IQ4_XS
     ) || GRID_IQ.contains(&t)
-        || matches!(t, TQ1_0 | TQ2_0 | MXFP4 | Q1_0 | NVFP4)
+        || matches!(t, TQ1_0 | TQ2_0 | MXFP4 | Q1_0 | Q2_0 | NVFP4)
 }
 
 /// The grid IQ types (ggml's tiled product takes them from 8 activation rows, as the K-quants).

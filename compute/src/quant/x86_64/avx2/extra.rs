@@ -1,10 +1,12 @@
-//! AVX2 dot products of Q1_0 and NVFP4 against Q8_0 in ggml's AVX2 order (the `avx2` and `avx512`
-//! numerics profiles; scalar twins in `scalar::extra_x86`, whose module docs give the order).
+//! AVX2 dot products of Q1_0, Q2_0 and NVFP4 against Q8_0 in ggml's x86 orders (the `avx2` and
+//! `avx512` numerics profiles; scalar twins in `scalar::extra_x86`, whose module docs give the order).
 
 use std::arch::x86_64::*;
 
-use super::util::hsum_ps;
-use crate::quant::blocks::{as_blocks, ue4m3_half, BlockNvfp4, BlockQ1_0, BlockQ8_0, KVALUES_MXFP4, QK};
+use super::util::{hsum_epi32, hsum_ps};
+use crate::quant::blocks::{
+    as_blocks, ue4m3_half, BlockNvfp4, BlockQ1_0, BlockQ2_0, BlockQ8_0, KVALUES_MXFP4, QK,
+};
 
 /// The rows as blocks: `qk` weights per block of `B`, `qk / 32` Q8_0 blocks each.
 fn rows<'a, B: bytemuck::Pod>(n: usize, qk: usize, x: &'a [u8], y: &'a [u8]) -> (&'a [B], &'a [BlockQ8_0]) {
@@ -65,6 +67,77 @@ fn q1_0_dot(xs: &[BlockQ1_0], ys: &[BlockQ8_0]) -> f32 {
 }
 
 #[target_feature(enable = "avx2,fma,f16c")]
+fn q2_0_dot(xs: &[BlockQ2_0], ys: &[BlockQ8_0]) -> f32 {
+    // Element e = 4b + j of a Q8_0 block's 32 takes bits 2j..2j+2 of its 8th-block byte b. Each
+    // 128-bit lane holds the 8 bytes twice (a 64-bit broadcast), so lane 1 indexes bytes 4..7 directly.
+    let byte_of = _mm256_setr_epi8(
+        0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3, 4, 4, 4, 4, 5, 5, 5, 5, 6, 6, 6, 6, 7, 7, 7, 7,
+    );
+    // Blend masks choosing, per byte, the copy shifted by 2j (sign bit set where e % 4 == j).
+    let pick = |j: i8| {
+        let m = |e: i8| if e % 4 == j { -1i8 } else { 0 };
+        _mm256_setr_epi8(
+            m(0),
+            m(1),
+            m(2),
+            m(3),
+            m(0),
+            m(1),
+            m(2),
+            m(3),
+            m(0),
+            m(1),
+            m(2),
+            m(3),
+            m(0),
+            m(1),
+            m(2),
+            m(3),
+            m(0),
+            m(1),
+            m(2),
+            m(3),
+            m(0),
+            m(1),
+            m(2),
+            m(3),
+            m(0),
+            m(1),
+            m(2),
+            m(3),
+            m(0),
+            m(1),
+            m(2),
+            m(3),
+        )
+    };
+    let (pick1, pick2, pick3) = (pick(1), pick(2), pick(3));
+    let (m3, ones8, ones16) = (_mm256_set1_epi8(3), _mm256_set1_epi8(1), _mm256_set1_epi16(1));
+    let mut sum = 0f32;
+    for (bx, by2) in xs.iter().zip(ys.chunks_exact(2)) {
+        let mut sumi = 0f32;
+        for (k, by) in by2.iter().enumerate() {
+            let mut b8 = [0u8; 8];
+            b8.copy_from_slice(&bx.qs[8 * k..8 * k + 8]);
+            let rep = _mm256_shuffle_epi8(_mm256_set1_epi64x(i64::from_le_bytes(b8)), byte_of);
+            // Both bytes of each 16-bit lane are equal, so 16-bit shifts followed by `& 3` are exact.
+            let mut q = _mm256_blendv_epi8(rep, _mm256_srli_epi16(rep, 2), pick1);
+            q = _mm256_blendv_epi8(q, _mm256_srli_epi16(rep, 4), pick2);
+            q = _mm256_blendv_epi8(q, _mm256_srli_epi16(rep, 6), pick3);
+            let q = _mm256_and_si256(q, m3);
+            let qy = load32(&by.qs);
+            // Σ(q-1)·y = Σq·y − Σy; both pairwise sums stay within i16 (|q·y| ≤ 3·128).
+            let d = _mm256_sub_epi16(_mm256_maddubs_epi16(q, qy), _mm256_maddubs_epi16(ones8, qy));
+            // SAFETY: register arithmetic; AVX2 is enabled here.
+            let isum = unsafe { hsum_epi32(_mm256_madd_epi16(d, ones16)) };
+            sumi = (isum as f32).mul_add(f16c(by.d), sumi);
+        }
+        sum = sumi.mul_add(f16c(bx.d), sum);
+    }
+    sum
+}
+
+#[target_feature(enable = "avx2,fma,f16c")]
 fn nvfp4_dot(xs: &[BlockNvfp4], ys: &[BlockQ8_0]) -> f32 {
     let values = load16(bytemuck::cast_slice(&KVALUES_MXFP4));
     let m4 = _mm_set1_epi8(0x0F);
@@ -95,6 +168,14 @@ pub(crate) fn vec_dot_q1_0_q8_0_ggml(n: usize, x: &[u8], y: &[u8]) -> f32 {
     let (xs, ys) = rows::<BlockQ1_0>(n, 128, x, y);
     // SAFETY: installed only after AVX2, FMA and F16C were detected (see the module doc of `avx2`).
     unsafe { q1_0_dot(xs, ys) }
+}
+
+/// Q2_0 · Q8_0 in the order of ggml's generic loop as GCC compiles it for x86: the integer sums
+/// vectorised (exact in any order), the float steps scalar FMAs.
+pub(crate) fn vec_dot_q2_0_q8_0_ggml(n: usize, x: &[u8], y: &[u8]) -> f32 {
+    let (xs, ys) = rows::<BlockQ2_0>(n, 64, x, y);
+    // SAFETY: installed only after AVX2, FMA and F16C were detected (see the module doc of `avx2`).
+    unsafe { q2_0_dot(xs, ys) }
 }
 
 /// NVFP4 · Q8_0 in ggml's AVX2 order.

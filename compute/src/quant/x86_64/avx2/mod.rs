@@ -27,7 +27,7 @@ pub fn install_iq4_nl_gemm(k: &mut Kernels) {
 
 /// Installs the grid IQ types' dot products in ggml's orders (the `avx2` and `avx512` numerics
 /// profiles): the one-row order for up to seven activation rows and the tiled product's for eight
-/// or more; and TQ1_0's and TQ2_0's one order (models: `scalar::iq_x86`), Q1_0's and NVFP4's
+/// or more; and TQ1_0's and TQ2_0's one order (models: `scalar::iq_x86`), Q1_0's, Q2_0's and NVFP4's
 /// (models: `scalar::extra_x86`).
 pub fn install_iq_ggml_orders(k: &mut Kernels) {
     if !super::avx2_available() {
@@ -50,6 +50,7 @@ pub fn install_iq_ggml_orders(k: &mut Kernels) {
     k.set_vec_dot(TQ1_0, iq::vec_dot_tq1_0_ggml);
     k.set_vec_dot(TQ2_0, iq::vec_dot_tq2_0_ggml);
     k.set_vec_dot(Q1_0, extra::vec_dot_q1_0_q8_0_ggml);
+    k.set_vec_dot(Q2_0, extra::vec_dot_q2_0_q8_0_ggml);
     k.set_vec_dot(NVFP4, extra::vec_dot_nvfp4_q8_0_ggml);
 }
 
