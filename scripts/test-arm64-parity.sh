@@ -8,9 +8,10 @@
 #   qemu CPU      llamad --numerics  reference profile (GGML_CPU_ARM_ARCH)
 #   neoverse-n1   neon-dotprod       neon-dotprod (armv8.2-a+dotprod)
 #   max           neon-i8mm          neon-i8mm    (armv8.6-a+dotprod+i8mm)
-#   max, SVE 256  sve                sve          (armv8.6-a+dotprod+fp16+sve+i8mm; llamad has no SVE
-#                                                 kernels yet (the i8mm ones run), so this row
-#                                                 reports, it does not gate)
+#   max, SVE 256  sve                sve          (armv8.6-a+dotprod+fp16+sve+i8mm; the SVE build's
+#                                                 orders llamad reproduces: F32/F16, SOFT_MAX/GLU,
+#                                                 Q4_0/Q8_0/Q2_K one-row, Q4_K/Q6_K two-row, ROPE;
+#                                                 this row reports, it does not gate)
 #
 #   scripts/test-arm64-parity.sh [--quick] [--profiles "neon-dotprod neon-i8mm sve"] [--gate "legacy ..."]
 #                                [--cpu QEMU_CPU] [--families "kquants float"]

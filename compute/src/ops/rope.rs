@@ -334,9 +334,17 @@ fn rotate_row(w: &mut [f32], cache: &[f32], n_pairs: usize, stride: usize, vecto
 /// reference built by tests/peer/build-peer-aarch64.sh) when `n_dims > 6`, four pairs at a time, and
 /// there rounds `x0*cos` and fuses `x1*sin` in the first output (the second is fused as in scalar
 /// code); the last `pairs % 4` stay scalar. Only
-/// the F32 instance is vectorised (`f32`: the rows are F32); the F16 one stays scalar.
+/// the F32 instance is vectorised (`f32`: the rows are F32); the F16 one stays scalar. ggml's SVE
+/// build vectorises the same loop with predicated `ld2w`/`st2w` over every pair, but there computes
+/// both outputs in the scalar contraction (`fmul x1·sin` then `fnmls` with `x0·cos`; `fmul x1·cos`
+/// then `fmla` with `x0·sin`), so under the `sve` profile no pair takes the other one.
 fn vector_pairs(mode: Mode, n_dims: usize, f32: bool) -> usize {
-    if cfg!(target_arch = "aarch64") && f32 && matches!(mode, Mode::Normal) && n_dims > 6 {
+    if cfg!(target_arch = "aarch64")
+        && f32
+        && matches!(mode, Mode::Normal)
+        && n_dims > 6
+        && crate::numerics::active() != crate::numerics::Numerics::Sve
+    {
         n_dims / 2 / 4 * 4
     } else {
         0

@@ -194,6 +194,44 @@ fn vec_dot_gemm<B: B32, M: NeonBlock<X = B::X, Y = B::Y>>(n: usize, x: &[u8], y:
     unsafe { gemm1_sdot::<B, M>(xs, ys) }
 }
 
+/// One column of IQ4_NL or MXFP4 in ggml's NEON order (`neon_order::vec_dot_pairs_blocks`): the
+/// block sums from `sdot`, the float steps in scalar registers.
+#[target_feature(enable = "neon,dotprod")]
+unsafe fn dot_pairs<B: B32, M: NeonBlock<X = B::X, Y = B::Y>>(xs: &[B::X], ys: &[B::Y]) -> f32 {
+    // SAFETY: in-bounds block access (`ys.len() == xs.len()`, checked by the wrapper) and register
+    // arithmetic under NEON + dotprod.
+    unsafe {
+        let nb = xs.len();
+        let mut sumf = 0.0f32;
+        let mut ib = 0;
+        while ib + 1 < nb {
+            let (x0, x1, y0, y1) = (&xs[ib], &xs[ib + 1], &ys[ib], &ys[ib + 1]);
+            let (p0, p1) = (vaddvq_s32(lanes::<B>(x0, y0)), vaddvq_s32(lanes::<B>(x1, y1)));
+            sumf += crate::quant::scalar::neon_order::pair_sum::<M>(p0, M::d(x0, y0), p1, M::d(x1, y1));
+            ib += 2;
+        }
+        if ib < nb {
+            sumf = M::tail(sumf, vaddvq_s32(lanes::<B>(&xs[ib], &ys[ib])), &xs[ib], &ys[ib]);
+        }
+        sumf
+    }
+}
+
+fn vec_dot_pairs<B: B32, M: NeonBlock<X = B::X, Y = B::Y>>(n: usize, x: &[u8], y: &[u8]) -> f32 {
+    let (xs, ys) = rows::<B>(n, x, y);
+    // SAFETY: installed only after NEON and dotprod detection (module docs of `aarch64`).
+    unsafe { dot_pairs::<B, M>(xs, ys) }
+}
+
+fn vec_dot_pairs_x4<B: B32, M: NeonBlock<X = B::X, Y = B::Y>>(n: usize, x: &[u8], y: [&[u8]; 4]) -> [f32; 4] {
+    y.map(|c| vec_dot_pairs::<B, M>(n, x, c))
+}
+
+/// ggml's NEON-order kernels of IQ4_NL or MXFP4: `(vec_dot, vec_dot_x4)`.
+pub(super) fn set_pairs<B: B32, M: NeonBlock<X = B::X, Y = B::Y>>() -> (VecDotFn, VecDotX4Fn) {
+    (vec_dot_pairs::<B, M>, vec_dot_pairs_x4::<B, M>)
+}
+
 /// The ggml-order kernels of one format: `(vec_dot, vec_dot_x4, vec_dot_gemm)`.
 pub(super) fn set<B: B32, M: NeonBlock<X = B::X, Y = B::Y>>(
     gemm: bool,

@@ -92,15 +92,19 @@ impl<B: GgmlStep> KBlock for Ggml<B> {
 /// sum by the float step of ggml's `nrc == 2` kernel (`quant::scalar::neon_order::mmla_step_*`,
 /// twins `vec_dot_2x2_q4_k_q8_k_neon` / `vec_dot_2x2_q6_k_q8_k_neon`). Each output is its own lane:
 /// the pairing of rows and columns does not change its bits.
-pub(super) struct GgmlMmla<B>(std::marker::PhantomData<B>);
+/// `SVE`: the step of ggml's SVE build's `svmmla` kernel instead (the `sve` profile; twins
+/// `vec_dot_2x2_q4_k_q8_k_sve` / `vec_dot_2x2_q6_k_q8_k_sve`).
+pub(super) struct GgmlMmla<B, const SVE: bool = false>(std::marker::PhantomData<B>);
 
-/// ggml's i8mm two-row float step of a format.
+/// ggml's i8mm two-row float steps of a format.
 pub(super) trait GgmlMmlaStep: KBlock {
-    /// The running sum of one output after one block.
+    /// The running sum of one output after one block (NEON `smmla` kernel).
     fn mmla_step(sum: f32, isc: i32, imn: i32, x: &Self::X, y: &BlockQ8K) -> f32;
+    /// The same for the SVE build's `svmmla` kernel.
+    fn sve_mmla_step(sum: f32, isc: i32, imn: i32, x: &Self::X, y: &BlockQ8K) -> f32;
 }
 
-impl<B: GgmlMmlaStep> KBlock for GgmlMmla<B> {
+impl<B: GgmlMmlaStep, const SVE: bool> KBlock for GgmlMmla<B, SVE> {
     type X = B::X;
     const MINS: bool = B::MINS;
     const PER32: bool = B::PER32;
@@ -114,7 +118,11 @@ impl<B: GgmlMmlaStep> KBlock for GgmlMmla<B> {
     }
     #[inline(always)]
     fn step(sum: f32, isc: i32, imn: i32, x: &B::X, y: &BlockQ8K) -> f32 {
-        B::mmla_step(sum, isc, imn, x, y)
+        if SVE {
+            B::sve_mmla_step(sum, isc, imn, x, y)
+        } else {
+            B::mmla_step(sum, isc, imn, x, y)
+        }
     }
 }
 
@@ -156,10 +164,16 @@ mod ggml_steps {
         fn mmla_step(sum: f32, isc: i32, imn: i32, x: &BlockQ4K, y: &BlockQ8K) -> f32 {
             no::mmla_step_q4k(sum, isc, imn, h2f(x.d), h2f(x.dmin), dy(y))
         }
+        fn sve_mmla_step(sum: f32, isc: i32, imn: i32, x: &BlockQ4K, y: &BlockQ8K) -> f32 {
+            no::sve_mmla_step_q4k(sum, isc, imn, h2f(x.d), h2f(x.dmin), dy(y))
+        }
     }
     impl GgmlMmlaStep for Q6K {
         fn mmla_step(sum: f32, isc: i32, _imn: i32, x: &BlockQ6K, y: &BlockQ8K) -> f32 {
             no::mmla_step_q6k(sum, isc, h2f(x.d), dy(y))
+        }
+        fn sve_mmla_step(sum: f32, isc: i32, _imn: i32, x: &BlockQ6K, y: &BlockQ8K) -> f32 {
+            no::sve_mmla_step_q6k(sum, isc, h2f(x.d), dy(y))
         }
     }
 }
@@ -597,5 +611,73 @@ impl KBlock for Iq4Xs {
     #[inline(always)]
     fn value(isc: i32, _imn: i32, x: &BlockIq4Xs, y: &BlockQ8K) -> f32 {
         dy(y) * h2f(x.d) * isc as f32
+    }
+}
+
+/// Q2_K's one-row dot in ggml's SVE order for `L` = 4 or 8 f32 lanes (twin:
+/// `scalar::sve_quant::vec_dot_q2_k_q8_k_sve`, whose module docs give the order): the exact lane
+/// sums of the 128-bit layout (`L` = 4, [`scaled`]'s lanes) or of the 256-bit one (even groups in
+/// lanes 0..4, odd ones in 4..8), folded per super-block by two fused steps.
+#[target_feature(enable = "neon,dotprod")]
+unsafe fn q2_k_sve_dot<const L: usize>(xs: &[BlockQ2K], ys: &[BlockQ8K]) -> f32 {
+    // SAFETY: register arithmetic and checked loads under NEON + dotprod (enabled here; the
+    // installer checked both).
+    unsafe {
+        let mut acc = [vdupq_n_f32(0.0); 2];
+        for (bx, by) in xs.iter().zip(ys) {
+            let dec = Q2K::decode(bx);
+            let yd = dy(by);
+            let (d, dmin) = (yd * h2f(bx.d), -yd * h2f(bx.dmin));
+            let m = |g: usize| dec.mn[g] * bsum(by, g);
+            let (mins, sums) = if L == 4 {
+                let mins: [i32; 4] = std::array::from_fn(|l| m(l) + m(4 + l) + m(8 + l) + m(12 + l));
+                ([vld1q_s32(mins.as_ptr()), vdupq_n_s32(0)], [scaled::<Q2K, Sdot>(&dec, by), vdupq_n_s32(0)])
+            } else {
+                let mins: [i32; 8] = std::array::from_fn(|l| m(l) + m(8 + l));
+                let mut sums = [vdupq_n_s32(0); 2];
+                for g in 0..16 {
+                    let p = Sdot::dot(vdupq_n_s32(0), dec.q[g], lds(&by.qs, 16 * g));
+                    sums[g % 2] = vmlaq_n_s32(sums[g % 2], p, dec.sc[g]);
+                }
+                ([vld1q_s32(mins.as_ptr()), vld1q_s32(mins.as_ptr().add(4))], sums)
+            };
+            for h in 0..L / 4 {
+                acc[h] = vfmaq_n_f32(acc[h], vcvtq_f32_s32(mins[h]), dmin);
+                acc[h] = vfmaq_n_f32(acc[h], vcvtq_f32_s32(sums[h]), d);
+            }
+        }
+        let faddv4 = |v: float32x4_t| {
+            let p = vpaddq_f32(v, v);
+            vgetq_lane_f32::<0>(vpaddq_f32(p, p))
+        };
+        if L == 4 {
+            faddv4(acc[0])
+        } else {
+            faddv4(acc[0]) + faddv4(acc[1])
+        }
+    }
+}
+
+fn q2_k_sve<const L: usize>(n: usize, x: &[u8], y: &[u8]) -> f32 {
+    assert_eq!(n % QK_K, 0, "vec_dot: n = {n} is not a whole number of blocks of {QK_K}");
+    let (xs, ys) = (take_blocks::<BlockQ2K>(x, n / QK_K), take_blocks::<BlockQ8K>(y, n / QK_K));
+    // SAFETY: installed only after NEON and dotprod detection (`q2_k_sve_kernel`).
+    unsafe { q2_k_sve_dot::<L>(xs, ys) }
+}
+
+fn q2_k_sve_x4<const L: usize>(n: usize, x: &[u8], y: [&[u8]; 4]) -> [f32; 4] {
+    y.map(|c| q2_k_sve::<L>(n, x, c))
+}
+
+/// Q2_K's SVE-order one-row dot (and its four-column form, each column in that order) for `w` f32
+/// lanes per SVE vector (4, 8 or 16); `None` for another length or without dotprod.
+pub(super) fn q2_k_sve_kernel(w: usize) -> Option<(VecDotFn, VecDotX4Fn)> {
+    if !std::arch::is_aarch64_feature_detected!("dotprod") {
+        return None;
+    }
+    match w {
+        4 => Some((q2_k_sve::<4>, q2_k_sve_x4::<4>)),
+        8 | 16 => Some((q2_k_sve::<8>, q2_k_sve_x4::<8>)),
+        _ => None,
     }
 }

@@ -39,6 +39,7 @@ mod kquants;
 mod legacy;
 mod quantize;
 mod sve_float;
+mod sve_quant;
 
 use super::dispatch::Kernels;
 use super::GemmRule;
@@ -102,8 +103,18 @@ fn install_ggml_order(k: &mut Kernels, level: Level) {
         Q5_1 => legacy::Q51, no::Q51, false;
         Q8_0 => legacy::Q80, no::Q80, gemm;
     }
-    // Two-row kernels: ggml's smmla ones for Q4_0, Q4_1 and Q8_0 with i8mm; Q5_0 and Q5_1 have none.
-    for t in [Q5_0, Q5_1] {
+    // IQ4_NL and MXFP4: one-row only in ggml (no llamafile, no smmla kernel).
+    for (t, (dot, x4)) in [
+        (IQ4_NL, ggml::set_pairs::<legacy::Iq4Nl, no::Iq4NlPairs>()),
+        (MXFP4, ggml::set_pairs::<legacy::Mxfp4, no::Mxfp4Pairs>()),
+    ] {
+        k.set_vec_dot(t, dot);
+        k.set_vec_dot_x4(t, x4);
+        k.clear_vec_dot_gemm(t);
+    }
+    // Two-row kernels: ggml's smmla ones for Q4_0, Q4_1 and Q8_0 with i8mm; Q5_0, Q5_1, IQ4_NL and
+    // MXFP4 have none.
+    for t in [Q5_0, Q5_1, IQ4_NL, MXFP4] {
         k.clear_vec_dot_2x2(t);
     }
     if level >= Level::I8mm {
@@ -154,15 +165,30 @@ fn install_ggml_order(k: &mut Kernels, level: Level) {
 }
 
 /// The `sve` profile over the i8mm table: ggml's SVE-build F32 / F16 dot orders
-/// ([`sve_float`], for this CPU's vector length); false (nothing installed) without SVE or for a
-/// vector length other than 128, 256 or 512 bits. The quantized dots, SOFT_MAX's exp and ROPE stay in
-/// the NEON build's order (ggml's SVE build has its own for several of them: not yet reproduced).
+/// ([`sve_float`]), the Q4_0 / Q8_0 ([`sve_quant`]) and Q2_K one-row dot orders, for this CPU's
+/// vector length, and the Q4_K / Q6_K two-row float steps of its `svmmla` kernels; false (nothing installed) without SVE or for a vector length other than 128, 256 or 512
+/// bits. (The other K-quant one-row dots have the NEON build's float steps in the SVE build too.)
+/// ROPE stays in the NEON build's order (whatever makes ggml's SVE build's differ: not yet found).
 pub fn install_sve_order(k: &mut Kernels) -> bool {
     let done = sve_float::install(k);
     if !done {
-        tracing::warn!("no SVE vector length ggml's SVE build handles: the F32/F16 dots keep the NEON order");
+        tracing::warn!("no SVE vector length ggml's SVE build handles: the dots keep the NEON order");
+        return false;
     }
-    done
+    if let Some(w) = sve_float::f32_lanes() {
+        if !sve_quant::install(k, w) {
+            tracing::warn!("SVE without dotprod: the Q4_0/Q8_0 dots keep the NEON order");
+        }
+        if let Some((q2k, q2k_x4)) = kquants::q2_k_sve_kernel(w) {
+            k.set_vec_dot(GgmlType::Q2_K, q2k);
+            k.set_vec_dot_x4(GgmlType::Q2_K, q2k_x4);
+        }
+    }
+    if level_available(Level::I8mm) {
+        k.set_vec_dot_2x2(GgmlType::Q4_K, kquants::two_row::<kquants::GgmlMmla<kquants::Q4K, true>>());
+        k.set_vec_dot_2x2(GgmlType::Q6_K, kquants::two_row::<kquants::GgmlMmla<kquants::Q6K, true>>());
+    }
+    true
 }
 
 /// The f32 lanes of one SVE vector on this CPU (the vector length in bits / 32), `None` without SVE.

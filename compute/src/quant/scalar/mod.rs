@@ -20,6 +20,7 @@ pub mod neon_float;
 pub mod neon_order;
 pub mod refquant;
 pub mod sve_float;
+pub mod sve_quant;
 
 pub use extra::*;
 pub use float::*;

@@ -99,6 +99,9 @@ pub(crate) trait NeonBlock {
     const OFFSET: bool = false;
     /// `sumf` after the generic C loop's step for a last odd block with integer sum `s`.
     fn tail(sumf: f32, s: i32, x: &Self::X, y: &Self::Y) -> f32;
+    /// For [`vec_dot_pairs_blocks`]: whether GCC fused the first block's product of a pair (and
+    /// rounded the second's) rather than the other way round.
+    const PAIR_FUSES_FIRST: bool = false;
 }
 
 /// ggml's NEON `vec_dot` (`nrc == 1`) for `B` over whole blocks (`xs.len() == ys.len()`).
@@ -270,6 +273,106 @@ impl NeonBlock for Q80 {
     }
 }
 
+/// IQ4_NL · Q8_0 (ggml's NEON `vec_dot` sums pairs of blocks in scalar registers:
+/// [`vec_dot_pairs_blocks`]).
+pub(crate) struct Iq4NlPairs;
+/// MXFP4 · Q8_0 (as [`Iq4NlPairs`]).
+pub(crate) struct Mxfp4Pairs;
+
+fn lut_weights(qs: &[u8; QK / 2], table: &[i8; 16]) -> [i32; QK] {
+    std::array::from_fn(|e| {
+        let nib = if e < 16 { qs[e] & 0xF } else { qs[e - 16] >> 4 };
+        table[nib as usize] as i32
+    })
+}
+
+impl NeonBlock for Iq4NlPairs {
+    const PAIR_FUSES_FIRST: bool = true;
+    type X = BlockIq4Nl;
+    type Y = BlockQ8_0;
+    fn weights(x: &BlockIq4Nl) -> [i32; QK] {
+        lut_weights(&x.qs, &KVALUES_IQ4NL)
+    }
+    fn qs(y: &BlockQ8_0) -> &[i8; QK] {
+        &y.qs
+    }
+    fn d(x: &BlockIq4Nl, y: &BlockQ8_0) -> f32 {
+        f16le(x.d) * f16le(y.d)
+    }
+    fn m(_: &BlockIq4Nl, _: &BlockQ8_0) -> (f32, f32) {
+        (0.0, 0.0)
+    }
+    fn tail(sumf: f32, s: i32, x: &BlockIq4Nl, y: &BlockQ8_0) -> f32 {
+        // sumf += d*(sumi1 + sumi2)
+        (s as f32).mul_add(Self::d(x, y), sumf)
+    }
+}
+
+impl NeonBlock for Mxfp4Pairs {
+    type X = BlockMxfp4;
+    type Y = BlockQ8_0;
+    fn weights(x: &BlockMxfp4) -> [i32; QK] {
+        lut_weights(&x.qs, &KVALUES_MXFP4)
+    }
+    fn qs(y: &BlockQ8_0) -> &[i8; QK] {
+        &y.qs
+    }
+    fn d(x: &BlockMxfp4, y: &BlockQ8_0) -> f32 {
+        e8m0_half(x.e) * f16le(y.d)
+    }
+    fn m(_: &BlockMxfp4, _: &BlockQ8_0) -> (f32, f32) {
+        (0.0, 0.0)
+    }
+    fn tail(sumf: f32, s: i32, x: &BlockMxfp4, y: &BlockQ8_0) -> f32 {
+        (s as f32).mul_add(Self::d(x, y), sumf)
+    }
+}
+
+/// ggml's NEON `vec_dot` of IQ4_NL and MXFP4 (`nrc == 1` only; no llamafile or `smmla` kernel):
+/// per pair of blocks the exact integer sums `p0`, `p1`, then for MXFP4 `sumf += fma(f32(p1), d1,
+/// f32(p0)·d0)`, for IQ4_NL `sumf += fma(f32(p0), d0, f32(p1)·d1)` (GCC fuses one product and
+/// rounds the other and the sum; which one, read from the three aarch64 reference builds' machine
+/// code); an odd last block `sumf = fma(f32(p), d, sumf)`.
+pub(crate) fn vec_dot_pairs_blocks<B: NeonBlock>(xs: &[B::X], ys: &[B::Y]) -> f32 {
+    let isum =
+        |x: &B::X, y: &B::Y| -> i32 { B::weights(x).iter().zip(B::qs(y)).map(|(&w, &q)| w * q as i32).sum() };
+    let nb = xs.len();
+    let mut sumf = 0.0f32;
+    let mut ib = 0;
+    while ib + 1 < nb {
+        let (p0, p1) = (isum(&xs[ib], &ys[ib]), isum(&xs[ib + 1], &ys[ib + 1]));
+        let (d0, d1) = (B::d(&xs[ib], &ys[ib]), B::d(&xs[ib + 1], &ys[ib + 1]));
+        sumf += pair_sum::<B>(p0, d0, p1, d1);
+        ib += 2;
+    }
+    if ib < nb {
+        sumf = B::tail(sumf, isum(&xs[ib], &ys[ib]), &xs[ib], &ys[ib]);
+    }
+    sumf
+}
+
+/// The term of one pair of blocks in [`vec_dot_pairs_blocks`].
+#[inline(always)]
+pub(crate) fn pair_sum<B: NeonBlock>(p0: i32, d0: f32, p1: i32, d1: f32) -> f32 {
+    if B::PAIR_FUSES_FIRST {
+        (p0 as f32).mul_add(d0, p1 as f32 * d1)
+    } else {
+        (p1 as f32).mul_add(d1, p0 as f32 * d0)
+    }
+}
+
+/// IQ4_NL · Q8_0, ggml NEON order.
+pub fn vec_dot_iq4_nl_q8_0_neon(n: usize, x: &[u8], y: &[u8]) -> f32 {
+    let (xs, ys) = rows::<Iq4NlPairs>(n, x, y);
+    vec_dot_pairs_blocks::<Iq4NlPairs>(xs, ys)
+}
+
+/// MXFP4 · Q8_0, ggml NEON order.
+pub fn vec_dot_mxfp4_q8_0_neon(n: usize, x: &[u8], y: &[u8]) -> f32 {
+    let (xs, ys) = rows::<Mxfp4Pairs>(n, x, y);
+    vec_dot_pairs_blocks::<Mxfp4Pairs>(xs, ys)
+}
+
 fn rows<'a, B: NeonBlock>(n: usize, x: &'a [u8], y: &'a [u8]) -> (&'a [B::X], &'a [B::Y]) {
     assert_eq!(n % QK, 0, "vec_dot: n = {n} is not a whole number of blocks of {QK}");
     (take_blocks::<B::X>(x, n / QK), take_blocks::<B::Y>(y, n / QK))
@@ -413,6 +516,20 @@ pub fn mmla_step_q6k(sum: f32, isc: i32, xd: f32, yd: f32) -> f32 {
     sum + isc as f32 * (xd * yd)
 }
 
+/// Q4_K, ggml's SVE build's two-row kernel (`svmmla`, every vector length): `fma(f32(Σscale),
+/// y.d·x.d, sum)`, then `fma(f32(Σmin), −(y.d·x.dmin), ·)` (SVE `fmla`, fused).
+#[inline(always)]
+pub fn sve_mmla_step_q4k(sum: f32, isc: i32, imn: i32, xd: f32, xdmin: f32, yd: f32) -> f32 {
+    let sum = (isc as f32).mul_add(yd * xd, sum);
+    (imn as f32).mul_add(-(yd * xdmin), sum)
+}
+
+/// Q6_K, ggml's SVE build's two-row kernel: `fma(f32(Σscale·(q−32)), y.d·x.d, sum)`.
+#[inline(always)]
+pub fn sve_mmla_step_q6k(sum: f32, isc: i32, xd: f32, yd: f32) -> f32 {
+    (isc as f32).mul_add(yd * xd, sum)
+}
+
 /// The four outputs `[x0·y0, x0·y1, x1·y0, x1·y1]` of a two-row kernel, each folded over the
 /// super-blocks by `step` from the exact integer sums `ints`.
 fn k_2x2<X: bytemuck::Pod>(
@@ -447,6 +564,24 @@ pub fn vec_dot_2x2_q6_k_q8_k_neon(n: usize, x: [&[u8]; 2], y: [&[u8]; 2]) -> [f3
         y,
         |bx, by| (super::kquants::q6k_ints(bx, by), 0),
         |s, isc, _, bx, by| mmla_step_q6k(s, isc, f16le(bx.d), yd(by)),
+    )
+}
+
+/// Q4_K · Q8_K, the two-row order of ggml's SVE build (i8mm).
+pub fn vec_dot_2x2_q4_k_q8_k_sve(n: usize, x: [&[u8]; 2], y: [&[u8]; 2]) -> [f32; 4] {
+    k_2x2::<BlockQ4K>(n, x, y, super::kquants::q4k_ints, |s, isc, imn, bx, by| {
+        sve_mmla_step_q4k(s, isc, imn, f16le(bx.d), f16le(bx.dmin), yd(by))
+    })
+}
+
+/// Q6_K · Q8_K, the two-row order of ggml's SVE build (i8mm).
+pub fn vec_dot_2x2_q6_k_q8_k_sve(n: usize, x: [&[u8]; 2], y: [&[u8]; 2]) -> [f32; 4] {
+    k_2x2::<BlockQ6K>(
+        n,
+        x,
+        y,
+        |bx, by| (super::kquants::q6k_ints(bx, by), 0),
+        |s, isc, _, bx, by| sve_mmla_step_q6k(s, isc, f16le(bx.d), yd(by)),
     )
 }
 

@@ -31,7 +31,7 @@ pub(crate) fn scalar_table() -> Kernels {
 }
 
 /// The scalar twins of `isa`'s kernels: the reference table, with ggml's NEON order
-/// (`quant::scalar::neon_order`) for the legacy dots, Q4_0 / Q8_0's `tinyBLAS_Q0_ARM` order and the
+/// (`quant::scalar::neon_order`) for the legacy, IQ4_NL and MXFP4 dots, Q4_0 / Q8_0's `tinyBLAS_Q0_ARM` order and the
 /// Q8_0 / Q8_1 quantizers of the NEON sets from dotprod up, and ggml's NEON F32 / F16 dots and
 /// tinyBLAS orders (`quant::scalar::neon_float`; see `quant::aarch64`).
 pub(crate) fn twin_table(isa: Isa) -> Kernels {
@@ -44,6 +44,8 @@ pub(crate) fn twin_table(isa: Isa) -> Kernels {
         k.set_vec_dot(Q5_0, no::vec_dot_q5_0_q8_0_neon);
         k.set_vec_dot(Q5_1, no::vec_dot_q5_1_q8_1_neon);
         k.set_vec_dot(Q8_0, no::vec_dot_q8_0_q8_0_neon);
+        k.set_vec_dot(IQ4_NL, no::vec_dot_iq4_nl_q8_0_neon);
+        k.set_vec_dot(MXFP4, no::vec_dot_mxfp4_q8_0_neon);
         if isa == Isa::NeonDotprod {
             k.set_vec_dot_gemm(Q4_0, no::gemm_q4_0_q8_0_neon);
             k.set_vec_dot_gemm(Q8_0, no::gemm_q8_0_q8_0_neon);

@@ -66,11 +66,11 @@ fn levels_install_their_kernels() {
         for t in QUANT_TYPES {
             let e = k.get(t);
             assert!(e.vec_dot_x4.is_some(), "{} {t}: no x4", isa.name());
-            // From dotprod up Q5_0, Q5_1, IQ4_XS and the K-quants but Q4_K / Q6_K have ggml's
-            // one-row order only (ggml's mul_mat runs no two-row kernel for them).
+            // From dotprod up Q5_0, Q5_1, IQ4_NL, MXFP4, IQ4_XS and the K-quants but Q4_K / Q6_K
+            // have ggml's one-row order only (ggml's mul_mat runs no two-row kernel for them).
             use GgmlType::*;
             let ggml_one_row = matches!(isa, Isa::NeonDotprod | Isa::NeonI8mm)
-                && matches!(t, Q5_0 | Q5_1 | Q2_K | Q3_K | Q5_K | IQ4_XS);
+                && matches!(t, Q5_0 | Q5_1 | IQ4_NL | MXFP4 | Q2_K | Q3_K | Q5_K | IQ4_XS);
             assert_eq!(
                 e.vec_dot_2x2.is_some(),
                 isa == Isa::NeonI8mm && !ggml_one_row,
@@ -458,5 +458,49 @@ fn kquant_two_row_order_is_ggml_smmla_order() {
             }
         }
         assert!(differ > 0, "{t}: the two-row order never differed from vec_dot in 64 outputs");
+    }
+}
+
+/// The `sve` profile's Q4_K and Q6_K two-row kernels follow ggml's SVE build (`svmmla`, fused
+/// steps): every output equals the SVE twin bit for bit, and on random rows some differ from the
+/// NEON build's two-row order (so the profile changes what it claims to).
+#[test]
+fn kquant_two_row_sve_order_equals_twin_and_differs_from_neon() {
+    use crate::numerics::Numerics;
+    use crate::quant::scalar::neon_order as no;
+    if !Isa::NeonI8mm.available() || crate::quant::aarch64::sve_f32_lanes().is_none() {
+        eprintln!("no SVE with i8mm: nothing to check");
+        return;
+    }
+    let s = scalar_table();
+    let k = Kernels::build_for(Isa::NeonI8mm, Numerics::Sve);
+    let mut r = rng(29);
+    type Twin = crate::quant::VecDot2x2Fn;
+    let twins: [(GgmlType, Twin, Twin); 2] = [
+        (GgmlType::Q4_K, no::vec_dot_2x2_q4_k_q8_k_sve, no::vec_dot_2x2_q4_k_q8_k_neon),
+        (GgmlType::Q6_K, no::vec_dot_2x2_q6_k_q8_k_sve, no::vec_dot_2x2_q6_k_q8_k_neon),
+    ];
+    for (t, twin, neon) in twins {
+        let k22 = k.get(t).vec_dot_2x2.expect("a two-row kernel");
+        let n = 8 * 256;
+        let mut differ = 0;
+        for _ in 0..16 {
+            let x: Vec<Vec<u8>> = (0..2).map(|_| quantize(&s, t, &gaussian(&mut r, n))).collect();
+            let y: Vec<Vec<u8>> =
+                (0..2).map(|_| quantize(&s, GgmlType::Q8_K, &gaussian(&mut r, n))).collect();
+            let (xr, yr) = ([&x[0][..], &x[1][..]], [&y[0][..], &y[1][..]]);
+            let (got, want, other) = (k22(n, xr, yr), twin(n, xr, yr), neon(n, xr, yr));
+            for o in 0..4 {
+                assert_eq!(
+                    got[o].to_bits(),
+                    want[o].to_bits(),
+                    "{t} lane {o}: {} vs twin {}",
+                    got[o],
+                    want[o]
+                );
+                differ += usize::from(other[o].to_bits() != got[o].to_bits());
+            }
+        }
+        assert!(differ > 0, "{t}: the SVE two-row order never differed from the NEON one in 64 outputs");
     }
 }
