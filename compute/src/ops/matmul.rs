@@ -60,6 +60,10 @@ enum Repack {
 /// instead of falling back to one-row dots; every output keeps the one-row `vec_dot`'s bits.
 const PREPARED_MAX_COLS: usize = 8;
 
+/// Activation columns per kernel call of the tiled product on prepared rows: its weight rows'
+/// scales are prepared once per call.
+const PREPARED_GEMM_COLS: usize = 64;
+
 /// Fewest activation rows for which packing a panel of weights pays.
 const PANEL_MIN_COLS: usize = 8;
 
@@ -91,9 +95,10 @@ fn plan_activations(op: GgmlOp, a: &Tv, b: &Tv) -> Result<(VecDotFn, Activations
 }
 
 /// Chooses a repacking of the converted rows: panels for many activation rows, prepared rows for
-/// few, when the weight type has the kernels; returns the f32 scratch each thread then needs
-/// (0 without one).
-fn plan_repack(a: &Tv, b: &Tv, act: &mut Activations) -> usize {
+/// few (or for many, when the type has a tiled product on prepared rows and no mask may hide
+/// blocks of the result), when the weight type has the kernels; returns the f32 scratch each
+/// thread then needs (0 without one).
+fn plan_repack(a: &Tv, b: &Tv, act: &mut Activations, masked: bool) -> usize {
     if !act.convert || act.from_f32.is_none() {
         return 0;
     }
@@ -108,7 +113,7 @@ fn plan_repack(a: &Tv, b: &Tv, act: &mut Activations) -> usize {
             // Phase 1 holds the unit's weight panel.
             convert.max(p.format.panel_bytes(k).div_ceil(4))
         }
-        (_, Some(p)) if b.ne[1] <= PREPARED_MAX_COLS => {
+        (_, Some(p)) if b.ne[1] <= PREPARED_MAX_COLS || p.gemm.is_some() && !masked => {
             act.repack = Some(Repack::Prepared(p));
             act.row = quant::prepared::row_bytes(k);
             convert
@@ -325,14 +330,15 @@ pub(crate) unsafe fn prepare_mul_mat(
     if two_row_order_differs(a.dtype()) && (a.ne[1] % 2 != 0 || b.ne[1] % 2 != 0) {
         k.vec_dot_2x2 = None;
     }
-    let repack_local = if gemm.is_none() { plan_repack(&a, &b, &mut act) } else { 0 };
+    let repack_local = if gemm.is_none() { plan_repack(&a, &b, &mut act, mask.is_some()) } else { 0 };
     let k = match act.repack {
-        // Few columns: only the one-column dot runs, on prepared rows.
+        // Prepared rows: the one-column dot for few columns, the prepared tiles for many (the
+        // same bits).
         Some(Repack::Prepared(p)) => DotKernels {
             vec_dot: p.dot,
             vec_dot_x4: None,
             vec_dot_rows4: None,
-            gemm: None,
+            gemm: p.gemm.filter(|_| b.ne[1] > PREPARED_MAX_COLS),
             vec_dot_2x2: None,
         },
         _ => k,
@@ -345,7 +351,7 @@ pub(crate) unsafe fn prepare_mul_mat(
     };
     // Generation steps read the interleaved copy when there is one (the same values).
     let interleaved = match (act.repack, interleaved) {
-        (Some(Repack::Prepared(_)), Some(il)) => plan_interleaved(&a, il),
+        (Some(Repack::Prepared(_)), Some(il)) if b.ne[1] <= PREPARED_MAX_COLS => plan_interleaved(&a, il),
         _ => None,
     };
     let mut shared_bytes = if act.convert {
@@ -490,10 +496,15 @@ impl MulMat {
             self.run_panel(p, &xs, r0, nr, (i12, i13), ctx);
             return;
         }
-        let mut out = [0.0f32; ROW_BLOCK * COL_BLOCK];
+        let mut out = [0.0f32; ROW_BLOCK * PREPARED_GEMM_COLS];
+        // The tiled product on prepared rows takes wider calls (never with a mask's hidden blocks).
+        let step = match self.act.repack {
+            Some(Repack::Prepared(_)) if self.k.gemm.is_some() => PREPARED_GEMM_COLS,
+            _ => COL_BLOCK,
+        };
         let mut c0 = 0;
         while c0 < n {
-            let nc = COL_BLOCK.min(n - c0);
+            let nc = step.min(n - c0);
             if self.hidden.as_ref().is_some_and(|h| h.hides(&ctx.sh, rb, c0..c0 + nc, i12, i13)) {
                 for j in 0..nc {
                     dst.store_f32s(r0, c0 + j, i12, i13, &[0.0; ROW_BLOCK][..nr]);
@@ -501,8 +512,10 @@ impl MulMat {
                 c0 += nc;
                 continue;
             }
-            let ys: [&[u8]; COL_BLOCK] =
-                std::array::from_fn(|j| act_row(b, &self.act, &ctx.sh, c0 + j.min(nc - 1), i12, i13));
+            let mut ys: [&[u8]; PREPARED_GEMM_COLS] = [&[]; PREPARED_GEMM_COLS];
+            for (j, y) in ys.iter_mut().enumerate().take(nc) {
+                *y = act_row(b, &self.act, &ctx.sh, c0 + j, i12, i13);
+            }
             let k = match self.extents {
                 Some(e) => self.block_extent(e, &ctx.sh, c0..c0 + nc, i12, i13),
                 None => a.ne[0],

@@ -222,7 +222,17 @@ impl Kernels {
     /// Sets the prepared-activation dot of `t`.
     #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
     pub(crate) fn set_vec_dot_prepared(&mut self, t: GgmlType, bias: i32, dot: VecDotFn) {
-        self.types[t as usize].vec_dot_prepared = Some(super::prepared::PreparedDot { bias, dot });
+        self.types[t as usize].vec_dot_prepared =
+            Some(super::prepared::PreparedDot { bias, dot, gemm: None });
+    }
+
+    /// Sets the tiled product of `t`'s weights × prepared rows, for the prepared dot of the same
+    /// `bias` (installed before it); does nothing otherwise.
+    #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
+    pub(crate) fn set_gemm_prepared(&mut self, t: GgmlType, bias: i32, f: super::GemmFn) {
+        if let Some(p) = self.types[t as usize].vec_dot_prepared.as_mut().filter(|p| p.bias == bias) {
+            p.gemm = Some(f);
+        }
     }
 
     /// Sets the panel product of `t` (see [`super::panel`]), with the type's packers; does nothing

@@ -1,7 +1,8 @@
 //! Prepared activations for generation: a Q8_0 (or Q8_1) activation row is met by every weight row of a
 //! matrix, so what the one-column dot recomputes per weight row from the activation alone (its
 //! f16 scale as f32, the offset term `-bias · Σ y` of the weights' stored bias, per four-element
-//! lane) is computed once per row here. The prepared dots form the same exact integer lanes and
+//! lane) is computed once per row here. Under the ggml-order profiles (no panels) the prompt's
+//! products of 9+ activation rows read prepared rows as well, through the type's tiled `gemm`. The prepared dots form the same exact integer lanes and
 //! the same float steps as their kernel set's `vec_dot` (tested bit for bit), with fewer
 //! instructions per block.
 //! ref: ggml-compute-semantics.md §2.2 (Q8_0), §2.3.
@@ -9,7 +10,7 @@
 use bytemuck::{Pod, Zeroable};
 
 use super::blocks::{f16le, take_blocks, BlockQ8_0, BlockQ8_1, QK};
-use super::VecDotFn;
+use super::{GemmFn, VecDotFn};
 use crate::dtype::GgmlType;
 
 /// One block of a prepared Q8_0 row.
@@ -36,6 +37,9 @@ pub struct PreparedDot {
     pub bias: i32,
     /// `dot(n, weight row, prepared row)`: `vec_dot`'s value bit for bit.
     pub dot: VecDotFn,
+    /// The register-tiled product of weight rows × prepared rows (prompt processing), each output
+    /// `dot`'s bits, when the kernel set has one.
+    pub gemm: Option<GemmFn>,
 }
 
 /// Bytes of a prepared row of `k` elements.

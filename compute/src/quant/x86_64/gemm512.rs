@@ -32,6 +32,7 @@ use super::avx2::util::hsum_ps;
 use crate::dtype::GgmlType;
 use crate::quant::blocks::{take_blocks, BlockQ4_0, BlockQ5_0, BlockQ8_0, QK};
 use crate::quant::dispatch::Kernels;
+use crate::quant::prepared::PreparedQ8;
 
 /// Installs the 512-bit tiles into `k`; does nothing without AVX-512 F/BW/VL/VNNI.
 pub fn install(k: &mut Kernels) {
@@ -41,6 +42,9 @@ pub fn install(k: &mut Kernels) {
     k.set_gemm(GgmlType::Q4_0, gemm_q4_0_q8_0);
     k.set_gemm(GgmlType::Q5_0, gemm_q5_0_q8_0);
     k.set_gemm(GgmlType::Q8_0, gemm_q8_0_q8_0);
+    k.set_gemm_prepared(GgmlType::Q4_0, Q4_0::K as i32, gemm_q4_0_prepared);
+    k.set_gemm_prepared(GgmlType::Q5_0, Q5_0::K as i32, gemm_q5_0_prepared);
+    k.set_gemm_prepared(GgmlType::Q8_0, Q8_0::K as i32, gemm_q8_0_prepared);
 }
 
 /// Q4_0 weights × Q8_0 activations (see the module docs); `out[j * x.len() + i]` = row `i` · column `j`.
@@ -56,6 +60,22 @@ pub(super) fn gemm_q5_0_q8_0(n: usize, x: &[&[u8]], y: &[&[u8]], out: &mut [f32]
 /// Q8_0 weights × Q8_0 activations (see [`gemm_q4_0_q8_0`]).
 pub(super) fn gemm_q8_0_q8_0(n: usize, x: &[&[u8]], y: &[&[u8]], out: &mut [f32]) {
     drive::<Q8_0>(n, x, y, out);
+}
+
+/// Q4_0 weights × prepared Q8_0 rows ([`crate::quant::prepared`], bias 8): the same outputs as
+/// [`gemm_q4_0_q8_0`] on the rows they were prepared from, bit for bit (see [`drive_prepared`]).
+pub(super) fn gemm_q4_0_prepared(n: usize, x: &[&[u8]], y: &[&[u8]], out: &mut [f32]) {
+    drive_prepared::<Q4_0>(n, x, y, out);
+}
+
+/// Q5_0 weights × prepared Q8_0 rows (bias 16), as [`gemm_q4_0_prepared`].
+pub(super) fn gemm_q5_0_prepared(n: usize, x: &[&[u8]], y: &[&[u8]], out: &mut [f32]) {
+    drive_prepared::<Q5_0>(n, x, y, out);
+}
+
+/// Q8_0 weights × prepared Q8_0 rows (bias 128), as [`gemm_q4_0_prepared`].
+pub(super) fn gemm_q8_0_prepared(n: usize, x: &[&[u8]], y: &[&[u8]], out: &mut [f32]) {
+    drive_prepared::<Q8_0>(n, x, y, out);
 }
 
 /// A weight format of the tiles: its block, its code offset and the unpacking of two rows' blocks.
@@ -138,17 +158,32 @@ impl Weights for Q8_0 {
 }
 
 /// Converts `src`'s f16 values (little-endian bytes) to f32 into `dst` (exact), 16 at a time.
+/// The 16 values are packed four to a 64-bit register and moved into a vector from there: stored
+/// one by one into memory, the 256-bit load after them waited for the stores to complete.
 #[inline(always)]
 unsafe fn f16s(mut src: impl Iterator<Item = [u8; 2]>, dst: &mut [f32]) {
-    let mut h = [0u16; 16];
     for out in dst.chunks_mut(16) {
-        for v in h.iter_mut().take(out.len()) {
-            *v = src.next().map_or(0, u16::from_le_bytes);
+        let mut q = [0u64; 4];
+        for (i, q) in q.iter_mut().enumerate() {
+            for j in 0..4 {
+                if 4 * i + j < out.len() {
+                    *q |= (src.next().map_or(0, u16::from_le_bytes) as u64) << (16 * j);
+                }
+            }
         }
-        let mut f = [0.0f32; 16];
-        // SAFETY: 32-byte read of `h`, 64-byte write of `f`; AVX-512F converts.
-        unsafe { _mm512_storeu_ps(f.as_mut_ptr(), _mm512_cvtph_ps(_mm256_loadu_si256(h.as_ptr().cast()))) };
-        out.copy_from_slice(&f[..out.len()]);
+        // SAFETY: register arithmetic under the callers' AVX-512F (and F16C); a 64-byte write to
+        // `f`.
+        unsafe {
+            let h = _mm256_set_epi64x(q[3] as i64, q[2] as i64, q[1] as i64, q[0] as i64);
+            let f = _mm512_cvtph_ps(h);
+            if out.len() == 16 {
+                _mm512_storeu_ps(out.as_mut_ptr(), f);
+            } else {
+                let mut v = [0.0f32; 16];
+                _mm512_storeu_ps(v.as_mut_ptr(), f);
+                out.copy_from_slice(&v[..out.len()]);
+            }
+        }
     }
 }
 
@@ -320,6 +355,138 @@ unsafe fn tile<W: Weights, const CT: usize>(
     }
 }
 
+/// Columns per tile of the prepared tiles (fewer for the last columns).
+const CP: usize = 16;
+const _: () = assert!(CP == 16, "ptile writes out 16 columns");
+
+/// The tiles on prepared activation rows: each row's `-k·Σy` lanes and f32 scale were computed
+/// once, when the matrix product converted it (`PreparedQ8`: 32 codes, 8 offset lanes, the scale),
+/// so a call prepares only its weight rows' scales. A tile is one pair of weight rows (one 512-bit
+/// register of codes per block, unpacked once) × up to [`CP`] columns (one accumulator register
+/// each); per column and block the codes meet the column through `vpdpbusd` on its broadcast
+/// offsets, then the same conversion, scale product and `fma` as [`tile`], so every output's float
+/// sequence (and bits) is the unprepared tiles' and `vec_dot`'s.
+fn drive_prepared<W: Weights>(n: usize, x: &[&[u8]], y: &[&[u8]], out: &mut [f32]) {
+    assert_eq!(n % QK, 0, "gemm: n = {n} is not a whole number of blocks of {QK}");
+    let (m, nc) = (x.len(), y.len());
+    assert!(out.len() >= m * nc, "gemm: {} outputs for {m} x {nc}", out.len());
+    if m == 0 || nc == 0 {
+        return;
+    }
+    let nb = n / QK;
+    let xs: Vec<&[W::X]> = x.iter().map(|r| take_blocks::<W::X>(r, nb)).collect();
+    let ys: Vec<&[PreparedQ8]> = y.iter().map(|r| take_blocks::<PreparedQ8>(r, nb)).collect();
+    let mut s = SCRATCH.with(|c| c.take());
+    s.dx.resize(m.div_ceil(G) * G * nb, 0.0);
+    // SAFETY: installed only after AVX-512 F/BW/VL/VNNI were detected (module docs); every row
+    // holds exactly nb whole blocks (take_blocks); the scratch holds the scales `run_prepared` reads.
+    unsafe { run_prepared::<W>(nb, &xs, &ys, out, &mut s.dx) };
+    SCRATCH.with(|c| c.set(s));
+}
+
+/// The weight rows' scales, then the prepared tiles, pair by pair and [`CP`] columns at a time.
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+unsafe fn run_prepared<W: Weights>(
+    nb: usize,
+    xs: &[&[W::X]],
+    ys: &[&[PreparedQ8]],
+    out: &mut [f32],
+    dx: &mut [f32],
+) {
+    let (m, nc) = (xs.len(), ys.len());
+    for (g, dx) in dx.chunks_exact_mut(G * nb).enumerate() {
+        for (b, d) in dx.chunks_exact_mut(G).enumerate() {
+            // SAFETY: this fn's features.
+            unsafe { f16s((0..G).map(|i| W::d(&xs[(G * g + i).min(m - 1)][b])), d) };
+        }
+    }
+    // Column tiles outside, pairs of rows inside: a tile's columns (72 bytes per block each) stay
+    // in L1 while every pair of the call's rows meets them.
+    let mut c0 = 0;
+    while c0 < nc {
+        let left = nc - c0;
+        let cols = if left > CP / 2 {
+            CP
+        } else if left > CP / 4 {
+            CP / 2
+        } else {
+            CP / 4
+        };
+        for p in 0..m.div_ceil(2) {
+            let (r0, r1) = (2 * p, (2 * p + 1).min(m - 1));
+            let (xa, xb) = (&xs[r0][..nb], &xs[r1][..nb]);
+            // Both rows lie in one group (G is even).
+            let d = &dx[r0 / G * G * nb..][..G * nb];
+            let mut pick = [(r0 % G) as i32; 16];
+            pick[8..].fill((r1 % G) as i32);
+            let mut t = [[0.0f32; 2]; CP];
+            // SAFETY: this fn's features; the tiles clamp their columns into range.
+            unsafe {
+                match cols {
+                    CP => ptile::<W, CP>(nb, xa, xb, d, &pick, &ys[c0..], &mut t),
+                    8 => ptile::<W, { CP / 2 }>(nb, xa, xb, d, &pick, &ys[c0..], &mut t),
+                    _ => ptile::<W, { CP / 4 }>(nb, xa, xb, d, &pick, &ys[c0..], &mut t),
+                }
+            }
+            for (c, v) in t.iter().enumerate().take(cols.min(left)) {
+                out[(c0 + c) * m + r0] = v[0];
+                if r1 > r0 {
+                    out[(c0 + c) * m + r1] = v[1];
+                }
+            }
+        }
+        c0 += cols;
+    }
+}
+
+/// One prepared tile: the weight rows `xa`, `xb` × the first `CT` columns of `ys` (the last one
+/// repeated where fewer are left); `t[c]` gets both rows' outputs of column `c`. `d` holds the
+/// rows' group scales (`G` per block), `pick` their places in the group (8 lanes each).
+#[inline(always)]
+unsafe fn ptile<W: Weights, const CT: usize>(
+    nb: usize,
+    xa: &[W::X],
+    xb: &[W::X],
+    d: &[f32],
+    pick: &[i32; 16],
+    ys: &[&[PreparedQ8]],
+    t: &mut [[f32; 2]; CP],
+) {
+    let last = ys.len() - 1;
+    let yq: [&[PreparedQ8]; CT] = std::array::from_fn(|c| &ys[c.min(last)][..nb]);
+    let (xa, xb, d) = (&xa[..nb], &xb[..nb], &d[..G * nb]);
+    // SAFETY: in-bounds reads (whole fields of blocks of slices cut to nb blocks, G scales per
+    // block); register arithmetic under the caller's AVX-512 F/BW/VL/VNNI.
+    unsafe {
+        let idx = _mm512_loadu_si512(pick.as_ptr().cast());
+        let mut acc = [_mm512_setzero_ps(); CT];
+        for b in 0..nb {
+            let u = W::codes(&xa[b], &xb[b]);
+            let dxb = _mm512_permutexvar_ps(idx, _mm512_loadu_ps(d[G * b..].as_ptr()));
+            // Written out column by column (constant indices), so that the accumulators stay in
+            // registers: a loop here is left rolled, with the accumulators in memory.
+            macro_rules! columns {
+                ($($c:literal)*) => {$(
+                    if $c < CT {
+                        let yb = &yq[$c][b];
+                        let y = _mm512_broadcast_i64x4(_mm256_loadu_si256(yb.qs.as_ptr().cast()));
+                        let k = _mm512_broadcast_i64x4(_mm256_loadu_si256(yb.off.as_ptr().cast()));
+                        let dy = _mm512_set1_ps(f32::from_le_bytes(yb.d));
+                        let v = _mm512_cvtepi32_ps(_mm512_dpbusd_epi32(k, u, y));
+                        acc[$c] = _mm512_fmadd_ps(_mm512_mul_ps(dxb, dy), v, acc[$c]);
+                    }
+                )*};
+            }
+            columns!(0 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15);
+        }
+        for c in 0..CT {
+            let lo = _mm512_castps512_ps256(acc[c]);
+            let hi = _mm256_castpd_ps(_mm512_extractf64x4_pd::<1>(_mm512_castps_pd(acc[c])));
+            t[c] = [hsum_ps(lo), hsum_ps(hi)];
+        }
+    }
+}
+
 /// The scalar twin of one output: `Σ_b fma(d_x·d_y, lanes_b, acc)` over 8 lanes, each lane the
 /// exact sum of four products `(u - k)·y`, then `hsum_ps`'s `((a0+a4) + (a2+a6)) + ((a1+a5) +
 /// (a3+a7))`. `codes(block)` yields the 32 signed weights `u - k`, `d` the block's scale.
@@ -341,6 +508,7 @@ fn ref_dot<X>(xs: &[X], ys: &[BlockQ8_0], codes: impl Fn(&X) -> [i32; 32], d: im
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::quant::prepared;
     use half::f16 as F16;
     use rand::{Rng as _, RngCore, SeedableRng};
 
@@ -405,9 +573,9 @@ mod tests {
         F16::from_le_bytes(h).to_f32()
     }
 
-    /// Every output of the 512-bit tiles against the scalar twin, bit for bit: shapes with partial
-    /// tiles in both directions (one row, odd rows, 1..=17 columns), block counts 1, 3 and 18,
-    /// extreme codes and zero scales.
+    /// Every output of the 512-bit tiles (on Q8_0 rows and on prepared rows) against the scalar
+    /// twin, bit for bit: shapes with partial tiles in both directions (one row, odd rows, 1..=33
+    /// columns), block counts 1, 3 and 18, extreme codes and zero scales.
     #[test]
     fn tiles_equal_scalar_twin() {
         if !super::super::avx512_available() {
@@ -417,12 +585,35 @@ mod tests {
         let mut tested = 0;
         for nb in [1usize, 3, 18] {
             let n = nb * QK;
-            let ys = activations(&mut r, 17, nb);
+            let ys = activations(&mut r, 33, nb);
             let ybl: Vec<&[BlockQ8_0]> = ys.iter().map(|v| take_blocks::<BlockQ8_0>(v, nb)).collect();
             for (t, size) in [(GgmlType::Q4_0, 18usize), (GgmlType::Q5_0, 22), (GgmlType::Q8_0, 34)] {
                 let xs = weights(&mut r, 17, nb, size, t == GgmlType::Q8_0);
-                for (m, nc) in [(1usize, 1usize), (3, 5), (7, 9), (16, 16), (5, 3), (2, 8), (17, 17), (4, 12)]
-                {
+                let bias = match t {
+                    GgmlType::Q4_0 => Q4_0::K,
+                    GgmlType::Q5_0 => Q5_0::K,
+                    _ => Q8_0::K,
+                } as i32;
+                let prep: Vec<Vec<u8>> = ys
+                    .iter()
+                    .map(|y| {
+                        let mut o = vec![0u8; prepared::row_bytes(n)];
+                        prepared::prepare(n, GgmlType::Q8_0, bias, y, &mut o);
+                        o
+                    })
+                    .collect();
+                for (m, nc) in [
+                    (1usize, 1usize),
+                    (3, 5),
+                    (7, 9),
+                    (16, 16),
+                    (5, 3),
+                    (2, 8),
+                    (17, 17),
+                    (4, 12),
+                    (3, 33),
+                    (6, 24),
+                ] {
                     let x: Vec<&[u8]> = xs[..m].iter().map(|v| v.as_slice()).collect();
                     let y: Vec<&[u8]> = ys[..nc].iter().map(|v| v.as_slice()).collect();
                     let mut out = vec![f32::NAN; m * nc];
@@ -430,6 +621,14 @@ mod tests {
                         GgmlType::Q4_0 => gemm_q4_0_q8_0(n, &x, &y, &mut out),
                         GgmlType::Q5_0 => gemm_q5_0_q8_0(n, &x, &y, &mut out),
                         _ => gemm_q8_0_q8_0(n, &x, &y, &mut out),
+                    }
+                    // The prepared tiles give the same bits (checked below against the twin).
+                    let p: Vec<&[u8]> = prep[..nc].iter().map(|v| v.as_slice()).collect();
+                    let mut got_p = vec![f32::NAN; m * nc];
+                    match t {
+                        GgmlType::Q4_0 => gemm_q4_0_prepared(n, &x, &p, &mut got_p),
+                        GgmlType::Q5_0 => gemm_q5_0_prepared(n, &x, &p, &mut got_p),
+                        _ => gemm_q8_0_prepared(n, &x, &p, &mut got_p),
                     }
                     for j in 0..nc {
                         for i in 0..m {
@@ -463,6 +662,12 @@ mod tests {
                                 got.to_bits(),
                                 want.to_bits(),
                                 "{t} nb={nb} {m}x{nc} ({i},{j}): {got} vs {want}"
+                            );
+                            let got = got_p[j * m + i];
+                            assert_eq!(
+                                got.to_bits(),
+                                want.to_bits(),
+                                "prepared {t} nb={nb} {m}x{nc} ({i},{j}): {got} vs {want}"
                             );
                             tested += 1;
                         }
