@@ -138,8 +138,15 @@ fn bad_batches_on_workers_are_errors_and_change_nothing() {
     let model = Model::new(Arc::new(Gguf::read(&path).unwrap())).unwrap();
     let w = Worker::start(MEM);
     let cfg = SessionConfig { n_ctx: 16, n_ubatch: 8, ..cfg() };
-    let mut p = Pipeline::with_slots(&model, cfg, 2, &[w.addr.clone()], &SplitOptions::default(), &|_, _| {})
-        .unwrap();
+    let mut p = Pipeline::with_slots(
+        &model,
+        cfg,
+        2,
+        std::slice::from_ref(&w.addr),
+        &SplitOptions::default(),
+        &|_, _| {},
+    )
+    .unwrap();
     let nv = model.hp.n_vocab as u32;
     assert!(p.decode_batch(&[]).is_err());
     assert!(p.decode_batch(&[SeqChunk { slot: 2, tokens: &[1] }]).is_err(), "slot out of range");

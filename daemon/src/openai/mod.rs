@@ -322,7 +322,7 @@ mod tests {
         let bad = RawModel { split_mode: Some("column".into()), ..model("a") };
         assert!(OpenAiConfig::from_raw(&raw, &[bad], 2).is_err());
         let on_workers = RawModel { workers: vec!["h:1".into()], parallel: Some(4), ..model("a") };
-        let c = OpenAiConfig::from_raw(&raw, &[on_workers.clone()], 2).unwrap().unwrap();
+        let c = OpenAiConfig::from_raw(&raw, std::slice::from_ref(&on_workers), 2).unwrap().unwrap();
         assert_eq!(c.models[0].parallel, 4, "slots on workers (layer split)");
         let row = RawModel { split_mode: Some("row".into()), ..on_workers };
         assert!(OpenAiConfig::from_raw(&raw, &[row], 2).is_err(), "parallel with split mode row");
