@@ -61,7 +61,10 @@ fi
 # aggregate tokens/s above one stream's (the issue's bar is 3x; measured 1.27x and 1.59x on a quiet
 # 2-core machine; by llamad's CPU per token 8 streams multiply about 2.6x, the generation kernel being
 # at its vector ports' limit (bench/results/batching-2026-11-28.md), so CI asserts 1.1x), and a load test (32 clients, LLAMAD_OPENAI_LOAD_SECS,
-# default 10 s; only 429s allowed, memory back to baseline). Prints the throughput table.
+# default 10 s; only 429s allowed, memory back to baseline). Prints the throughput table. On two workers
+# (llamad, and llama.cpp's RPC server through the peer), parallel = 8: 4 and 8 concurrent streams keep
+# their text alone and llamactl run's on the same workers, cancel and 429 included; the tokens/s ratio is
+# asserted with llama.cpp's workers (measured 1.7-1.9x; CI asserts 1.3x), printed for llamad's.
 # LLAMAD_OPENAI=0 skips.
 if [ "${LLAMAD_OPENAI:-1}" != 0 ]; then
     echo "== OpenAI API (openai client, pytest)"
@@ -71,6 +74,7 @@ if [ "${LLAMAD_OPENAI:-1}" != 0 ]; then
         "$openai_venv/bin/python" -m pip install --quiet openai pytest >/dev/null
     fi
     LLAMAD_OPENAI_MIN_SPEEDUP=${LLAMAD_OPENAI_MIN_SPEEDUP:-1.1} \
+        LLAMAD_OPENAI_WORKERS_MIN_SPEEDUP=${LLAMAD_OPENAI_WORKERS_MIN_SPEEDUP:-1.3} \
         LLAMAD_BIN="${LLAMAD_BIN:-${CARGO_TARGET_DIR:-$root/target}/release/llamad}" \
         LLAMACTL_BIN="${LLAMACTL_BIN:-${CARGO_TARGET_DIR:-$root/target}/release/llamactl}" \
         "$openai_venv/bin/python" -m pytest -q -s -rfE tests/openai

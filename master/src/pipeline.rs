@@ -1,6 +1,13 @@
 //! The RPC master: embeds tokens here, runs the leading `L + 1 - ngl` layers here (if any), then
 //! hands the hidden state through each worker's layer range; the last range returns the logits.
 //!
+//! With `n_slots` > 1 ([`Pipeline::with_slots`]) the workers' KV caches hold several sequences,
+//! interleaved by position as in-process ([`compute::model::batch`]), and
+//! [`Pipeline::decode_batch`] decodes chunks of several of them in one ubatch: each token with its
+//! own slot, position, cell and mask row, the logits of each chunk's last token out of the last
+//! range. The ubatch is built by [`BatchUbatch`], the in-process batch's own construction; one
+//! sequence is the case of one slot.
+//!
 //! ref: ggml-rpc-protocol.md §11.3 (assignment), §11.5 (command flow); ggml-compute-semantics.md
 //! §4.8 (the input layer stays on the master; each layer's KV cache lives with the layer).
 
@@ -8,9 +15,10 @@ use std::ops::Range;
 use std::sync::Arc;
 
 use crate::error::{bail, err, Context, Result};
+use compute::model::batch::check_chunks;
 use compute::model::local::LocalBackend;
-use compute::model::session::{fill_inputs, ubatch_params};
-use compute::model::{BuildParams, HParams, Model, SessionConfig, WeightSource};
+use compute::model::session::ubatch_params;
+use compute::model::{BatchUbatch, BuildParams, HParams, Model, SeqChunk, SessionConfig, WeightSource};
 use compute::quant::kernels;
 use compute::GgmlType;
 
@@ -67,12 +75,14 @@ pub enum LoadEvent<'a> {
 pub struct Pipeline {
     hp: HParams,
     src: Arc<dyn WeightSource>,
+    /// `n_ctx` is the cells of one slot.
     cfg: SessionConfig,
     local: Option<LocalBackend>,
     local_layers: u32,
     workers: Vec<Worker>,
-    n_past: u64,
-    /// The last ubatch's logits (reused between tokens).
+    /// Tokens each slot's sequence holds (one slot unless [`Pipeline::with_slots`]).
+    n_past: Vec<u64>,
+    /// The last ubatch's logits, one row per output (reused between tokens).
     logits: Vec<f32>,
     /// Long ubatches run as pipelined micro-batches (see [`Pipeline::decode_pipelined`]): two or
     /// more workers, no layers here, and not turned off with `LLAMACTL_PIPELINE=0`.
@@ -122,6 +132,22 @@ impl Pipeline {
         opts: &SplitOptions,
         on_load: &(dyn Fn(usize, LoadEvent<'_>) + Sync),
     ) -> Result<Pipeline> {
+        Pipeline::with_slots(model, cfg, 1, addrs, opts, on_load)
+    }
+
+    /// [`Pipeline::new`] with KV caches of `n_slots` sequences of `cfg.n_ctx` cells each (a
+    /// server's parallel slots), decoded together with [`Pipeline::decode_batch`].
+    pub fn with_slots(
+        model: &Model,
+        cfg: SessionConfig,
+        n_slots: usize,
+        addrs: &[String],
+        opts: &SplitOptions,
+        on_load: &(dyn Fn(usize, LoadEvent<'_>) + Sync),
+    ) -> Result<Pipeline> {
+        if n_slots == 0 || cfg.n_ctx == 0 || cfg.n_ubatch == 0 {
+            bail!("n_ctx, n_ubatch and the slot count must be positive");
+        }
         let hp = model.hp.clone();
         let src = model.src.clone();
         let mut workers = Vec::new();
@@ -153,9 +179,15 @@ impl Pipeline {
             );
         }
 
-        // The largest ubatch decides the compute buffers.
-        let n_tok = cfg.n_ubatch.min(cfg.n_ctx);
-        let max_params = BuildParams { n_kv: cfg.n_ctx, ..ubatch_params(&hp, &cfg, 0, n_tok, 1) };
+        // The largest ubatch decides the compute buffers: every cell of every slot attended, a row
+        // of logits per slot.
+        let kv_size = cfg.n_ctx * n_slots as u64;
+        let n_tok = cfg.n_ubatch.min(kv_size);
+        let max_params = BuildParams {
+            n_kv: kv_size,
+            kv_size,
+            ..ubatch_params(&hp, &cfg, 0, n_tok, (n_slots as u64).min(n_tok))
+        };
         let mut layouts: Vec<Option<(Range<u32>, WorkerLayout)>> = (0..workers.len()).map(|_| None).collect();
         let mut short = Vec::new();
         for (d, range) in &plan.remote {
@@ -240,7 +272,7 @@ impl Pipeline {
             local,
             local_layers: plan.local,
             workers,
-            n_past: 0,
+            n_past: vec![0; n_slots],
             logits: Vec::new(),
             pipelined,
         })
@@ -261,30 +293,62 @@ impl Pipeline {
         self.local_layers
     }
 
-    fn embed(&self, tokens: &[u32]) -> Result<Vec<u8>> {
-        embed(self.src.as_ref(), tokens)
+    /// Slots (sequences the KV caches hold).
+    pub fn n_slots(&self) -> usize {
+        self.n_past.len()
     }
 
-    fn decode_ubatch(&mut self, tokens: &[u32]) -> Result<()> {
-        let m = if self.pipelined { micro_batches(tokens.len(), self.workers.len()) } else { 1 };
+    /// Cells of one slot.
+    pub fn slot_ctx(&self) -> u64 {
+        self.cfg.n_ctx
+    }
+
+    /// Tokens `slot`'s sequence holds.
+    pub fn slot_past(&self, slot: usize) -> u64 {
+        self.n_past.get(slot).copied().unwrap_or(0)
+    }
+
+    /// Decodes `chunks` (distinct slots, at most `n_ubatch` tokens in all) as one ubatch, after the
+    /// tokens each slot holds, and returns the logits of each chunk's last token (`chunks.len()`
+    /// rows of `n_vocab`, in chunk order), as [`compute::model::BatchSession::decode`] does.
+    pub fn decode_batch(&mut self, chunks: &[SeqChunk<'_>]) -> Result<&[f32]> {
+        check_chunks(chunks, &self.n_past, self.cfg.n_ctx, self.cfg.n_ubatch, self.hp.n_vocab)?;
+        let ub = BatchUbatch::new(chunks, &self.n_past);
+        self.decode_ubatch(&ub).context("forward pass")?;
+        Ok(&self.logits)
+    }
+
+    /// Forgets `slot`'s sequence: its positions restart at 0. Nothing is sent: its stale cells on
+    /// the workers are written again before any mask shows them.
+    pub fn clear_slot(&mut self, slot: usize) -> Result<()> {
+        let n = self.n_past.len();
+        *self.n_past.get_mut(slot).ok_or_else(|| err!("slot {slot} out of range ({n} slots)"))? = 0;
+        Ok(())
+    }
+
+    fn decode_ubatch(&mut self, ub: &BatchUbatch) -> Result<()> {
+        let m = if self.pipelined { micro_batches(ub.len(), self.workers.len()) } else { 1 };
         if m > 1 {
-            return self.decode_pipelined(tokens, m);
+            return self.decode_pipelined(ub, m);
         }
-        let hp = &self.hp;
-        let base = ubatch_params(hp, &self.cfg, self.n_past, tokens.len() as u64, 1);
-        let n_past = self.n_past;
+        let (hp, src) = (&self.hp, self.src.as_ref());
+        let base = ub.params(hp, &self.cfg, self.cfg.n_ctx);
+        let fill = |b: &compute::model::Built, w: &mut dyn compute::model::arch::InputSink| ub.fill(hp, b, w);
         let mut cur = if let Some(local) = self.local.as_mut() {
             let p = BuildParams { layers: 0..self.local_layers, ..base.clone() };
-            let out = local.run(&p, |b, w| fill_inputs(hp, b, n_past, tokens, w))?.output;
+            let out = local.run(&p, |b, w| ub.fill(hp, b, w))?.output;
             local.tensor_bytes(out)?.to_vec()
         } else {
-            self.embed(tokens)?
+            embed(src, &ub.tokens().collect::<Vec<_>>())?
         };
         for w in &mut self.workers {
             let p = BuildParams { layers: w.layers.clone(), ..base.clone() };
-            cur = w.run_ubatch(hp, self.src.as_ref(), &p, n_past, tokens, &cur)?;
+            cur = w.run_ubatch(hp, src, &p, &fill, &cur)?;
         }
-        self.finish_ubatch(tokens.len(), &cur)
+        self.logits.clear();
+        self.take_logits(&cur, ub.n_outputs())?;
+        ub.advance(&mut self.n_past);
+        Ok(())
     }
 
     /// Runs a ubatch as `m` micro-batches through the workers' layer ranges in a wavefront: at step
@@ -292,22 +356,31 @@ impl Pipeline {
     /// turn. Each step writes every busy worker's work before reading any answer. Every micro-batch
     /// is computed exactly as a ubatch of its own would be (its tokens, positions and KV extent), so
     /// the logits are those of decoding the micro-batches one after another.
-    fn decode_pipelined(&mut self, tokens: &[u32], m: usize) -> Result<()> {
-        let out = self.wavefront(tokens, m);
+    fn decode_pipelined(&mut self, ub: &BatchUbatch, m: usize) -> Result<()> {
+        let n = ub.len();
+        let parts: Vec<(BatchUbatch, usize)> = (0..m).map(|i| ub.part(i * n / m..(i + 1) * n / m)).collect();
+        let out = self.wavefront(&parts);
         if out.is_err() {
             // An answer left unread would be taken for the next command's: read what still comes.
             for w in &mut self.workers {
                 let _ = w.recv_ubatch();
             }
         }
-        let cur = out?;
-        self.finish_ubatch(tokens.len(), &cur)
+        let outs = out?;
+        self.logits.clear();
+        // Each micro-batch's real outputs come first; one without any gave a row that is dropped.
+        for ((_, real), cur) in parts.iter().zip(&outs) {
+            let row = self.hp.n_vocab as usize * 4;
+            self.take_logits(cur.get(..real * row).unwrap_or(cur), *real)?;
+        }
+        ub.advance(&mut self.n_past);
+        Ok(())
     }
 
-    fn wavefront(&mut self, tokens: &[u32], m: usize) -> Result<Vec<u8>> {
+    /// The last range's outputs of each micro-batch.
+    fn wavefront(&mut self, parts: &[(BatchUbatch, usize)]) -> Result<Vec<Vec<u8>>> {
         let (hp, src, cfg) = (&self.hp, self.src.as_ref(), &self.cfg);
-        let n = tokens.len();
-        let bounds: Vec<Range<usize>> = (0..m).map(|i| i * n / m..(i + 1) * n / m).collect();
+        let m = parts.len();
         let k = self.workers.len();
         // carry[i]: micro-batch i's hidden state on its way to the next range.
         let mut carry: Vec<Vec<u8>> = vec![Vec::new(); m];
@@ -315,15 +388,17 @@ impl Pipeline {
             let busy = |w: usize| step.checked_sub(w).filter(|&i| i < m);
             for (w, worker) in self.workers.iter_mut().enumerate() {
                 let Some(i) = busy(w) else { continue };
-                let r = bounds[i].clone();
-                let n_past = self.n_past + r.start as u64;
-                let p = BuildParams {
-                    layers: worker.layers.clone(),
-                    ..ubatch_params(hp, cfg, n_past, r.len() as u64, 1)
+                let part = &parts[i].0;
+                let p = BuildParams { layers: worker.layers.clone(), ..part.params(hp, cfg, cfg.n_ctx) };
+                let hidden = if w == 0 {
+                    embed(src, &part.tokens().collect::<Vec<_>>())?
+                } else {
+                    std::mem::take(&mut carry[i])
                 };
-                let hidden =
-                    if w == 0 { embed(src, &tokens[r.clone()])? } else { std::mem::take(&mut carry[i]) };
-                worker.send_ubatch(hp, src, &p, n_past, &tokens[r], &hidden)?;
+                let fill = |b: &compute::model::Built, s: &mut dyn compute::model::arch::InputSink| {
+                    part.fill(hp, b, s)
+                };
+                worker.send_ubatch(hp, src, &p, &fill, &hidden)?;
             }
             for (w, worker) in self.workers.iter_mut().enumerate() {
                 if let Some(i) = busy(w) {
@@ -331,16 +406,14 @@ impl Pipeline {
                 }
             }
         }
-        Ok(std::mem::take(&mut carry[m - 1]))
+        Ok(carry)
     }
 
-    /// Takes the last range's output as the logits of a ubatch of `n` tokens.
-    fn finish_ubatch(&mut self, n: usize, cur: &[u8]) -> Result<()> {
-        if cur.len() as u64 != self.hp.n_vocab * 4 {
-            bail!("expected {} logits, got {} bytes", self.hp.n_vocab, cur.len());
+    /// Appends the last range's output, `n` rows of F32 logits, to the logits.
+    fn take_logits(&mut self, cur: &[u8], n: usize) -> Result<()> {
+        if cur.len() as u64 != self.hp.n_vocab * 4 * n as u64 {
+            bail!("expected {n} rows of {} logits, got {} bytes", self.hp.n_vocab, cur.len());
         }
-        self.n_past += n as u64;
-        self.logits.clear();
         self.logits.extend(cur.chunks_exact(4).map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]])));
         Ok(())
     }
@@ -362,15 +435,16 @@ const MICRO_PER_WORKER: usize = 4;
 
 impl Forward for Pipeline {
     fn decode(&mut self, tokens: &[u32]) -> Result<&[f32]> {
-        crate::check_decode(tokens, self.hp.n_vocab, self.n_past, self.cfg.n_ctx)?;
+        crate::check_decode(tokens, self.hp.n_vocab, self.n_past[0], self.cfg.n_ctx)?;
         for chunk in tokens.chunks(self.cfg.n_ubatch as usize) {
-            self.decode_ubatch(chunk).context("forward pass")?;
+            let ub = BatchUbatch::new(&[SeqChunk { slot: 0, tokens: chunk }], &self.n_past);
+            self.decode_ubatch(&ub).context("forward pass")?;
         }
         Ok(&self.logits)
     }
 
     fn n_past(&self) -> u64 {
-        self.n_past
+        self.n_past[0]
     }
 
     fn clear(&mut self) -> Result<()> {
@@ -380,7 +454,7 @@ impl Forward for Pipeline {
         for w in &mut self.workers {
             w.clear_kv().with_context(|| format!("worker {}: clearing the KV cache", w.addr))?;
         }
-        self.n_past = 0;
+        self.n_past.iter_mut().for_each(|n| *n = 0);
         Ok(())
     }
 

@@ -18,7 +18,6 @@ use std::time::Duration;
 use crate::error::{bail, err, Context, Result};
 use compute::model::arch::InputSink;
 use compute::model::local::{plan, Plan};
-use compute::model::session::fill_inputs;
 use compute::model::{build, BuildParams, Built, HParams, KvKind, Storage, TensorId, WeightSource};
 use compute::tensor::Layout;
 use llamad_proto::version::GraphFormat;
@@ -532,18 +531,18 @@ impl Worker {
         Ok(())
     }
 
-    /// Runs one ubatch of `tokens` at `n_past` with `hidden` (F32 `[E, T]`) as this range's input;
-    /// returns the output bytes (the next hidden state, or F32 logits for the last range).
+    /// Runs one ubatch of shape `p`, whose inputs (tokens, positions, cells, masks) `fill` writes,
+    /// with `hidden` (F32 `[E, T]`) as this range's input; returns the output bytes (the next hidden
+    /// state, or F32 logits for the last range).
     pub fn run_ubatch(
         &mut self,
         hp: &HParams,
         src: &dyn WeightSource,
         p: &BuildParams,
-        n_past: u64,
-        tokens: &[u32],
+        fill: &FillInputs<'_>,
         hidden: &[u8],
     ) -> Result<Vec<u8>> {
-        self.send_ubatch(hp, src, p, n_past, tokens, hidden)?;
+        self.send_ubatch(hp, src, p, fill, hidden)?;
         self.recv_ubatch()
     }
 
@@ -555,8 +554,7 @@ impl Worker {
         hp: &HParams,
         src: &dyn WeightSource,
         p: &BuildParams,
-        n_past: u64,
-        tokens: &[u32],
+        fill: &FillInputs<'_>,
         hidden: &[u8],
     ) -> Result<()> {
         if self.in_flight.is_some() {
@@ -566,7 +564,7 @@ impl Worker {
         self.prepare(hp, src, p)?;
         let Some(pr) = self.prepared.as_ref() else { bail!("internal: no prepared graph") };
         let mut sink = StagingSink::new(&pr.built);
-        fill_inputs(hp, &pr.built, n_past, tokens, &mut sink)?;
+        fill(&pr.built, &mut sink)?;
         let hidden_id =
             pr.embd.or(pr.built.inputs.hidden).ok_or_else(|| err!("graph has no hidden-state input"))?;
         let want = pr.built.graph.layout(hidden_id).nbytes().unwrap_or(0);
@@ -670,6 +668,10 @@ impl Drop for Worker {
         self.release();
     }
 }
+
+/// Writes a ubatch graph's inputs: [`compute::model::session::fill_inputs`] for one sequence,
+/// [`compute::model::BatchUbatch::fill`] for several.
+pub type FillInputs<'a> = dyn Fn(&Built, &mut dyn InputSink) -> compute::Result<()> + 'a;
 
 /// The GET_ROWS node of the token embedding when the graph starts at layer 0: the master computes
 /// it and copies the result in. It must be the first node, so nothing runs before it is written.

@@ -159,13 +159,14 @@ ctx = 512
 
 
 def llamactl_run(prompt, n, extra=()):
-    out = subprocess.run(
+    r = subprocess.run(
         [LLAMACTL, "run", "-m", MODEL, "-p", prompt, "-n", str(n), "--temp", "0", "-t", THREADS,
          "--no-progress", *extra],
         capture_output=True,
-        check=True,
         timeout=300,
-    ).stdout.decode()
+    )
+    assert r.returncode == 0, f"llamactl run {extra}: {r.stderr.decode()[-2000:]}"
+    out = r.stdout.decode()
     assert out.endswith("\n")
     return out[:-1]
 
@@ -445,41 +446,154 @@ def test_load_32_clients_only_429s_and_memory_returns(server):
     assert after <= baseline * 1.10 + 16 * 1024, f"RSS {baseline} -> {after} KiB"
 
 
-def test_two_llamad_workers_equal_llamactl_run(tmp_path):
+def start_worker(kind, port):
+    """A worker on 127.0.0.1:port: llamad, or llama.cpp's own RPC server through the reference
+    peer's Python (tests/interop/ref_server.py; skipped without LLAMAD_PEER_PYTHON)."""
+    if kind == "llamad":
+        argv = [LLAMAD, "--port", str(port), "--admin-listen", "off", "-t", "1"]
+    else:
+        peer = os.environ.get("LLAMAD_PEER_PYTHON")
+        if not peer:
+            pytest.skip("LLAMAD_PEER_PYTHON is not set: no llama.cpp RPC server to run")
+        argv = [peer, str(ROOT / "tests/interop/ref_server.py"), "-p", str(port), "-t", "1"]
+    return subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+
+@pytest.mark.parametrize("kind", ["llamad", "reference"])
+def test_two_workers_batch_concurrent_streams(tmp_path, kind):
+    """`parallel = 8` on two workers (split mode layer): the slots' sequences share ubatches on the
+    workers. Greedy text equals `llamactl run` with the same workers (and in-process), alone and
+    with 4 and 8 streams at once; prints the throughput table against one stream at a time; a
+    client that disconnects frees its slot, which serves the next request right; a burst beyond
+    the slots and the queue gets 429s and only those."""
     ports = [free_port(), free_port()]
-    workers = [
-        subprocess.Popen([LLAMAD, "--port", str(p), "--admin-listen", "off", "-t", "1"],
-                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        for p in ports
-    ]
+    workers = [start_worker(kind, p) for p in ports]
+    name = f"smol-{kind}"
     try:
         for p in ports:
             wait_port(p)
         addrs = [f"127.0.0.1:{p}" for p in ports]
-        # Workers by label of the admin API's registry, resolved when the model loads (on request).
+        n_tok = 32
+        # `llamactl run` on the same workers first: llama.cpp's RPC server serves one master at a
+        # time, and the API's model holds them once loaded.
+        want16 = llamactl_run(PROMPTS[0], 16, ["--workers", ",".join(addrs)])
+        runs = [llamactl_run(p, n_tok, ["--workers", ",".join(addrs)]) for p in PROMPTS]
+        # llamad workers by label of the admin API's registry, resolved when the model loads.
+        listed = '["pair"]' if kind == "llamad" else json.dumps(addrs)
         s = Server(tmp_path, f"""
 [[models]]
-name = "smol-workers"
+name = "{name}"
 path = "{MODEL}"
-workers = ["pair"]
-ctx = 512
+workers = {listed}
+parallel = 8
+ctx = 256
 load = "request"
 """)
         try:
-            for a in addrs:
-                r = llamactl_admin(s, "workers", "add", a, "-l", "pair")
-                assert r.returncode == 0, r.stderr.decode()
-            c = s.client()
-            deadline = time.time() + 120
-            while c.models.list().data[0].model_extra["state"] == "loading" and time.time() < deadline:
-                time.sleep(0.2)
-            r = c.completions.create(model="smol-workers", prompt=PROMPTS[0], max_tokens=16, temperature=0)
-            want = llamactl_run(PROMPTS[0], 16, ["--workers", ",".join(addrs)])
-            assert r.choices[0].text == want
-            assert want == llamactl_run(PROMPTS[0], 16)
-            # Two requests at once on the one slot a worker model has: both complete, in turn.
-            out, _ = concurrent(c, [PROMPTS[0], PROMPTS[0]], 16, model="smol-workers")
-            assert out[0]["text"] == out[1]["text"] == want
+            if kind == "llamad":
+                for a in addrs:
+                    r = llamactl_admin(s, "workers", "add", a, "-l", "pair")
+                    assert r.returncode == 0, r.stderr.decode()
+            c = s.client(timeout=300)
+            r = c.completions.create(model=name, prompt=PROMPTS[0], max_tokens=16, temperature=0)
+            assert r.choices[0].text == want16
+            if kind == "llamad":
+                # llama.cpp's CPU kernels are not llamad's: its server's text may differ in-process.
+                assert want16 == llamactl_run(PROMPTS[0], 16)
+
+            concurrent(c, PROMPTS, 4, model=name)  # the graphs of one to eight sequences
+            alone = {}
+            t0 = time.time()
+            for i, p in enumerate(PROMPTS):
+                stream_text(c, p, n_tok, alone, i, model=name)
+            seq_secs = time.time() - t0
+            seq_rate = sum(a["tokens"] for a in alone.values()) / seq_secs
+            rows = [("sequential (1 stream)", seq_rate, sum(a["ttft"] for a in alone.values()) / len(alone))]
+            for k in (4, 8):
+                m0 = s.metrics()
+                out, secs = concurrent(c, PROMPTS[:k], n_tok, model=name)
+                m1 = s.metrics()
+                for i in range(k):
+                    assert out[i]["text"] == alone[i]["text"], f"stream {i} of {k}"
+                    assert out[i]["tokens"] == alone[i]["tokens"]
+                rows.append((f"{k} streams", sum(o["tokens"] for o in out.values()) / secs,
+                             sum(o["ttft"] for o in out.values()) / k))
+            # The streams shared the workers' ubatches.
+            ub = metric(m1, "llamad_openai_ubatches_total") - metric(m0, "llamad_openai_ubatches_total")
+            ub_tok = (metric(m1, "llamad_openai_ubatch_tokens_total")
+                      - metric(m0, "llamad_openai_ubatch_tokens_total"))
+            print(f"\nOpenAI API on two {kind} workers (layer split, -t 1 each), SmolLM2-135M Q4_1, greedy, "
+                  f"{n_tok} tokens per stream")
+            print("| streams | aggregate tokens/s | vs sequential | mean time to first token |")
+            print("|---|---|---|---|")
+            for label, rate, ttft in rows:
+                print(f"| {label} | {rate:.1f} | {rate / seq_rate:.2f}x | {ttft * 1000:.0f} ms |")
+            print(f"tokens per ubatch with 8 streams: {ub_tok / ub:.2f}")
+            assert ub_tok / ub > 3
+            for i, p in enumerate(PROMPTS):
+                assert alone[i]["text"] == runs[i], p
+            # The ratio is asserted with llama.cpp's workers (LLAMAD_OPENAI_WORKERS_MIN_SPEEDUP, default 3;
+            # CI asserts 1.3; measured 1.7-1.8x with every process on the test machine's two cores).
+            # llamad's workers (-t 1) compute a row of a ubatch for about what a lone row costs, so on
+            # these two cores 8 streams have measured 0.63-1.15x one stream: the table is printed,
+            # and batching on llamad's workers waits for the multi-row kernels.
+            if kind == "reference":
+                want_x = float(os.environ.get("LLAMAD_OPENAI_WORKERS_MIN_SPEEDUP", "3"))
+                assert rows[2][1] >= want_x * seq_rate, f"8 streams {rows[2][1]:.1f} tok/s vs one {seq_rate:.1f}"
+
+            # A client that leaves frees its slot on the workers; the slot serves the next right.
+            before = metric(s.metrics(), 'llamad_openai_requests_total{outcome="cancelled"}')
+            st = c.completions.create(model=name, prompt=PROMPTS[1], max_tokens=200, temperature=0, stream=True)
+            it = iter(st)
+            next(it)
+            next(it)
+            st.response.close()
+            deadline = time.time() + 20
+            while time.time() < deadline:
+                m = s.metrics()
+                if metric(m, 'llamad_openai_requests_total{outcome="cancelled"}') > before:
+                    break
+                time.sleep(0.1)
+            assert metric(m, 'llamad_openai_requests_total{outcome="cancelled"}') == before + 1
+            assert metric(m, f'llamad_openai_slots_busy{{model="{name}"}}') == 0
+            out, _ = concurrent(c, PROMPTS[:2], n_tok, model=name)
+            assert [out[0]["text"], out[1]["text"]] == [alone[0]["text"], alone[1]["text"]]
+
+            # 24 at once: 8 slots and a queue of 8; the rest get 429, the others their text.
+            statuses = {}
+            texts = {}
+            errors = []
+            lock = threading.Lock()
+
+            def one(i):
+                try:
+                    r = c.completions.create(model=name, prompt=PROMPTS[i % 8], max_tokens=24, temperature=0)
+                    code = 200
+                    with lock:
+                        texts[i] = r.choices[0].text
+                except openai.RateLimitError:
+                    code = 429
+                except Exception as e:  # noqa: BLE001 - every other failure is reported
+                    code = "error"
+                    errors.append(repr(e))
+                with lock:
+                    statuses[code] = statuses.get(code, 0) + 1
+
+            threads = [threading.Thread(target=one, args=(i,)) for i in range(24)]
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join()
+            print(f"burst of 24 on 8 slots and a queue of 8: {statuses}")
+            assert not errors, errors[:3]
+            assert set(statuses) == {200, 429} and statuses[200] >= 8
+            for i, t in texts.items():
+                assert alone[i % 8]["text"].startswith(t), f"request {i}"
+            # The gauges follow once the scheduler has released the last slots.
+            deadline = time.time() + 10
+            while metric(s.metrics(), f'llamad_openai_slots_busy{{model="{name}"}}') and time.time() < deadline:
+                time.sleep(0.1)
+            assert metric(s.metrics(), f'llamad_openai_slots_busy{{model="{name}"}}') == 0
         finally:
             s.stop()
     finally:

@@ -91,30 +91,84 @@ impl BatchSession {
     /// tokens each slot already holds, and returns the logits of each chunk's last token
     /// (`chunks.len()` rows of `n_vocab`, in chunk order).
     pub fn decode(&mut self, chunks: &[SeqChunk<'_>]) -> Result<&[f32]> {
-        self.check(chunks)?;
+        check_chunks(chunks, &self.n_past, self.slot_ctx, self.cfg.n_ubatch, self.model.hp.n_vocab)?;
         let hp = &self.model.hp;
-        let n_tokens: u64 = chunks.iter().map(|c| c.tokens.len() as u64).sum();
-        let n_slots = self.n_past.len() as u64;
-        let kv_size = self.slot_ctx * n_slots;
-        // Cells attended: up to the highest cell any token of the ubatch writes.
-        let used = chunks
-            .iter()
-            .map(|c| (self.n_past[c.slot] + c.tokens.len() as u64 - 1) * n_slots + c.slot as u64 + 1)
-            .max()
-            .unwrap_or(1);
-        let p = crate::model::BuildParams {
-            n_tokens,
-            n_outputs: chunks.len() as u64,
-            n_kv: n_kv_for(used, kv_size, self.cfg.kv_pad),
-            kv_size,
-            kv_type: self.cfg.kv_type,
-            flash_attn: self.cfg.flash_attn,
-            layers: 0..hp.n_layer,
+        let ub = BatchUbatch::new(chunks, &self.n_past);
+        let p =
+            crate::model::BuildParams { layers: 0..hp.n_layer, ..ub.params(hp, &self.cfg, self.slot_ctx) };
+        let output = self.backend.run(&p, |built, w| ub.fill(hp, built, w))?.output;
+        let bytes = self.backend.tensor_bytes(output)?;
+        self.logits.clear();
+        self.logits.extend(bytes.chunks_exact(4).map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]])));
+        ub.advance(&mut self.n_past);
+        Ok(&self.logits)
+    }
+}
+
+/// The checks of a multi-sequence decode: some chunks, of distinct slots in range, each of some
+/// tokens inside the vocabulary and with room in its slot, at most `n_ubatch` tokens in all.
+/// `n_past` holds each slot's cached tokens.
+pub fn check_chunks(
+    chunks: &[SeqChunk<'_>],
+    n_past: &[u64],
+    slot_ctx: u64,
+    n_ubatch: u64,
+    n_vocab: u64,
+) -> Result<()> {
+    if chunks.is_empty() {
+        return Err(Error::Model("decode of zero sequences".into()));
+    }
+    let mut seen = vec![false; n_past.len()];
+    let mut total = 0u64;
+    for c in chunks {
+        let Some(s) = seen.get_mut(c.slot) else {
+            return Err(Error::Model(format!("slot {} out of range ({} slots)", c.slot, n_past.len())));
         };
+        if std::mem::replace(s, true) {
+            return Err(Error::Model(format!("slot {} twice in one ubatch", c.slot)));
+        }
+        if c.tokens.is_empty() {
+            return Err(Error::Model(format!("slot {}: a chunk of zero tokens", c.slot)));
+        }
+        if let Some(&bad) = c.tokens.iter().find(|&&t| u64::from(t) >= n_vocab) {
+            return Err(Error::Model(format!("token {bad} out of range (vocabulary of {n_vocab})")));
+        }
+        if n_past[c.slot] + c.tokens.len() as u64 > slot_ctx {
+            return Err(Error::Model(format!(
+                "slot {} full: {} + {} tokens exceed its {} cells",
+                c.slot,
+                n_past[c.slot],
+                c.tokens.len(),
+                slot_ctx
+            )));
+        }
+        total += c.tokens.len() as u64;
+    }
+    if total > n_ubatch {
+        return Err(Error::Model(format!("{total} tokens exceed n_ubatch {n_ubatch}")));
+    }
+    Ok(())
+}
+
+/// One multi-sequence ubatch (or a contiguous part of one): its tokens with their slots and
+/// positions, and which of them give logits. The one construction of such a ubatch, for the
+/// in-process [`BatchSession`] and for the master's worker pipeline alike.
+#[derive(Clone, Debug)]
+pub struct BatchUbatch {
+    /// The slots of the cache (cells are interleaved by them).
+    pub n_slots: u64,
+    rows: Vec<Row>,
+    /// Indices into `rows` of the tokens whose logits are wanted, ascending.
+    outs: Vec<u64>,
+}
+
+impl BatchUbatch {
+    /// `chunks` after the tokens each slot holds (`n_past`): every chunk's last token gives logits.
+    pub fn new(chunks: &[SeqChunk<'_>], n_past: &[u64]) -> BatchUbatch {
         let rows: Vec<Row> = chunks
             .iter()
             .flat_map(|c| {
-                let (slot, past) = (c.slot as u64, self.n_past[c.slot]);
+                let (slot, past) = (c.slot as u64, n_past[c.slot]);
                 c.tokens.iter().enumerate().map(move |(i, &t)| Row { token: t, slot, pos: past + i as u64 })
             })
             .collect();
@@ -124,56 +178,70 @@ impl BatchSession {
             at += c.tokens.len() as u64;
             outs.push(at - 1);
         }
-        let output =
-            self.backend.run(&p, |built, w| fill_batch_inputs(hp, built, n_slots, &rows, &outs, w))?.output;
-        let bytes = self.backend.tensor_bytes(output)?;
-        self.logits.clear();
-        self.logits.extend(bytes.chunks_exact(4).map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]])));
-        for c in chunks {
-            self.n_past[c.slot] += c.tokens.len() as u64;
-        }
-        Ok(&self.logits)
+        BatchUbatch { n_slots: n_past.len() as u64, rows, outs }
     }
 
-    fn check(&self, chunks: &[SeqChunk<'_>]) -> Result<()> {
-        if chunks.is_empty() {
-            return Err(Error::Model("decode of zero sequences".into()));
+    /// Tokens.
+    pub fn len(&self) -> usize {
+        self.rows.len()
+    }
+
+    /// No tokens.
+    pub fn is_empty(&self) -> bool {
+        self.rows.is_empty()
+    }
+
+    /// Rows of logits this ubatch gives.
+    pub fn n_outputs(&self) -> usize {
+        self.outs.len()
+    }
+
+    /// The tokens, in ubatch order.
+    pub fn tokens(&self) -> impl Iterator<Item = u32> + '_ {
+        self.rows.iter().map(|r| r.token)
+    }
+
+    /// The tokens `range` as a ubatch of their own (a micro-batch), with the outputs among them;
+    /// one without any gives its last token's logits, which the caller drops. Also returns how
+    /// many of its output rows are real (the first ones).
+    pub fn part(&self, range: std::ops::Range<usize>) -> (BatchUbatch, usize) {
+        let (a, b) = (range.start as u64, range.end as u64);
+        let mut outs: Vec<u64> = self.outs.iter().filter(|&&o| o >= a && o < b).map(|&o| o - a).collect();
+        let real = outs.len();
+        if outs.is_empty() && b > a {
+            outs.push(b - a - 1);
         }
-        let mut seen = vec![false; self.n_past.len()];
-        let mut total = 0u64;
-        let n_vocab = self.model.hp.n_vocab;
-        for c in chunks {
-            let Some(s) = seen.get_mut(c.slot) else {
-                return Err(Error::Model(format!(
-                    "slot {} out of range ({} slots)",
-                    c.slot,
-                    self.n_past.len()
-                )));
-            };
-            if std::mem::replace(s, true) {
-                return Err(Error::Model(format!("slot {} twice in one ubatch", c.slot)));
-            }
-            if c.tokens.is_empty() {
-                return Err(Error::Model(format!("slot {}: a chunk of zero tokens", c.slot)));
-            }
-            if let Some(&bad) = c.tokens.iter().find(|&&t| u64::from(t) >= n_vocab) {
-                return Err(Error::Model(format!("token {bad} out of range (vocabulary of {n_vocab})")));
-            }
-            if self.n_past[c.slot] + c.tokens.len() as u64 > self.slot_ctx {
-                return Err(Error::Model(format!(
-                    "slot {} full: {} + {} tokens exceed its {} cells",
-                    c.slot,
-                    self.n_past[c.slot],
-                    c.tokens.len(),
-                    self.slot_ctx
-                )));
-            }
-            total += c.tokens.len() as u64;
+        (BatchUbatch { n_slots: self.n_slots, rows: self.rows[range].to_vec(), outs }, real)
+    }
+
+    /// The graph shape over the whole model for a cache of `slot_ctx` cells per slot: the cells
+    /// attended reach the highest cell any token writes.
+    pub fn params(&self, hp: &HParams, cfg: &SessionConfig, slot_ctx: u64) -> crate::model::BuildParams {
+        let kv_size = slot_ctx * self.n_slots;
+        let used = self.rows.iter().map(|r| r.cell(self.n_slots) + 1).max().unwrap_or(1);
+        crate::model::BuildParams {
+            n_tokens: self.rows.len() as u64,
+            n_outputs: self.outs.len() as u64,
+            n_kv: n_kv_for(used, kv_size, cfg.kv_pad),
+            kv_size,
+            kv_type: cfg.kv_type,
+            flash_attn: cfg.flash_attn,
+            layers: 0..hp.n_layer,
         }
-        if total > self.cfg.n_ubatch {
-            return Err(Error::Model(format!("{total} tokens exceed n_ubatch {}", self.cfg.n_ubatch)));
+    }
+
+    /// Writes the graph inputs (see [`fill_batch_inputs`]).
+    pub fn fill(&self, hp: &HParams, built: &Built, w: &mut dyn InputSink) -> Result<()> {
+        fill_batch_inputs(hp, built, self.n_slots, &self.rows, &self.outs, w)
+    }
+
+    /// Moves each slot's `n_past` past its tokens here.
+    pub fn advance(&self, n_past: &mut [u64]) {
+        for r in &self.rows {
+            if let Some(n) = n_past.get_mut(r.slot as usize) {
+                *n = (*n).max(r.pos + 1);
+            }
         }
-        Ok(())
     }
 }
 

@@ -34,7 +34,7 @@ pub mod synth;
 pub mod weights;
 
 pub use arch::{build, BuildParams, Built, Inputs};
-pub use batch::{BatchSession, SeqChunk};
+pub use batch::{BatchSession, BatchUbatch, SeqChunk};
 pub use graph_def::{GraphDef, KvKind, RopeParams, Storage, TensorDef, TensorId};
 pub use hparams::{Arch, HParams};
 pub use local::LocalBackend;

@@ -4,8 +4,10 @@
 //! In-process, the model runs in a [`BatchSession`]: `parallel` slots in one KV cache. Every step
 //! the scheduler admits queued requests into free slots, then builds one ubatch of a generated
 //! token for every generating slot and prompt chunks of the newer requests (up to `n_ubatch` tokens
-//! in all), decodes it, and samples a token for every slot whose prompt is complete. On workers
-//! (`llamad-master`'s pipeline or row split) there is one slot: requests run in turn.
+//! in all), decodes it, and samples a token for every slot whose prompt is complete. On workers with
+//! split mode `layer` the same ubatches go through `llamad-master`'s pipeline
+//! ([`Pipeline::decode_batch`]), whose workers' KV caches hold the `parallel` slots; with split
+//! mode `row` there is one slot and requests run in turn.
 //!
 //! A request ends with an end-of-generation token or a stop string (`stop`), at `max_tokens` or at
 //! the slot's end (`length`), when its client goes away (its event receiver is closed: the slot is
@@ -249,6 +251,8 @@ impl ModelHandle {
         } else {
             let on_load = |_: usize, _: llamad_master::pipeline::LoadEvent<'_>| {};
             let mode = match c.split_mode {
+                // Several slots are batched by the layer pipeline only.
+                SplitMode::Auto if c.parallel > 1 => SplitMode::Layer,
                 SplitMode::Auto => {
                     llamad_master::auto_split::choose(&workers, opts, model.hp.n_layer, model.weight_bytes())
                         .map_err(|e| e.chain())?
@@ -256,17 +260,18 @@ impl ModelHandle {
                 }
                 m => m,
             };
-            let fwd: Box<dyn Forward + Send> = match mode {
+            self.memory_bytes.store(file_bytes, Ordering::Relaxed);
+            match mode {
                 SplitMode::Auto | SplitMode::Layer => Box::new(
-                    Pipeline::new(&model, cfg.clone(), &workers, opts, &on_load).map_err(|e| e.chain())?,
-                ),
-                SplitMode::Row => Box::new(
-                    TensorParallel::new(&model, cfg.clone(), &workers, opts, &on_load)
+                    Pipeline::with_slots(&model, cfg.clone(), c.parallel, &workers, opts, &on_load)
                         .map_err(|e| e.chain())?,
                 ),
-            };
-            self.memory_bytes.store(file_bytes, Ordering::Relaxed);
-            Box::new(Single { fwd, n_ctx: cfg.n_ctx })
+                SplitMode::Row => {
+                    let fwd = TensorParallel::new(&model, cfg.clone(), &workers, opts, &on_load)
+                        .map_err(|e| e.chain())?;
+                    Box::new(Single { fwd: Box::new(fwd), n_ctx: cfg.n_ctx })
+                }
+            }
         };
         let (tx, rx) = mpsc::channel();
         let loaded =
@@ -316,7 +321,22 @@ impl Engine for BatchSession {
     }
 }
 
-/// One sequence at a time over any [`Forward`] (the model on workers).
+impl Engine for Pipeline {
+    fn n_slots(&self) -> usize {
+        Pipeline::n_slots(self)
+    }
+    fn slot_ctx(&self) -> u64 {
+        Pipeline::slot_ctx(self)
+    }
+    fn decode(&mut self, chunks: &[SeqChunk<'_>]) -> Result<&[f32], String> {
+        self.decode_batch(chunks).map_err(|e| e.chain())
+    }
+    fn clear(&mut self, slot: usize) -> Result<(), String> {
+        self.clear_slot(slot).map_err(|e| e.chain())
+    }
+}
+
+/// One sequence at a time over any [`Forward`] (the model on workers with split mode `row`).
 struct Single {
     fwd: Box<dyn Forward + Send>,
     n_ctx: u64,

@@ -67,7 +67,8 @@ pub struct RawModel {
     pub split_mode: Option<String>,
     /// KV cells per slot (prompt plus generated tokens of one request). Default 2048.
     pub ctx: Option<u64>,
-    /// Slots: requests decoded together. Default 1 (in-process), always 1 on workers.
+    /// Slots: requests decoded together, in-process or on workers with split mode `layer`
+    /// (`auto` then means `layer`); split mode `row` has one. Default 1.
     pub parallel: Option<usize>,
     /// Most tokens in one ubatch (all slots together). Default 512.
     pub ubatch: Option<u64>,
@@ -121,9 +122,10 @@ impl ModelConfig {
         if parallel == 0 || parallel > 256 {
             return Err(bad(format!("parallel {parallel} is not in 1..=256")));
         }
-        if !r.workers.is_empty() && parallel > 1 {
+        if !r.workers.is_empty() && parallel > 1 && split_mode == SplitMode::Row {
             return Err(bad(
-                "parallel > 1 is served in-process only (on workers requests run in turn)".into()
+                "parallel > 1 on workers needs split_mode layer (split mode row serves one request at a time)"
+                    .into(),
             ));
         }
         let ubatch = r.ubatch.unwrap_or(DEFAULT_UBATCH);
@@ -320,7 +322,10 @@ mod tests {
         let bad = RawModel { split_mode: Some("column".into()), ..model("a") };
         assert!(OpenAiConfig::from_raw(&raw, &[bad], 2).is_err());
         let on_workers = RawModel { workers: vec!["h:1".into()], parallel: Some(4), ..model("a") };
-        assert!(OpenAiConfig::from_raw(&raw, &[on_workers], 2).is_err(), "parallel on workers");
+        let c = OpenAiConfig::from_raw(&raw, std::slice::from_ref(&on_workers), 2).unwrap().unwrap();
+        assert_eq!(c.models[0].parallel, 4, "slots on workers (layer split)");
+        let row = RawModel { split_mode: Some("row".into()), ..on_workers };
+        assert!(OpenAiConfig::from_raw(&raw, &[row], 2).is_err(), "parallel with split mode row");
         assert!(OpenAiConfig::from_raw(&raw, &[RawModel { parallel: Some(0), ..model("a") }], 2).is_err());
     }
 
