@@ -10,10 +10,11 @@
 
 use crate::dtype::GgmlType;
 use crate::error::{Error, Result};
-use crate::graph::Interleaved;
 use crate::graph::Node;
+use crate::graph::{Interleaved, WeightHint};
 use crate::op::GgmlOp;
 use crate::quant::interleave::{self, InterleavedDotFn};
+use crate::quant::local;
 use crate::quant::panel::{PanelKernels, PANEL_COLS, PANEL_ROWS};
 use crate::quant::prepared::PreparedDot;
 use crate::quant::{self, FromF32Fn, GemmFn, VecDot2x2Fn, VecDotFn, VecDotRows4Fn, VecDotX4Fn};
@@ -52,6 +53,9 @@ enum Repack {
     Panel(PanelKernels),
     /// Into prepared rows for the type's prepared dot (generation: few activation rows).
     Prepared(PreparedDot),
+    /// Into prepared rows for weights stored with this bias, read only by an interleaved product
+    /// in llama.cpp's local order (see [`plan_local`]).
+    Interleaved(i32),
 }
 
 /// Most activation rows for which the prepared dot is used (one preparation per activation row
@@ -117,6 +121,49 @@ fn plan_repack(a: &Tv, b: &Tv, act: &mut Activations) -> usize {
     }
 }
 
+/// The product in llama.cpp's local (repacked) order, when `hint` says the weights are a model's
+/// own, llama.cpp's CPU backend would repack them under the active profile
+/// ([`local::repacks`]), and the kernel set has that order: panels, or for generation the
+/// interleaved copy when there is one. Sets the activations' repacking and returns the f32 scratch
+/// each thread needs and the interleaved product. `None`: the RPC server's order (logged when it
+/// is only because the order is not reproduced).
+fn plan_local(
+    a: &Tv,
+    b: &Tv,
+    act: &mut Activations,
+    hint: WeightHint,
+) -> Option<(usize, Option<(*const u8, InterleavedDotFn)>)> {
+    let numerics = crate::numerics::active();
+    if !hint.local || !act.convert || b.dtype() != GgmlType::F32 || !local::repacks(numerics, &a.l, false) {
+        return None;
+    }
+    let t = a.dtype();
+    let Some(lk) = quant::kernels(t).local else {
+        tracing::debug!(%t, ne = ?a.ne, numerics = numerics.name(), "llama.cpp repacks this weight on its local CPU; its order is not reproduced here (the RPC server's order is used)");
+        return None;
+    };
+    act.from_f32?;
+    let k = a.ne[0];
+    let convert = k + act.vdt_row.div_ceil(4);
+    if b.ne[1] < PANEL_MIN_COLS {
+        let copy = match (lk.interleaved, hint.interleaved) {
+            (Some(f), Some(il)) if interleave::eligible(&a.l) => {
+                let need = (a.ne[1] / interleave::ROWS).checked_mul(interleave::group_bytes(t, k))?;
+                (!il.data.is_null() && il.len >= need).then_some((il.data, f))
+            }
+            _ => None,
+        };
+        if let Some(copy) = copy {
+            act.repack = Some(Repack::Interleaved(interleave::bias(t)));
+            act.row = quant::prepared::row_bytes(k);
+            return Some((convert, Some(copy)));
+        }
+    }
+    act.repack = Some(Repack::Panel(lk.panel));
+    act.row = lk.panel.format.col_bytes(k);
+    Some((convert.max(lk.panel.format.panel_bytes(k).div_ceil(4)), None))
+}
+
 /// Phase 0: converts the rows `rows` (flat indices over `b`) into shared scratch, and records
 /// their extents when asked.
 fn convert_rows(
@@ -140,6 +187,7 @@ fn convert_rows(
             match repack {
                 Repack::Panel(p) => (p.pack_col)(k, q, out),
                 Repack::Prepared(p) => quant::prepared::prepare(k, act.vdt, p.bias, q, out),
+                Repack::Interleaved(bias) => quant::prepared::prepare(k, act.vdt, bias, q, out),
             }
             continue;
         }
@@ -253,7 +301,7 @@ fn plan_interleaved(a: &Tv, il: Interleaved) -> Option<(*const u8, InterleavedDo
 /// As `ops::prepare`.
 pub(crate) unsafe fn prepare_mul_mat(
     n: &Node,
-    interleaved: Option<Interleaved>,
+    hint: WeightHint,
     mask: Option<&crate::graph::Tensor>,
 ) -> Result<Plan> {
     let op = n.op;
@@ -280,6 +328,7 @@ pub(crate) unsafe fn prepare_mul_mat(
     check_overlap(op, &dst, &a, Alias::Never)?;
     check_overlap(op, &dst, &b, Alias::Never)?;
     let (vec_dot, mut act) = plan_activations(op, &a, &b)?;
+    let local = plan_local(&a, &b, &mut act, hint);
     // ggml multiplies F16 weights (and F32 weights by contiguous F32 activations) with its float GEMM
     // (llamafile's tinyBLAS) when there are enough activation rows and the weight rows are a multiple
     // of 4, and with `vec_dot` otherwise; use the same arithmetic so results match a llama.cpp CPU
@@ -292,7 +341,7 @@ pub(crate) unsafe fn prepare_mul_mat(
         } else {
             a.dtype() != GgmlType::F32 || b.l.is_contiguous()
         };
-        fits && operands
+        fits && operands && local.is_none()
     });
     if gemm.is_some() && rule.f32_activations {
         // The GEMM dot reads the f32 rows of `src1` in place.
@@ -325,7 +374,11 @@ pub(crate) unsafe fn prepare_mul_mat(
     if two_row_order_differs(a.dtype()) && (a.ne[1] % 2 != 0 || b.ne[1] % 2 != 0) {
         k.vec_dot_2x2 = None;
     }
-    let repack_local = if gemm.is_none() { plan_repack(&a, &b, &mut act) } else { 0 };
+    let repack_local = match local {
+        Some((scratch, _)) => scratch,
+        None if gemm.is_none() => plan_repack(&a, &b, &mut act),
+        None => 0,
+    };
     let k = match act.repack {
         // Few columns: only the one-column dot runs, on prepared rows.
         Some(Repack::Prepared(p)) => DotKernels {
@@ -344,7 +397,8 @@ pub(crate) unsafe fn prepare_mul_mat(
         _ => k,
     };
     // Generation steps read the interleaved copy when there is one (the same values).
-    let interleaved = match (act.repack, interleaved) {
+    let interleaved = match (act.repack, hint.interleaved) {
+        (Some(Repack::Interleaved(_)), _) => local.and_then(|(_, il)| il),
         (Some(Repack::Prepared(_)), Some(il)) => plan_interleaved(&a, il),
         _ => None,
     };
