@@ -15,8 +15,8 @@ CPU_REPACK buffers (Q4_K, Q4_0, IQ4_NL, ...), whose kernels sum in another order
 differ from its own RPC server's (``test_local_cpu_vs_reference_server`` records where). ``llamactl run``
 in-process follows the local CPU's order for the repacked types it reproduces (``LOCAL_REPRODUCED``,
 ``compute::quant::local``), so in-process it must give llama.cpp's local text for files whose repacked
-types are all reproduced (``test_llamactl_in_process_matches_local_cpu``; Q4_K_M records how many prompts
-match while Q4_K's local order is not reproduced), and the RPC server's text for files with none.
+types are all reproduced (``test_llamactl_in_process_matches_local_cpu``: Q4_0, Q4_K_M, IQ4_XS), and the
+RPC server's text for files with none.
 
 Environment: as test_interop.py (LLAMAD_BIN, LLAMAD_MODEL); ``LLAMAD_REQUANT_DIR`` overrides the
 directory of the requantized files.
@@ -186,7 +186,7 @@ def test_llamad_matches_reference_server(requantized, reference_server, llamad_w
 # repacked.
 REPACKED = {"Q4_0", "Q4_K", "IQ4_NL", "MXFP4"}
 # Of those, the ones whose local order llamactl's in-process runs reproduce (compute::quant::local).
-LOCAL_REPRODUCED = {"Q4_0", "IQ4_NL"}
+LOCAL_REPRODUCED = {"Q4_0", "IQ4_NL", "Q4_K"}
 
 
 def repacked_types(path: str) -> set:

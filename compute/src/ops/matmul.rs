@@ -124,15 +124,10 @@ fn plan_repack(a: &Tv, b: &Tv, act: &mut Activations) -> usize {
 /// The product in llama.cpp's local (repacked) order, when `hint` says the weights are a model's
 /// own, llama.cpp's CPU backend would repack them under the active profile
 /// ([`local::repacks`]), and the kernel set has that order: panels, or for generation the
-/// interleaved copy when there is one. Sets the activations' repacking and returns the f32 scratch
-/// each thread needs and the interleaved product. `None`: the RPC server's order (logged when it
-/// is only because the order is not reproduced).
-fn plan_local(
-    a: &Tv,
-    b: &Tv,
-    act: &mut Activations,
-    hint: WeightHint,
-) -> Option<(usize, Option<(*const u8, InterleavedDotFn)>)> {
+/// interleaved copy when there is one, or the type's one-row dot in that order. Sets the
+/// activations' repacking where there is one. `None`: the RPC server's order (logged when it is
+/// only because the order is not reproduced).
+fn plan_local(a: &Tv, b: &Tv, act: &mut Activations, hint: WeightHint) -> Option<LocalPlan> {
     let numerics = crate::numerics::active();
     if !hint.local || !act.convert || b.dtype() != GgmlType::F32 || !local::repacks(numerics, &a.l, false) {
         return None;
@@ -156,12 +151,25 @@ fn plan_local(
         if let Some(copy) = copy {
             act.repack = Some(Repack::Interleaved(interleave::bias(t)));
             act.row = quant::prepared::row_bytes(k);
-            return Some((convert, Some(copy)));
+            return Some(LocalPlan::Repacked(convert, Some(copy)));
         }
     }
-    act.repack = Some(Repack::Panel(lk.panel));
-    act.row = lk.panel.format.col_bytes(k);
-    Some((convert.max(lk.panel.format.panel_bytes(k).div_ceil(4)), None))
+    if let Some(p) = lk.panel {
+        act.repack = Some(Repack::Panel(p));
+        act.row = p.format.col_bytes(k);
+        return Some(LocalPlan::Repacked(convert.max(p.format.panel_bytes(k).div_ceil(4)), None));
+    }
+    lk.vec_dot.map(LocalPlan::Dot)
+}
+
+/// How a product in llama.cpp's local order runs (see [`plan_local`]).
+#[derive(Clone, Copy)]
+enum LocalPlan {
+    /// On repacked activations (panels, or prepared rows for the interleaved product): the f32
+    /// scratch each thread needs, and the interleaved copy with its kernel.
+    Repacked(usize, Option<(*const u8, InterleavedDotFn)>),
+    /// One-row dots on the converted activation rows: (ggml's `gemv` order, its `gemm` order).
+    Dot((VecDotFn, VecDotFn)),
 }
 
 /// Phase 0: converts the rows `rows` (flat indices over `b`) into shared scratch, and records
@@ -242,6 +250,8 @@ pub(crate) struct MulMat {
     /// The softmax mask that alone reads the result, and where phase 0 records which blocks it
     /// hides (see [`Hidden`]).
     hidden: Option<Hidden>,
+    /// llama.cpp's local order by one-row dots, `(gemv, gemm)` (see [`MulMat::run_local_dots`]).
+    local_dots: Option<(VecDotFn, VecDotFn)>,
 }
 
 /// The blocks of the result a softmax mask hides: for every mask row (token, mask head, mask
@@ -375,7 +385,8 @@ pub(crate) unsafe fn prepare_mul_mat(
         k.vec_dot_2x2 = None;
     }
     let repack_local = match local {
-        Some((scratch, _)) => scratch,
+        Some(LocalPlan::Repacked(scratch, _)) => scratch,
+        Some(LocalPlan::Dot(_)) => 0,
         None if gemm.is_none() => plan_repack(&a, &b, &mut act),
         None => 0,
     };
@@ -393,12 +404,20 @@ pub(crate) unsafe fn prepare_mul_mat(
     // ggml takes its tiled product for 8+ activation rows of a K-quant or IQ type: that order where
     // the kernel set reproduces it (and no repacked product runs instead).
     let k = match (act.repack, DotKernels::batch(a.dtype())) {
-        (None, Some(bk)) if gemm.is_none() && b.ne[1] >= quant::TILED_MIN_ROWS => bk,
+        (None, Some(bk)) if gemm.is_none() && local.is_none() && b.ne[1] >= quant::TILED_MIN_ROWS => bk,
         _ => k,
+    };
+    // llama.cpp's local order by one-row dots (`run_local_dots`).
+    let local_dots = match local {
+        Some(LocalPlan::Dot(pair)) => Some(pair),
+        _ => None,
     };
     // Generation steps read the interleaved copy when there is one (the same values).
     let interleaved = match (act.repack, hint.interleaved) {
-        (Some(Repack::Interleaved(_)), _) => local.and_then(|(_, il)| il),
+        (Some(Repack::Interleaved(_)), _) => match local {
+            Some(LocalPlan::Repacked(_, il)) => il,
+            _ => None,
+        },
         (Some(Repack::Prepared(_)), Some(il)) => plan_interleaved(&a, il),
         _ => None,
     };
@@ -443,7 +462,7 @@ pub(crate) unsafe fn prepare_mul_mat(
         units,
         shared_bytes,
         local_f32: local,
-        kind: Kind::MulMat(MulMat { a, b, dst, k, act, interleaved, extents, hidden }),
+        kind: Kind::MulMat(MulMat { a, b, dst, k, act, interleaved, extents, hidden, local_dots }),
     })
 }
 
@@ -540,6 +559,10 @@ impl MulMat {
         }
         let nr = ROW_BLOCK.min(m - r0);
         let xs: [&[u8]; ROW_BLOCK] = std::array::from_fn(|i| a.row_bytes(r0 + i.min(nr - 1), i02, i03));
+        if let Some(dots) = self.local_dots {
+            self.run_local_dots(dots, &xs[..nr], r0, (i12, i13), ctx);
+            return;
+        }
         if let Some(Repack::Panel(p)) = self.act.repack {
             self.run_panel(p, &xs, r0, nr, (i12, i13), ctx);
             return;
@@ -635,6 +658,30 @@ impl MulMat {
                 dst.store_f32s(r0, c0 + j, i12, i13, col);
             }
             c0 += nc;
+        }
+    }
+
+    /// One unit in llama.cpp's local order by one-row dots: ggml's repacked product takes its
+    /// four-row `gemm` for the first `n - n % 4` activation rows of a plane and its `gemv` for the
+    /// rest, and for some types (Q4_K) the two group the float steps differently.
+    fn run_local_dots(
+        &self,
+        (gemv, gemm): (VecDotFn, VecDotFn),
+        xs: &[&[u8]],
+        r0: usize,
+        (i12, i13): (usize, usize),
+        ctx: &mut Ctx<'_>,
+    ) {
+        let (b, dst) = (&self.b, &self.dst);
+        let (k, n) = (self.a.ne[0], b.ne[1]);
+        let mut out = [0.0f32; ROW_BLOCK];
+        for c in 0..n {
+            let f = if c < n - n % 4 { gemm } else { gemv };
+            let y = act_row(b, &self.act, &ctx.sh, c, i12, i13);
+            for (o, x) in out.iter_mut().zip(xs) {
+                *o = f(k, x, y);
+            }
+            dst.store_f32s(r0, c, i12, i13, &out[..xs.len()]);
         }
     }
 

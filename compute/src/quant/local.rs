@@ -24,22 +24,37 @@
 //!   value) with the activation quants. The 4-row `gemm` (groups of four activation rows; its
 //!   512-bit form in the native build) and the `gemv` (the remaining rows, and every row of
 //!   MUL_MAT_ID) compute that same value per output, so the split changes no bit.
-//! * Q4_K (Q8_K activations and the K-quant scale/min steps of its own), MXFP4 and Q2_K: not
-//!   reproduced yet; in-process products of those keep the RPC server's order.
+//! * Q4_K (`gemv`/`gemm_q4_K_8x8_q8_K`, both builds): activations quantized to Q8_K
+//!   (`quantize_row_q8_K`, the reference quantizer; `quantize_mat_q8_K_4x8` for groups of four rows
+//!   computes the same values, but for a tie of `+amax` and `−amax`, where the reference takes the
+//!   first and it the positive one); the exact integers `iacc = Σ_j sc_j · Σ q·y` and
+//!   `imin = Σ_j m_j · bsum_j` (sub-blocks `j` of 32), then `acc = fma(f32(iacc), f32(d) · d_a, acc)`
+//!   and `acc_min = fma(f32(imin), f32(dmin) · d_a, acc_min)` from 0, and the output is
+//!   `acc − acc_min`. Unlike Q4_0, the two kernels group differently: the `gemv` (the last
+//!   `ne11 % 4` activation rows of each plane, so every row of a generation step) takes one float
+//!   step per super-block (`j` over its 8 sub-blocks), the `gemm` (the groups of four rows, in its
+//!   256- and 512-bit forms alike) one per pair of sub-blocks (`j ∈ {2p, 2p + 1}`).
+//! * MXFP4 and Q2_K: not reproduced yet; in-process products of those keep the RPC server's order,
+//!   as do MUL_MAT_ID's expert tensors (llama.cpp repacks those too, read by `gemv` only).
 //!
-//! The order above is exactly that of the packed panels ([`super::panel`]: `fma(f32(off + Σ w·y),
+//! For Q4_0 and IQ4_NL the order is exactly that of the packed panels ([`super::panel`]: `fma(f32(off + Σ w·y),
 //! sx · sy, acc)`, no min term for these types), so the panels serve it for many activation rows;
 //! for generation, [`dot_reference`] defines the same order over interleaved weights
 //! ([`super::interleave`]) and prepared rows, and the x86 AVX-512 kernel equals it bit for bit.
+//! For Q4_K, [`vec_dot_q4_k`] is the one-row form (the scalar twin of the AVX2 kernel).
 //! [`model`] is an independent scalar model of ggml's repacked product from the raw blocks; the
 //! tests hold every kernel to it bit for bit.
 //! ref: ggml-compute-semantics.md §2.2 (block layouts), §2.3 (Q8_0 activations).
 
-use super::blocks::{f16le, take_blocks, BlockIq4Nl, BlockQ4_0, BlockQ8_0, KVALUES_IQ4NL, QK};
+use super::blocks::{
+    f16le, take_blocks, BlockIq4Nl, BlockQ4K, BlockQ4_0, BlockQ8K, BlockQ8_0, KVALUES_IQ4NL, QK,
+};
 use super::interleave::{self, InterleavedDotFn, ROWS};
 use super::panel::PanelKernels;
 use super::prepared::PreparedQ8;
-use crate::dtype::GgmlType;
+use super::scalar::{k4_scales, q4k_quants};
+use super::VecDotFn;
+use crate::dtype::{GgmlType, QK_K};
 use crate::numerics::Numerics;
 use crate::tensor::Layout;
 
@@ -47,9 +62,13 @@ use crate::tensor::Layout;
 #[derive(Clone, Copy, Debug)]
 pub struct LocalKernels {
     /// Packed panels (any number of activation columns; they pay from [`super::panel`]'s minimum).
-    pub panel: PanelKernels,
+    pub panel: Option<PanelKernels>,
     /// Interleaved weights against prepared rows, for generation (Q4_0).
     pub interleaved: Option<InterleavedDotFn>,
+    /// One weight row against one activation row of the type's `vec_dot_type`, for types without
+    /// panels in this order (Q4_K): as ggml's `gemv` sums it (the last `ne11 % 4` activation rows
+    /// of a plane) and as its four-row `gemm` does (the others).
+    pub vec_dot: Option<(VecDotFn, VecDotFn)>,
 }
 
 /// Whether a llama.cpp CPU backend of the build that `numerics` reproduces keeps a weight of
@@ -83,9 +102,13 @@ fn signed_block(t: GgmlType, raw: &[u8]) -> ([i32; QK], f32) {
     }
 }
 
-/// ggml's repacked product of one weight row of `k` elements of `t` (Q4_0 or IQ4_NL) with one Q8_0
-/// activation row, as the module docs state it: the model the kernels are tested against.
-pub fn model(t: GgmlType, k: usize, x: &[u8], y: &[u8]) -> f32 {
+/// ggml's repacked product of one weight row of `k` elements of `t` (Q4_0 or IQ4_NL against a
+/// Q8_0 row, Q4_K against a Q8_K row; `gemm`: Q4_K's grouping of the four-row kernel, else its
+/// `gemv`'s), as the module docs state it: the model the kernels are tested against.
+pub fn model(t: GgmlType, k: usize, x: &[u8], y: &[u8], gemm: bool) -> f32 {
+    if t == GgmlType::Q4_K {
+        return model_q4_k(k, x, y, if gemm { 2 } else { 8 });
+    }
     assert_eq!(k % QK, 0, "local model: k = {k} is not a whole number of blocks");
     let ts = t.type_size();
     let ys = take_blocks::<BlockQ8_0>(y, k / QK);
@@ -96,6 +119,72 @@ pub fn model(t: GgmlType, k: usize, x: &[u8], y: &[u8]) -> f32 {
         acc = (isum as f32).mul_add(dw * f16le(yb.d), acc);
     }
     acc
+}
+
+/// Q4_K with one float step per `per` sub-blocks.
+fn model_q4_k(k: usize, x: &[u8], y: &[u8], per: usize) -> f32 {
+    assert_eq!(k % QK_K, 0, "local model: k = {k} is not a whole number of super-blocks");
+    let nb = k / QK_K;
+    let (xs, ys) = (take_blocks::<BlockQ4K>(x, nb), take_blocks::<BlockQ8K>(y, nb));
+    let (mut acc, mut acc_min) = (0.0f32, 0.0f32);
+    for (xb, yb) in xs.iter().zip(ys) {
+        let q = q4k_quants(xb);
+        let sm = k4_scales(&xb.scales);
+        let da = f32::from_le_bytes(yb.d);
+        for group in sm.chunks(per).enumerate().map(|(g, c)| g * per..g * per + c.len()) {
+            let (mut iacc, mut imin) = (0i32, 0i32);
+            for j in group {
+                let isum: i32 = (32 * j..32 * j + 32).map(|e| q[e] as i32 * yb.qs[e] as i32).sum();
+                let bsum: i32 = yb.qs[32 * j..32 * j + 32].iter().map(|&v| v as i32).sum();
+                iacc += sm[j].0 as i32 * isum;
+                imin += sm[j].1 as i32 * bsum;
+            }
+            acc = (iacc as f32).mul_add(f16le(xb.d) * da, acc);
+            acc_min = (imin as f32).mul_add(f16le(xb.dmin) * da, acc_min);
+        }
+    }
+    acc - acc_min
+}
+
+/// The local order of Q4_K as ggml's `gemv` sums it, one weight row against one Q8_K row, from
+/// the block fields as the kernels read them (the activation's `bsums` for the min term): the
+/// scalar twin of the SIMD kernels.
+pub fn vec_dot_q4_k(n: usize, x: &[u8], y: &[u8]) -> f32 {
+    q4_k_steps::<4>(n, x, y)
+}
+
+/// As [`vec_dot_q4_k`], grouped as ggml's four-row `gemm`: one float step per pair of sub-blocks.
+pub fn vec_dot_q4_k_gemm(n: usize, x: &[u8], y: &[u8]) -> f32 {
+    q4_k_steps::<1>(n, x, y)
+}
+
+/// Q4_K with one float step per `P` pairs of sub-blocks (4: per super-block).
+fn q4_k_steps<const P: usize>(n: usize, x: &[u8], y: &[u8]) -> f32 {
+    assert_eq!(n % QK_K, 0, "local Q4_K dot: n = {n} is not a whole number of super-blocks");
+    let nb = n / QK_K;
+    let (xs, ys) = (take_blocks::<BlockQ4K>(x, nb), take_blocks::<BlockQ8K>(y, nb));
+    let (mut acc, mut acc_min) = (0.0f32, 0.0f32);
+    for (xb, yb) in xs.iter().zip(ys) {
+        let sm = k4_scales(&xb.scales);
+        let da = f32::from_le_bytes(yb.d);
+        for g in 0..4 / P {
+            let (mut iacc, mut imin) = (0i32, 0i32);
+            for p in g * P..(g + 1) * P {
+                for (h, j) in [(0u32, 2 * p), (4, 2 * p + 1)] {
+                    let isum: i32 = (0..32)
+                        .map(|l| ((xb.qs[32 * p + l] >> h) & 0xF) as i32 * yb.qs[32 * j + l] as i32)
+                        .sum();
+                    iacc += sm[j].0 as i32 * isum;
+                    let bsum = i16::from_le_bytes(yb.bsums[2 * j]) as i32
+                        + i16::from_le_bytes(yb.bsums[2 * j + 1]) as i32;
+                    imin += sm[j].1 as i32 * bsum;
+                }
+            }
+            acc = (iacc as f32).mul_add(f16le(xb.d) * da, acc);
+            acc_min = (imin as f32).mul_add(f16le(xb.dmin) * da, acc_min);
+        }
+    }
+    acc - acc_min
 }
 
 /// The local order over interleaved Q4_0 weights: one group of [`ROWS`] rows against 1..=
@@ -128,15 +217,11 @@ pub fn dot_reference(k: usize, group: &[u8], cols: &[&[u8]], out: &mut [f32], _a
     }
 }
 
-/// Whether the rows of a weight of type `t` are stored in blocks of 32 with one f16 scale (what
-/// [`model`] reads).
-pub fn modelled(t: GgmlType) -> bool {
-    matches!(t, GgmlType::Q4_0 | GgmlType::IQ4_NL)
-}
-
 /// A compile-time check of the block sizes [`model`] reads.
 const _: () = {
     assert!(std::mem::size_of::<BlockQ4_0>() == 18);
     assert!(std::mem::size_of::<BlockIq4Nl>() == 18);
     assert!(std::mem::size_of::<BlockQ8_0>() == 34);
+    assert!(std::mem::size_of::<BlockQ4K>() == 144);
+    assert!(std::mem::size_of::<BlockQ8K>() == 292);
 };

@@ -1,7 +1,8 @@
 //! llama.cpp's local (repacked) order (`quant::local`): the panels (scalar and SIMD) and the
 //! interleaved product (scalar twin and SIMD) equal the scalar model of ggml's repacked Q4_0 /
-//! IQ4_NL product bit for bit, for every count of activation columns; the repack rule; and the
-//! ggml profiles keep the local kernels while dropping the panels.
+//! IQ4_NL product bit for bit, for every count of activation columns; so do Q4_K's one-row dots
+//! (scalar twin and SIMD); the repack rule; and the ggml profiles keep the local kernels while
+//! dropping the panels.
 
 use super::simd::{activations, filled_row, random_row};
 use super::*;
@@ -59,12 +60,12 @@ fn panels_are_ggmls_repacked_order() {
             let rows = weight_rows(&mut r, t, nb);
             let ys = q8_rows(&mut r, k, PANEL_COLS);
             let want: Vec<Vec<f32>> =
-                ys.iter().map(|y| rows.iter().map(|x| local::model(t, k, x, y)).collect()).collect();
+                ys.iter().map(|y| rows.iter().map(|x| local::model(t, k, x, y, false)).collect()).collect();
             let refs: [&[u8]; PANEL_ROWS] = std::array::from_fn(|i| rows[i].as_slice());
             let mut kernels = vec![panel::scalar_kernels(t).unwrap()];
             for tab in tables() {
-                if let Some(lk) = tab.get(t).local {
-                    kernels.push(lk.panel);
+                if let Some(p) = tab.get(t).local.and_then(|lk| lk.panel) {
+                    kernels.push(p);
                     simd += 1;
                 }
             }
@@ -130,7 +131,7 @@ fn interleaved_local_dots_are_ggmls_repacked_order() {
                 for j in 0..cs.len() {
                     let y = &ys[c0 * interleave::MAX_COLS + j];
                     for (i, x) in rows.iter().enumerate() {
-                        let (g, w) = (out[j * ROWS + i], local::model(t, k, x, y));
+                        let (g, w) = (out[j * ROWS + i], local::model(t, k, x, y, false));
                         assert!(same(g, w), "nb {nb}: ({i}, {j}) interleaved {g} vs model {w}");
                     }
                 }
@@ -151,13 +152,52 @@ fn local_order_is_not_vec_dots() {
     let (mut differ, mut total) = (0, 0);
     for x in weight_rows(&mut r, t, 64).iter().take(4) {
         for y in q8_rows(&mut r, k, 4) {
-            let (m, v) = (local::model(t, k, x, &y), dot(k, x, &y));
+            let (m, v) = (local::model(t, k, x, &y, false), dot(k, x, &y));
             differ += usize::from(!same(m, v));
             total += 1;
             assert!((m - v).abs() <= 1e-4 * m.abs().max(v.abs()) + 1e-3, "model {m} vs vec_dot {v}");
         }
     }
     assert!(differ > 0, "0 of {total} products differ between the orders");
+}
+
+#[test]
+fn q4_k_dots_are_ggmls_repacked_order() {
+    let t = GgmlType::Q4_K;
+    let s = scalar_table();
+    let mut r = rng(254);
+    // (gemv, gemm) pairs: the scalar twins, then every kernel set's.
+    let mut fns: Vec<(crate::quant::VecDotFn, crate::quant::VecDotFn)> =
+        vec![(local::vec_dot_q4_k, local::vec_dot_q4_k_gemm)];
+    fns.extend(tables().iter().filter_map(|tab| tab.get(t).local.and_then(|l| l.vec_dot)));
+    if Isa::Avx2.available() {
+        assert!(fns.len() > 1, "AVX2 present but no local Q4_K kernel");
+    }
+    let mut split = 0;
+    let (mut differ, mut total) = (0, 0);
+    for nb in [1usize, 3, 6] {
+        let k = nb * 256;
+        let rows = weight_rows(&mut r, t, nb);
+        let ys: Vec<Vec<u8>> =
+            activations(&mut r, k).iter().map(|y| quantize(&s, GgmlType::Q8_K, y)).collect();
+        for x in &rows {
+            for y in &ys {
+                let want = local::model(t, k, x, y, false);
+                let want4 = local::model(t, k, x, y, true);
+                split += usize::from(!same(want, want4));
+                for (gemv, gemm) in &fns {
+                    let (got, got4) = (gemv(k, x, y), gemm(k, x, y));
+                    assert!(same(got, want), "nb {nb}: local Q4_K gemv dot {got} vs model {want}");
+                    assert!(same(got4, want4), "nb {nb}: local Q4_K gemm dot {got4} vs model {want4}");
+                }
+                let v = (s.get(t).vec_dot.unwrap())(k, x, y);
+                differ += usize::from(!same(v, want));
+                total += 1;
+            }
+        }
+    }
+    assert!(differ > 0, "0 of {total} Q4_K products differ from vec_dot's order");
+    assert!(split > 0, "0 of {total} Q4_K products differ between the gemv and gemm groupings");
 }
 
 #[test]
@@ -199,7 +239,7 @@ fn ggml_profiles_keep_the_local_kernels() {
     }
     for n in [Numerics::Avx2, Numerics::Avx512, Numerics::Portable] {
         let k = Kernels::build_for(Isa::Avx512, n);
-        for t in TYPES {
+        for t in [GgmlType::Q4_0, GgmlType::IQ4_NL, GgmlType::Q4_K] {
             assert!(k.get(t).local.is_some(), "{} {t}: no local kernels", n.name());
         }
         assert!(k.get(GgmlType::Q4_0).local.unwrap().interleaved.is_some(), "{}", n.name());

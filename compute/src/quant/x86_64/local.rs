@@ -3,7 +3,8 @@
 //! interleaved Q4_0 product for generation in that order: per block column, the eight four-element
 //! weight groups of 16 rows are multiplied into ONE integer accumulator that starts from the
 //! block's total activation offset, so it holds the block's exact sum for 16 rows, then one
-//! `fma(f32(isum), d_w · d_y, acc)` per block.
+//! `fma(f32(isum), d_w · d_y, acc)` per block; and Q4_K's one-row dot in that order (AVX2: each
+//! super-block's exact `Σ sc_j · Σ q·y` from `maddubs`/`madd`, then the two fused float steps).
 //!
 //! Like the other x86 modules, the safe wrapper is reachable only through [`install`], which runs
 //! only after the features were detected: the invariant behind every `// SAFETY:` comment here.
@@ -11,14 +12,22 @@
 use std::arch::x86_64::*;
 
 use crate::dtype::GgmlType;
-use crate::quant::blocks::QK;
+use crate::quant::blocks::{f16le, take_blocks, BlockQ4K, BlockQ8K, QK};
 use crate::quant::dispatch::Kernels;
 use crate::quant::interleave::{self, check_args, MAX_COLS, ROWS};
 use crate::quant::local::LocalKernels;
+use crate::quant::scalar::k4_scales;
 
-/// Installs the local-order kernels of Q4_0 and IQ4_NL from the panels `panel::install` put in
-/// `k` (call it after that); does nothing without AVX-512 F/BW/VNNI.
+/// Installs the local-order kernels: Q4_K's dot on AVX2, and with AVX-512 F/BW/VNNI those of Q4_0
+/// and IQ4_NL from the panels `panel::install` put in `k` (call it after that).
 pub fn install(k: &mut Kernels) {
+    if !super::avx2_available() {
+        return;
+    }
+    k.set_local(
+        GgmlType::Q4_K,
+        LocalKernels { panel: None, interleaved: None, vec_dot: Some((dot_q4_k::<4>, dot_q4_k::<1>)) },
+    );
     if !super::avx512_available() {
         return;
     }
@@ -26,9 +35,66 @@ pub fn install(k: &mut Kernels) {
         [(GgmlType::Q4_0, Some(dot_q4_0 as interleave::InterleavedDotFn)), (GgmlType::IQ4_NL, None)]
     {
         if let Some(panel) = k.get(t).panel {
-            k.set_local(t, LocalKernels { panel, interleaved });
+            k.set_local(t, LocalKernels { panel: Some(panel), interleaved, vec_dot: None });
         }
     }
+}
+
+/// Q4_K against Q8_K in the local order, one float step per `P` pairs of sub-blocks (4: ggml's
+/// `gemv`, 1: its `gemm`; `quant::local::vec_dot_q4_k` / `vec_dot_q4_k_gemm` are the scalar twins).
+fn dot_q4_k<const P: usize>(n: usize, x: &[u8], y: &[u8]) -> f32 {
+    assert_eq!(n % crate::dtype::QK_K, 0, "local Q4_K dot: n = {n} is not a whole number of super-blocks");
+    let nb = n / crate::dtype::QK_K;
+    let (xs, ys) = (take_blocks::<BlockQ4K>(x, nb), take_blocks::<BlockQ8K>(y, nb));
+    // SAFETY: AVX2/FMA/F16C were detected before `install` put this function in the table; the
+    // kernel reads only the blocks of the two slices.
+    unsafe { q4_k_kernel::<P>(xs, ys) }
+}
+
+/// # Safety
+/// AVX2 and FMA must be available.
+#[target_feature(enable = "avx2,fma")]
+unsafe fn q4_k_kernel<const P: usize>(xs: &[BlockQ4K], ys: &[BlockQ8K]) -> f32 {
+    let m4 = _mm256_set1_epi8(0x0F);
+    let ones = _mm256_set1_epi16(1);
+    let (mut acc, mut acc_min) = (0.0f32, 0.0f32);
+    for (xb, yb) in xs.iter().zip(ys) {
+        let sm = k4_scales(&xb.scales);
+        let da = f32::from_le_bytes(yb.d);
+        for g in 0..4 / P {
+            let mut iv = _mm256_setzero_si256();
+            for p in g * P..(g + 1) * P {
+                // SAFETY: 32-byte unaligned loads inside the blocks' `qs` arrays (128 and 256 bytes).
+                let (raw, y0, y1) = unsafe {
+                    (
+                        _mm256_loadu_si256(xb.qs.as_ptr().add(32 * p) as *const __m256i),
+                        _mm256_loadu_si256(yb.qs.as_ptr().add(64 * p) as *const __m256i),
+                        _mm256_loadu_si256(yb.qs.as_ptr().add(64 * p + 32) as *const __m256i),
+                    )
+                };
+                let lo = _mm256_and_si256(raw, m4);
+                let hi = _mm256_and_si256(_mm256_srli_epi16::<4>(raw), m4);
+                // Nibble × i8 pairs (at most 2 · 15 · 128 in i16, no saturation), widened exactly.
+                let p0 = _mm256_madd_epi16(_mm256_maddubs_epi16(lo, y0), ones);
+                let p1 = _mm256_madd_epi16(_mm256_maddubs_epi16(hi, y1), ones);
+                iv = _mm256_add_epi32(iv, _mm256_mullo_epi32(p0, _mm256_set1_epi32(sm[2 * p].0 as i32)));
+                iv = _mm256_add_epi32(iv, _mm256_mullo_epi32(p1, _mm256_set1_epi32(sm[2 * p + 1].0 as i32)));
+            }
+            let s = _mm_add_epi32(_mm256_castsi256_si128(iv), _mm256_extracti128_si256::<1>(iv));
+            let s = _mm_add_epi32(s, _mm_unpackhi_epi64(s, s));
+            let iacc = _mm_cvtsi128_si32(_mm_add_epi32(s, _mm_shuffle_epi32::<1>(s)));
+            let imin: i32 = (2 * g * P..2 * (g + 1) * P)
+                .map(|j| {
+                    let b = i16::from_le_bytes(yb.bsums[2 * j]) as i32
+                        + i16::from_le_bytes(yb.bsums[2 * j + 1]) as i32;
+                    sm[j].1 as i32 * b
+                })
+                .sum();
+            acc = (iacc as f32).mul_add(f16le(xb.d) * da, acc);
+            acc_min = (imin as f32).mul_add(f16le(xb.dmin) * da, acc_min);
+        }
+    }
+    acc - acc_min
 }
 
 /// Bytes of one prepared activation block (`PreparedQ8`): qs at 0, off at 32, d at 64.
