@@ -93,8 +93,9 @@ if [ "${LLAMAD_NATIVE_PEER:-1}" != 0 ] && grep -qw avx512f /proc/cpuinfo && grep
     && grep -qw avx512vl /proc/cpuinfo; then
     # llama.cpp built natively for this AVX-512 CPU (what its release binaries load here): llamad's
     # `avx512` numerics profile must give its bits. The op differential tests, llama.cpp's master over
-    # llamad vs over its own RPC server (SmolLM2 Q4_1, FA off/on), and the requantized models with
-    # both masters. LLAMAD_NATIVE_PEER=0 skips.
+    # llamad vs over its own RPC server (SmolLM2 Q4_1, FA off/on), the requantized models with
+    # both masters, and `llamactl run` in-process against llama.cpp's local CPU (its repacked
+    # order: Q4_0, IQ4_XS, Q4_K_M). LLAMAD_NATIVE_PEER=0 skips.
     echo "== native (AVX-512) llama.cpp peer"
     native_python=$(tests/peer/build-peer.sh | tail -n 1)
     peer_deps "$native_python"
@@ -102,7 +103,7 @@ if [ "${LLAMAD_NATIVE_PEER:-1}" != 0 ] && grep -qw avx512f /proc/cpuinfo && grep
         cargo test --workspace --release --test opdiff -- --nocapture 2>&1 | grep -E "^opdiff:|failed|test result"
     LLAMAD_BIN="${LLAMAD_BIN:-${CARGO_TARGET_DIR:-$root/target}/release/llamad}" \
         "$native_python" -m pytest -q -rfE tests/interop/test_numerics.py tests/interop/test_weight_types.py \
-        -k "profile_matches or llamad_matches_reference_server or llamactl_matches_reference_server"
+        -k "profile_matches or llamad_matches_reference_server or llamactl_matches_reference_server or in_process_matches_local"
 fi
 
 if [ "${LLAMAD_NETWORK:-1}" != 0 ]; then

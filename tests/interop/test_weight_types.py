@@ -5,13 +5,18 @@ peer's Python) into the git-ignored ``models/requant/``: Q4_K_M, Q5_K_M, Q6_K, Q
 576-wide rows of SmolLM2 are not whole 256-element super-blocks, so llama.cpp falls back to other types
 for some tensors; ``tensor_types`` lists what each file really holds (printed, and in the report).
 
+``Q4_0`` (every layer matrix Q4_0) is made the same way for the local-CPU test below.
+
 For each file, llama.cpp's master with every layer on one llamad worker (running the numerics profile
 that reproduces the peer's build: ``avx2`` for the AVX2 baseline, ``avx512`` for a native AVX-512 build)
 must give the tokens of the same master with the layers on llama.cpp's own RPC server; so must
-``llamactl run``, with the layers on that worker and in-process. llama.cpp's local CPU is not the reference here:
-it repacks some types into its CPU_REPACK buffers (Q4_K, Q4_0, IQ4_NL, ...), whose kernels sum in
-another order, so its text may differ from its own RPC server's; ``test_local_cpu_vs_reference_server``
-records where it does without failing.
+``llamactl run`` with the layers on that worker. llama.cpp's local CPU repacks some types into its
+CPU_REPACK buffers (Q4_K, Q4_0, IQ4_NL, ...), whose kernels sum in another order, so its text may
+differ from its own RPC server's (``test_local_cpu_vs_reference_server`` records where). ``llamactl run``
+in-process follows the local CPU's order for the repacked types it reproduces (``LOCAL_REPRODUCED``,
+``compute::quant::local``), so in-process it must give llama.cpp's local text for files whose repacked
+types are all reproduced (``test_llamactl_in_process_matches_local_cpu``: Q4_0, Q4_K_M, IQ4_XS), and the
+RPC server's text for files with none.
 
 Environment: as test_interop.py (LLAMAD_BIN, LLAMAD_MODEL); ``LLAMAD_REQUANT_DIR`` overrides the
 directory of the requantized files.
@@ -58,6 +63,8 @@ PROMPTS = [
 N_TOKENS = 32
 MASTER_TIMEOUT = float(os.environ.get("LLAMAD_INTEROP_TIMEOUT", "300"))
 FTYPES = ["Q4_K_M", "Q5_K_M", "Q6_K", "Q8_0", "IQ4_XS"]
+# Files for the in-process comparison with llama.cpp's local CPU.
+LOCAL_FTYPES = ["Q4_0", "Q4_K_M", "IQ4_XS"]
 
 _REQUANT = r"""
 import ctypes, sys, llama_cpp
@@ -80,7 +87,7 @@ def requantized(model):
     """ftype name -> path of SmolLM2 requantized by llama.cpp (made once, kept in models/requant/)."""
     out = {}
     os.makedirs(requant_dir(), exist_ok=True)
-    for ft in FTYPES:
+    for ft in FTYPES + [f for f in LOCAL_FTYPES if f not in FTYPES]:
         path = os.path.join(requant_dir(), f"SmolLM2-135M-Instruct.{ft}.gguf")
         if not os.path.isfile(path):
             tmp = path + ".part"
@@ -178,6 +185,14 @@ def test_llamad_matches_reference_server(requantized, reference_server, llamad_w
 # ggml_repack_get_optimal_repack_type; Q2_K too in an AVX-512 build). An RPC server's buffers are not
 # repacked.
 REPACKED = {"Q4_0", "Q4_K", "IQ4_NL", "MXFP4"}
+# Of those, the ones whose local order llamactl's in-process runs reproduce (compute::quant::local).
+LOCAL_REPRODUCED = {"Q4_0", "IQ4_NL", "Q4_K"}
+
+
+def repacked_types(path: str) -> set:
+    """The types of `path` llama.cpp's local CPU of the peer's build repacks (Q2_K too natively)."""
+    types = REPACKED | ({"Q2_K"} if peer.peer_numerics() == "avx512" else set())
+    return types & set(tensor_types(path))
 
 
 @pytest.mark.parametrize("ftype", FTYPES)
@@ -219,6 +234,8 @@ def test_llamactl_matches_reference_server(requantized, reference_server, llamad
     """Our own master gives the text of llama.cpp's master on llama.cpp's RPC server, with the layers on
     one llamad worker and in-process (both in the profile of the peer's build), every prompt."""
     path = requantized[ftype]
+    if where == "in-process" and repacked_types(path) & LOCAL_REPRODUCED:
+        pytest.skip("in-process follows llama.cpp's local CPU here: test_llamactl_in_process_matches_local_cpu")
     ref = run("reference", path, [reference_server.endpoint])
     if where == "in-process":
         got = llamactl_texts(path)
@@ -229,3 +246,23 @@ def test_llamactl_matches_reference_server(requantized, reference_server, llamad
     print(f"{ftype}: llamactl ({where}) = reference server on {sum(ok)}/{len(ok)} prompts")
     diffs = [f"  {p[:40]!r}:\n    reference: {b!r}\n    llamactl:  {a!r}" for p, a, b in zip(PROMPTS, got, want) if a != b]
     assert not diffs, f"{ftype}: llamactl ({where}) differs from llama.cpp on its RPC server:\n" + "\n".join(diffs)
+
+
+@pytest.mark.parametrize("ftype", LOCAL_FTYPES)
+def test_llamactl_in_process_matches_local_cpu(requantized, ftype):
+    """`llamactl run` in-process gives llama.cpp's local CPU text (llama-cpp-python, no RPC, greedy),
+    every prompt, when the file's repacked types are all reproduced; else the matches are recorded
+    and the test is an expected failure naming the types whose local order is missing."""
+    path = requantized[ftype]
+    repacked = repacked_types(path)
+    missing = sorted(repacked - LOCAL_REPRODUCED)
+    loc = run("local", path)
+    got = llamactl_texts(path)
+    want = [r["text"] for r in loc.runs]
+    ok = [a == b for a, b in zip(got, want)]
+    print(f"{ftype}: llamactl in-process ({peer.peer_numerics()}) = llama.cpp local CPU on {sum(ok)}/{len(ok)} "
+          f"prompts (repacked: {sorted(repacked)}, local order not reproduced: {missing})")
+    diffs = [f"  {p[:40]!r}:\n    local CPU: {b!r}\n    llamactl:  {a!r}" for p, a, b in zip(PROMPTS, got, want) if a != b]
+    if diffs and missing:
+        pytest.xfail(f"{ftype}: the local order of {missing} is not reproduced ({sum(ok)}/{len(ok)} prompts match)")
+    assert not diffs, f"{ftype}: llamactl in-process differs from llama.cpp's local CPU:\n" + "\n".join(diffs)

@@ -58,6 +58,17 @@ pub struct Interleaved {
     pub len: usize,
 }
 
+/// What the backend that built a graph knows about a MUL_MAT node's weights (src0).
+#[derive(Clone, Copy, Debug, Default)]
+pub struct WeightHint {
+    /// An interleaved copy of the weights, for generation steps.
+    pub interleaved: Option<Interleaved>,
+    /// The weights are a model's own matrix computed in-process: where llama.cpp's CPU backend
+    /// would repack them on its local CPU, the product follows that order
+    /// ([`crate::quant::local`]) instead of the RPC server's.
+    pub local: bool,
+}
+
 /// One node: an op, its parameters, its destination and its sources.
 #[derive(Clone, Debug)]
 pub struct Node {
@@ -127,6 +138,18 @@ impl Graph {
     /// graph. A copy that does not hold
     /// `interleave::interleave` of its node's src0 gives wrong results, never an access outside it.
     pub unsafe fn with_interleaved(nodes: Vec<Node>, interleaved: &[Option<Interleaved>]) -> Result<Graph> {
+        let hints: Vec<WeightHint> =
+            interleaved.iter().map(|&interleaved| WeightHint { interleaved, local: false }).collect();
+        // SAFETY: forwarded contract.
+        unsafe { Graph::with_weight_hints(nodes, &hints) }
+    }
+
+    /// As [`Graph::with_interleaved`], with what the backend knows of each MUL_MAT node's weights:
+    /// `hints[i]` belongs to node `i` (nodes past the slice's end have none).
+    ///
+    /// # Safety
+    /// As [`Graph::with_interleaved`], for every hint's copy.
+    pub unsafe fn with_weight_hints(nodes: Vec<Node>, hints: &[WeightHint]) -> Result<Graph> {
         let mut plans = Vec::new();
         let mut local_f32 = 0usize;
         let masks = fusion::masked_products(&nodes);
@@ -136,10 +159,10 @@ impl Graph {
             "products only a masked softmax reads"
         );
         for (i, n) in nodes.iter().enumerate().filter(|(_, n)| n.runs()) {
-            let il = interleaved.get(i).copied().flatten();
+            let hint = hints.get(i).copied().unwrap_or_default();
             // SAFETY: forwarded contract of this function; a mask is a source of another node,
             // under the same contract.
-            let plan = unsafe { ops::prepare(n, il, masks[i].as_ref())? };
+            let plan = unsafe { ops::prepare(n, hint, masks[i].as_ref())? };
             local_f32 = local_f32.max(plan.local_f32);
             if plan.phases > 0 {
                 plans.push((i, plan));

@@ -24,7 +24,7 @@ use std::sync::Arc;
 
 use crate::dtype::GgmlType;
 use crate::error::{Error, Result};
-use crate::graph::{Executor, Graph, Interleaved, Node, Tensor, MAX_SRC};
+use crate::graph::{Executor, Graph, Interleaved, Node, Tensor, WeightHint, MAX_SRC};
 use crate::model::arch::{self, BuildParams, Built, InputSink};
 use crate::model::graph_def::{GraphDef, KvKind, Storage, TensorId};
 use crate::model::hparams::HParams;
@@ -423,7 +423,7 @@ impl LocalBackend {
 
     fn convert(&mut self, g: &GraphDef, plan: &Plan) -> Result<Graph> {
         let mut nodes = Vec::with_capacity(g.nodes().len());
-        let mut interleaved = Vec::with_capacity(g.nodes().len());
+        let mut hints = Vec::with_capacity(g.nodes().len());
         for &id in g.nodes() {
             let t = g.get(id);
             let dst = Tensor { layout: t.layout, data: self.addr(g, plan, id)? };
@@ -433,9 +433,14 @@ impl LocalBackend {
                     *d = Some(Tensor { layout: g.layout(*s), data: self.addr(g, plan, *s)? });
                 }
             }
-            interleaved.push(match (t.op, t.src[0]) {
-                (GgmlOp::MulMat, Some(s0)) => self.interleaved_copy(g, s0)?,
-                _ => None,
+            // A whole weight matrix of the model: where llama.cpp's own CPU would repack it, the
+            // product follows that order (`quant::local`); an RPC server's never does.
+            hints.push(match (t.op, t.src[0]) {
+                (GgmlOp::MulMat, Some(s0)) => WeightHint {
+                    interleaved: self.interleaved_copy(g, s0)?,
+                    local: matches!(g.get(s0).storage, Storage::Weight(_)) && g.owner(s0) == s0,
+                },
+                _ => WeightHint::default(),
             });
             nodes.push(Node { op: t.op, op_params: t.op_params, flags: t.flags, dst, src });
         }
@@ -446,7 +451,7 @@ impl LocalBackend {
         // to hold the tensor's full extent; the executor runs the graph only through `run`, which
         // holds `&mut self`, so nothing else touches that memory meanwhile. Weight memory is never
         // a destination.
-        let g = unsafe { Graph::with_interleaved(nodes, &interleaved) }?;
+        let g = unsafe { Graph::with_weight_hints(nodes, &hints) }?;
         tracing::debug!(nodes = g.nodes().len(), phases = g.phases(), steps = g.steps(), "graph planned");
         Ok(g)
     }

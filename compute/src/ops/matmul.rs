@@ -10,10 +10,11 @@
 
 use crate::dtype::GgmlType;
 use crate::error::{Error, Result};
-use crate::graph::Interleaved;
 use crate::graph::Node;
+use crate::graph::{Interleaved, WeightHint};
 use crate::op::GgmlOp;
 use crate::quant::interleave::{self, InterleavedDotFn};
+use crate::quant::local;
 use crate::quant::panel::{PanelKernels, PANEL_COLS, PANEL_ROWS};
 use crate::quant::prepared::PreparedDot;
 use crate::quant::{self, FromF32Fn, GemmFn, VecDot2x2Fn, VecDotFn, VecDotRows4Fn, VecDotX4Fn};
@@ -52,6 +53,9 @@ enum Repack {
     Panel(PanelKernels),
     /// Into prepared rows for the type's prepared dot (generation: few activation rows).
     Prepared(PreparedDot),
+    /// Into prepared rows for weights stored with this bias, read only by an interleaved product
+    /// in llama.cpp's local order (see [`plan_local`]).
+    Interleaved(i32),
 }
 
 /// Most activation rows for which the prepared dot is used (one preparation per activation row
@@ -122,6 +126,57 @@ fn plan_repack(a: &Tv, b: &Tv, act: &mut Activations, masked: bool) -> usize {
     }
 }
 
+/// The product in llama.cpp's local (repacked) order, when `hint` says the weights are a model's
+/// own, llama.cpp's CPU backend would repack them under the active profile
+/// ([`local::repacks`]), and the kernel set has that order: panels, or for generation the
+/// interleaved copy when there is one, or the type's one-row dot in that order. Sets the
+/// activations' repacking where there is one. `None`: the RPC server's order (logged when it is
+/// only because the order is not reproduced).
+fn plan_local(a: &Tv, b: &Tv, act: &mut Activations, hint: WeightHint) -> Option<LocalPlan> {
+    let numerics = crate::numerics::active();
+    if !hint.local || !act.convert || b.dtype() != GgmlType::F32 || !local::repacks(numerics, &a.l, false) {
+        return None;
+    }
+    let t = a.dtype();
+    let Some(lk) = quant::kernels(t).local else {
+        tracing::debug!(%t, ne = ?a.ne, numerics = numerics.name(), "llama.cpp repacks this weight on its local CPU; its order is not reproduced here (the RPC server's order is used)");
+        return None;
+    };
+    act.from_f32?;
+    let k = a.ne[0];
+    let convert = k + act.vdt_row.div_ceil(4);
+    if b.ne[1] < PANEL_MIN_COLS {
+        let copy = match (lk.interleaved, hint.interleaved) {
+            (Some(f), Some(il)) if interleave::eligible(&a.l) => {
+                let need = (a.ne[1] / interleave::ROWS).checked_mul(interleave::group_bytes(t, k))?;
+                (!il.data.is_null() && il.len >= need).then_some((il.data, f))
+            }
+            _ => None,
+        };
+        if let Some(copy) = copy {
+            act.repack = Some(Repack::Interleaved(interleave::bias(t)));
+            act.row = quant::prepared::row_bytes(k);
+            return Some(LocalPlan::Repacked(convert, Some(copy)));
+        }
+    }
+    if let Some(p) = lk.panel {
+        act.repack = Some(Repack::Panel(p));
+        act.row = p.format.col_bytes(k);
+        return Some(LocalPlan::Repacked(convert.max(p.format.panel_bytes(k).div_ceil(4)), None));
+    }
+    lk.vec_dot.map(LocalPlan::Dot)
+}
+
+/// How a product in llama.cpp's local order runs (see [`plan_local`]).
+#[derive(Clone, Copy)]
+enum LocalPlan {
+    /// On repacked activations (panels, or prepared rows for the interleaved product): the f32
+    /// scratch each thread needs, and the interleaved copy with its kernel.
+    Repacked(usize, Option<(*const u8, InterleavedDotFn)>),
+    /// One-row dots on the converted activation rows: (ggml's `gemv` order, its `gemm` order).
+    Dot((VecDotFn, VecDotFn)),
+}
+
 /// Phase 0: converts the rows `rows` (flat indices over `b`) into shared scratch, and records
 /// their extents when asked.
 fn convert_rows(
@@ -145,6 +200,7 @@ fn convert_rows(
             match repack {
                 Repack::Panel(p) => (p.pack_col)(k, q, out),
                 Repack::Prepared(p) => quant::prepared::prepare(k, act.vdt, p.bias, q, out),
+                Repack::Interleaved(bias) => quant::prepared::prepare(k, act.vdt, bias, q, out),
             }
             continue;
         }
@@ -199,6 +255,8 @@ pub(crate) struct MulMat {
     /// The softmax mask that alone reads the result, and where phase 0 records which blocks it
     /// hides (see [`Hidden`]).
     hidden: Option<Hidden>,
+    /// llama.cpp's local order by one-row dots, `(gemv, gemm)` (see [`MulMat::run_local_dots`]).
+    local_dots: Option<(VecDotFn, VecDotFn)>,
 }
 
 /// The blocks of the result a softmax mask hides: for every mask row (token, mask head, mask
@@ -258,7 +316,7 @@ fn plan_interleaved(a: &Tv, il: Interleaved) -> Option<(*const u8, InterleavedDo
 /// As `ops::prepare`.
 pub(crate) unsafe fn prepare_mul_mat(
     n: &Node,
-    interleaved: Option<Interleaved>,
+    hint: WeightHint,
     mask: Option<&crate::graph::Tensor>,
 ) -> Result<Plan> {
     let op = n.op;
@@ -285,6 +343,7 @@ pub(crate) unsafe fn prepare_mul_mat(
     check_overlap(op, &dst, &a, Alias::Never)?;
     check_overlap(op, &dst, &b, Alias::Never)?;
     let (vec_dot, mut act) = plan_activations(op, &a, &b)?;
+    let local = plan_local(&a, &b, &mut act, hint);
     // ggml multiplies F16 weights (and F32 weights by contiguous F32 activations) with its float GEMM
     // (llamafile's tinyBLAS) when there are enough activation rows and the weight rows are a multiple
     // of 4, and with `vec_dot` otherwise; use the same arithmetic so results match a llama.cpp CPU
@@ -297,7 +356,7 @@ pub(crate) unsafe fn prepare_mul_mat(
         } else {
             a.dtype() != GgmlType::F32 || b.l.is_contiguous()
         };
-        fits && operands
+        fits && operands && local.is_none()
     });
     if gemm.is_some() && rule.f32_activations {
         // The GEMM dot reads the f32 rows of `src1` in place.
@@ -330,7 +389,12 @@ pub(crate) unsafe fn prepare_mul_mat(
     if two_row_order_differs(a.dtype()) && (a.ne[1] % 2 != 0 || b.ne[1] % 2 != 0) {
         k.vec_dot_2x2 = None;
     }
-    let repack_local = if gemm.is_none() { plan_repack(&a, &b, &mut act, mask.is_some()) } else { 0 };
+    let repack_local = match local {
+        Some(LocalPlan::Repacked(scratch, _)) => scratch,
+        Some(LocalPlan::Dot(_)) => 0,
+        None if gemm.is_none() => plan_repack(&a, &b, &mut act, mask.is_some()),
+        None => 0,
+    };
     let k = match act.repack {
         // Prepared rows: the one-column dot for few columns, the prepared tiles for many (the
         // same bits).
@@ -346,11 +410,20 @@ pub(crate) unsafe fn prepare_mul_mat(
     // ggml takes its tiled product for 8+ activation rows of a K-quant or IQ type: that order where
     // the kernel set reproduces it (and no repacked product runs instead).
     let k = match (act.repack, DotKernels::batch(a.dtype())) {
-        (None, Some(bk)) if gemm.is_none() && b.ne[1] >= quant::TILED_MIN_ROWS => bk,
+        (None, Some(bk)) if gemm.is_none() && local.is_none() && b.ne[1] >= quant::TILED_MIN_ROWS => bk,
         _ => k,
     };
+    // llama.cpp's local order by one-row dots (`run_local_dots`).
+    let local_dots = match local {
+        Some(LocalPlan::Dot(pair)) => Some(pair),
+        _ => None,
+    };
     // Generation steps read the interleaved copy when there is one (the same values).
-    let interleaved = match (act.repack, interleaved) {
+    let interleaved = match (act.repack, hint.interleaved) {
+        (Some(Repack::Interleaved(_)), _) => match local {
+            Some(LocalPlan::Repacked(_, il)) => il,
+            _ => None,
+        },
         (Some(Repack::Prepared(_)), Some(il)) if b.ne[1] <= PREPARED_MAX_COLS => plan_interleaved(&a, il),
         _ => None,
     };
@@ -395,7 +468,7 @@ pub(crate) unsafe fn prepare_mul_mat(
         units,
         shared_bytes,
         local_f32: local,
-        kind: Kind::MulMat(MulMat { a, b, dst, k, act, interleaved, extents, hidden }),
+        kind: Kind::MulMat(MulMat { a, b, dst, k, act, interleaved, extents, hidden, local_dots }),
     })
 }
 
@@ -492,6 +565,10 @@ impl MulMat {
         }
         let nr = ROW_BLOCK.min(m - r0);
         let xs: [&[u8]; ROW_BLOCK] = std::array::from_fn(|i| a.row_bytes(r0 + i.min(nr - 1), i02, i03));
+        if let Some(dots) = self.local_dots {
+            self.run_local_dots(dots, &xs[..nr], r0, (i12, i13), ctx);
+            return;
+        }
         if let Some(Repack::Panel(p)) = self.act.repack {
             self.run_panel(p, &xs, r0, nr, (i12, i13), ctx);
             return;
@@ -594,6 +671,30 @@ impl MulMat {
                 dst.store_f32s(r0, c0 + j, i12, i13, col);
             }
             c0 += nc;
+        }
+    }
+
+    /// One unit in llama.cpp's local order by one-row dots: ggml's repacked product takes its
+    /// four-row `gemm` for the first `n - n % 4` activation rows of a plane and its `gemv` for the
+    /// rest, and for some types (Q4_K) the two group the float steps differently.
+    fn run_local_dots(
+        &self,
+        (gemv, gemm): (VecDotFn, VecDotFn),
+        xs: &[&[u8]],
+        r0: usize,
+        (i12, i13): (usize, usize),
+        ctx: &mut Ctx<'_>,
+    ) {
+        let (b, dst) = (&self.b, &self.dst);
+        let (k, n) = (self.a.ne[0], b.ne[1]);
+        let mut out = [0.0f32; ROW_BLOCK];
+        for c in 0..n {
+            let f = if c < n - n % 4 { gemm } else { gemv };
+            let y = act_row(b, &self.act, &ctx.sh, c, i12, i13);
+            for (o, x) in out.iter_mut().zip(xs) {
+                *o = f(k, x, y);
+            }
+            dst.store_f32s(r0, c, i12, i13, &out[..xs.len()]);
         }
     }
 

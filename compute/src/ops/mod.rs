@@ -31,7 +31,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Mutex;
 
 use crate::error::{Error, Result};
-use crate::graph::{Interleaved, Node, Tensor};
+use crate::graph::{Node, Tensor, WeightHint};
 use crate::op::GgmlOp;
 use access::Tv;
 
@@ -251,13 +251,9 @@ pub(crate) fn check_overlap(op: GgmlOp, dst: &Tv, s: &Tv, alias: Alias) -> Resul
 /// MUL_MAT's result (`graph::fusion`).
 ///
 /// # Safety
-/// Every tensor of `n` and `mask` must satisfy the contract of `Graph::new`, and `interleaved` that
-/// of `Graph::with_interleaved`.
-pub(crate) unsafe fn prepare(
-    n: &Node,
-    interleaved: Option<Interleaved>,
-    mask: Option<&Tensor>,
-) -> Result<Plan> {
+/// Every tensor of `n` and `mask` must satisfy the contract of `Graph::new`, and `hint`'s copy
+/// that of `Graph::with_interleaved`.
+pub(crate) unsafe fn prepare(n: &Node, hint: WeightHint, mask: Option<&Tensor>) -> Result<Plan> {
     if n.op.carries_function_pointer() {
         return Err(Error::UnsupportedOp {
             op: n.op,
@@ -273,7 +269,7 @@ pub(crate) unsafe fn prepare(
         ));
     }
     // SAFETY: forwarded contract (every prepare_* only wraps the node's tensors).
-    let mut plan = unsafe { prepare_op(n, interleaved, mask)? };
+    let mut plan = unsafe { prepare_op(n, hint, mask)? };
     // A node with an empty destination has nothing to write (its inputs were still validated).
     if dst.is_empty() {
         return Ok(Plan { phases: 0, units: [0; 2], shared_bytes: 0, local_f32: 0, kind: Kind::Nop });
@@ -290,11 +286,11 @@ pub(crate) unsafe fn prepare(
 ///
 /// # Safety
 /// As [`prepare`].
-unsafe fn prepare_op(n: &Node, interleaved: Option<Interleaved>, mask: Option<&Tensor>) -> Result<Plan> {
+unsafe fn prepare_op(n: &Node, hint: WeightHint, mask: Option<&Tensor>) -> Result<Plan> {
     // SAFETY: forwarded contract (every prepare_* only wraps the node's tensors).
     unsafe {
         match n.op {
-            GgmlOp::MulMat => matmul::prepare_mul_mat(n, interleaved, mask),
+            GgmlOp::MulMat => matmul::prepare_mul_mat(n, hint, mask),
             GgmlOp::MulMatId => matmul::prepare_mul_mat_id(n),
             GgmlOp::GetRows => rows::prepare_get_rows(n),
             GgmlOp::SetRows => rows::prepare_set_rows(n),

@@ -263,6 +263,12 @@ impl Kernels {
         }
     }
 
+    /// Sets the kernels of `t` in llama.cpp's local order (see [`super::local`]).
+    #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
+    pub(crate) fn set_local(&mut self, t: GgmlType, k: super::local::LocalKernels) {
+        self.types[t as usize].local = Some(k);
+    }
+
     /// Sets the interleaved-weight product of `t` (see [`super::interleave`]).
     #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
     pub(crate) fn set_interleaved_dot(&mut self, t: GgmlType, f: super::interleave::InterleavedDotFn) {
@@ -348,6 +354,7 @@ fn entry(to: ToF32Fn, from: Option<FromF32Fn>, dot: Option<VecDotFn>, vdt: GgmlT
         vec_dot_prepared: None,
         panel: None,
         interleaved_dot: None,
+        local: None,
     }
 }
 
@@ -370,6 +377,7 @@ fn build_scalar() -> Kernels {
         vec_dot_prepared: None,
         panel: None,
         interleaved_dot: None,
+        local: None,
     };
     let mut t = [empty; GGML_TYPE_COUNT as usize];
     // ref: ggml-compute-semantics.md §2.3, the vec_dot_type table.

@@ -256,7 +256,7 @@ pub fn dot_reference(t: GgmlType, k: usize, group: &[u8], cols: &[&[u8]], out: &
 }
 
 /// The stored (unsigned) weight of element `4l + e` of row `r` in block column `g`.
-fn weight(t: GgmlType, g: &[u8], l: usize, r: usize, e: usize) -> u8 {
+pub(crate) fn weight(t: GgmlType, g: &[u8], l: usize, r: usize, e: usize) -> u8 {
     if t == GgmlType::Q8_0 {
         return g[l * 4 * ROWS + r * 4 + e];
     }

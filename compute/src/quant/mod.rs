@@ -56,6 +56,7 @@ pub mod aarch64;
 pub mod blocks;
 pub mod dispatch;
 pub mod interleave;
+pub mod local;
 pub mod panel;
 pub mod prepared;
 pub mod scalar;
@@ -149,6 +150,10 @@ pub struct TypeKernels {
     /// Optional product of interleaved weights (see [`interleave`]) with 1..=2 prepared activation
     /// rows: `vec_dot_prepared`'s values bit for bit, 16 rows at a time.
     pub interleaved_dot: Option<interleave::InterleavedDotFn>,
+    /// Optional kernels in llama.cpp's local (repacked) order (see [`local`]), which in-process
+    /// products of the weights llama.cpp would repack take under every profile; unlike `panel`,
+    /// the ggml profiles keep them.
+    pub local: Option<local::LocalKernels>,
 }
 
 /// The conditions under which ggml's float GEMM (llamafile's tinyBLAS) serves a matrix product, so

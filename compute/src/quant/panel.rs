@@ -20,7 +20,9 @@
 //! `v + 128`), the grid IQ types
 //! and TQ1_0/TQ2_0, whose blocks are decoded by `scalar::iq` into values `v + 64` with a scale
 //! per 16 elements); against the
-//! one-column `vec_dot` they agree to float rounding (tested against an f64 reference).
+//! one-column `vec_dot` they agree to float rounding (tested against an f64 reference). For Q4_0
+//! and IQ4_NL this order is also llama.cpp's repacked (CPU_REPACK) order, so the panels serve the
+//! in-process products of those weights under every profile (see [`super::local`]).
 //! The packers here are the scalar definitions; the AVX-512 set replaces the Q4_0 weight packer
 //! (a register transpose) and the Q8_0 column packer with SIMD twins that write the same bytes
 //! (tested), since packing was a tenth of a Q4_0 prompt's time.

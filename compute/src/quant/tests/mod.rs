@@ -5,6 +5,7 @@ mod bench;
 mod dequant;
 mod dot;
 mod interleave;
+mod local;
 #[cfg(target_arch = "aarch64")]
 mod neon;
 mod panel;

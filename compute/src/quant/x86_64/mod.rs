@@ -48,6 +48,7 @@ mod float512;
 mod gemm;
 mod gemm512;
 mod interleave;
+mod local;
 mod panel;
 
 use super::dispatch::Kernels;
@@ -112,5 +113,6 @@ pub fn install_avx512(k: &mut Kernels) {
     // The 512-bit tiles replace the 256-bit ones of Q4_0, Q5_0 and Q8_0 (same bits, faster).
     gemm512::install(k);
     panel::install(k);
+    local::install(k);
     interleave::install(k);
 }
