@@ -532,14 +532,12 @@ load = "request"
             assert ub_tok / ub > 3
             for i, p in enumerate(PROMPTS):
                 assert alone[i]["text"] == runs[i], p
-            # The ratio is asserted with llama.cpp's workers (LLAMAD_OPENAI_WORKERS_MIN_SPEEDUP, default 3;
-            # CI asserts 1.3; measured 1.7-1.8x with every process on the test machine's two cores).
-            # llamad's workers (-t 1) compute a row of a ubatch for about what a lone row costs, so on
-            # these two cores 8 streams have measured 0.63-1.15x one stream: the table is printed,
-            # and batching on llamad's workers waits for the multi-row kernels.
-            if kind == "reference":
-                want_x = float(os.environ.get("LLAMAD_OPENAI_WORKERS_MIN_SPEEDUP", "3"))
-                assert rows[2][1] >= want_x * seq_rate, f"8 streams {rows[2][1]:.1f} tok/s vs one {seq_rate:.1f}"
+            # The ratio is asserted for both kinds of worker (LLAMAD_OPENAI_WORKERS_MIN_SPEEDUP, default
+            # 3; CI asserts 1.3). With every process on the test machine's two cores, measured: llama.cpp's
+            # workers 1.46-1.84x, llamad's 2.01x (their 3-8 row products read the interleaved weight
+            # copies, as a generation step's one or two rows do).
+            want_x = float(os.environ.get("LLAMAD_OPENAI_WORKERS_MIN_SPEEDUP", "3"))
+            assert rows[2][1] >= want_x * seq_rate, f"8 streams {rows[2][1]:.1f} tok/s vs one {seq_rate:.1f}"
 
             # A client that leaves frees its slot on the workers; the slot serves the next right.
             before = metric(s.metrics(), 'llamad_openai_requests_total{outcome="cancelled"}')

@@ -62,7 +62,7 @@ enum Repack {
 /// pays when every weight row meets few of them): a generation step of up to 8 sequences decoded
 /// together (a server's parallel slots) reads the interleaved copy, two rows per kernel call,
 /// instead of falling back to one-row dots; every output keeps the one-row `vec_dot`'s bits.
-const PREPARED_MAX_COLS: usize = 8;
+const PREPARED_MAX_COLS: usize = crate::quant::interleave::SERVE_MAX_COLS;
 
 /// Activation columns per kernel call of the tiled product on prepared rows: its weight rows'
 /// scales are prepared once per call.

@@ -39,6 +39,10 @@ pub const ROWS: usize = 16;
 /// Most activation rows one kernel call takes.
 pub const MAX_COLS: usize = 2;
 
+/// Most activation rows of a product that reads the interleaved copy ([`MAX_COLS`] per kernel
+/// call): a generation step of up to 8 sequences decoded together (a server's parallel slots).
+pub const SERVE_MAX_COLS: usize = 8;
+
 /// The interleaved product of one group of [`ROWS`] rows of `k` elements with 1..=[`MAX_COLS`]
 /// prepared activation rows: `out[j * ROWS + r]` = row `r` · column `j`. The cache lines of `ahead`
 /// (a share of the group to run next; any length, empty for none) are prefetched spread over the

@@ -10,7 +10,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
 use compute::graph::{Executor, Graph, Interleaved, Node, Tensor};
-use compute::quant::interleave::MAX_COLS;
+use compute::quant::interleave::SERVE_MAX_COLS;
 use compute::{GgmlOp, Layout};
 use llamad_proto::{GraphBlob, RpcTensor};
 
@@ -215,8 +215,9 @@ pub fn build(
             let si = lookup(sid, "source")?;
             src[j] = Some(tensor_of(&table[si], get(si)?, &mut keep)?);
         }
-        // Only generation-shaped products (one or two activation rows) read a copy.
-        let generation = src[1].is_some_and(|b| b.layout.ne[1] <= MAX_COLS as u64);
+        // Only generation-shaped products (up to 8 activation rows: one sequence, or the parallel
+        // slots of a batched master) read a copy.
+        let generation = src[1].is_some_and(|b| b.layout.ne[1] <= SERVE_MAX_COLS as u64);
         if let (true, GgmlOp::MulMat, true, true) = (interleave.is_some(), op, generation, src[0].is_some()) {
             let p = get(lookup(t.src[0], "source")?)?;
             if let Some((b, off)) = &p.storage {
