@@ -164,8 +164,11 @@ fn plan_local(a: &Tv, b: &Tv, act: &mut Activations, hint: WeightHint) -> Option
         act.row = p.format.col_bytes(k);
         return Some(LocalPlan::Repacked(convert.max(p.format.panel_bytes(k).div_ceil(4)), None));
     }
-    lk.vec_dot.map(LocalPlan::Dot)
+    lk.vec_dot.map(|(gemv, gemm)| LocalPlan::Dot((gemv, gemm, lk.gemm_x4)))
 }
+
+/// The one-row local-order dots (see [`LocalPlan::Dot`]).
+type LocalDots = (VecDotFn, VecDotFn, Option<VecDotX4Fn>);
 
 /// How a product in llama.cpp's local order runs (see [`plan_local`]).
 #[derive(Clone, Copy)]
@@ -173,8 +176,9 @@ enum LocalPlan {
     /// On repacked activations (panels, or prepared rows for the interleaved product): the f32
     /// scratch each thread needs, and the interleaved copy with its kernel.
     Repacked(usize, Option<(*const u8, InterleavedDotFn)>),
-    /// One-row dots on the converted activation rows: (ggml's `gemv` order, its `gemm` order).
-    Dot((VecDotFn, VecDotFn)),
+    /// One-row dots on the converted activation rows: (ggml's `gemv` order, its `gemm` order, the
+    /// `gemm` order for four activation rows at once).
+    Dot(LocalDots),
 }
 
 /// Phase 0: converts the rows `rows` (flat indices over `b`) into shared scratch, and records
@@ -256,7 +260,7 @@ pub(crate) struct MulMat {
     /// hides (see [`Hidden`]).
     hidden: Option<Hidden>,
     /// llama.cpp's local order by one-row dots, `(gemv, gemm)` (see [`MulMat::run_local_dots`]).
-    local_dots: Option<(VecDotFn, VecDotFn)>,
+    local_dots: Option<LocalDots>,
 }
 
 /// The blocks of the result a softmax mask hides: for every mask row (token, mask head, mask
@@ -679,7 +683,7 @@ impl MulMat {
     /// rest, and for some types (Q4_K) the two group the float steps differently.
     fn run_local_dots(
         &self,
-        (gemv, gemm): (VecDotFn, VecDotFn),
+        (gemv, gemm, gemm_x4): LocalDots,
         xs: &[&[u8]],
         r0: usize,
         (i12, i13): (usize, usize),
@@ -688,7 +692,26 @@ impl MulMat {
         let (b, dst) = (&self.b, &self.dst);
         let (k, n) = (self.a.ne[0], b.ne[1]);
         let mut out = [0.0f32; ROW_BLOCK];
-        for c in 0..n {
+        // ggml's four-row `gemm` takes the first `n - n % 4` rows: four at a time where the kernel
+        // set has that form (the same bits per output).
+        let mut c = 0;
+        if let Some(x4) = gemm_x4 {
+            let mut out4 = [[0.0f32; ROW_BLOCK]; 4];
+            while c + 4 <= n - n % 4 {
+                let ys: [&[u8]; 4] = std::array::from_fn(|j| act_row(b, &self.act, &ctx.sh, c + j, i12, i13));
+                for (i, x) in xs.iter().enumerate() {
+                    let r = x4(k, x, ys);
+                    for j in 0..4 {
+                        out4[j][i] = r[j];
+                    }
+                }
+                for (j, o) in out4.iter().enumerate() {
+                    dst.store_f32s(r0, c + j, i12, i13, &o[..xs.len()]);
+                }
+                c += 4;
+            }
+        }
+        for c in c..n {
             let f = if c < n - n % 4 { gemm } else { gemv };
             let y = act_row(b, &self.act, &ctx.sh, c, i12, i13);
             for (o, x) in out.iter_mut().zip(xs) {

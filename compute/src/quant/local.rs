@@ -69,6 +69,9 @@ pub struct LocalKernels {
     /// panels in this order (Q4_K): as ggml's `gemv` sums it (the last `ne11 % 4` activation rows
     /// of a plane) and as its four-row `gemm` does (the others).
     pub vec_dot: Option<(VecDotFn, VecDotFn)>,
+    /// The `gemm` order of [`LocalKernels::vec_dot`] for four activation rows at once (the weight
+    /// row decoded once; every output's steps those of the one-row form).
+    pub gemm_x4: Option<super::VecDotX4Fn>,
 }
 
 /// Whether a llama.cpp CPU backend of the build that `numerics` reproduces keeps a weight of

@@ -245,3 +245,38 @@ fn ggml_profiles_keep_the_local_kernels() {
         assert!(k.get(GgmlType::Q4_0).local.unwrap().interleaved.is_some(), "{}", n.name());
     }
 }
+
+/// The four-row form of Q4_K's local `gemm` order equals the model per output, for every column
+/// position (random rows, 1–6 super-blocks).
+#[test]
+fn q4_k_gemm_x4_is_the_gemm_order_per_column() {
+    let t = GgmlType::Q4_K;
+    let s = scalar_table();
+    let mut r = rng(255);
+    let x4s: Vec<crate::quant::VecDotX4Fn> =
+        tables().iter().filter_map(|tab| tab.get(t).local.and_then(|l| l.gemm_x4)).collect();
+    if Isa::Avx2.available() {
+        assert!(!x4s.is_empty(), "AVX2 present but no four-row local Q4_K kernel");
+    }
+    let mut checked = 0;
+    for nb in [1usize, 2, 6] {
+        let k = nb * 256;
+        let rows = weight_rows(&mut r, t, nb);
+        let ys: Vec<Vec<u8>> =
+            (0..4).map(|_| quantize(&s, GgmlType::Q8_K, &activations(&mut r, k)[0])).collect();
+        let cols: [&[u8]; 4] = std::array::from_fn(|j| &ys[j][..]);
+        for x in &rows {
+            for f in &x4s {
+                let got = f(k, x, cols);
+                for (j, y) in cols.iter().enumerate() {
+                    let want = local::model(t, k, x, y, true);
+                    assert!(same(got[j], want), "nb {nb} column {j}: {} vs model {want}", got[j]);
+                    checked += 1;
+                }
+            }
+        }
+    }
+    if Isa::Avx2.available() {
+        assert!(checked > 0);
+    }
+}

@@ -26,7 +26,12 @@ pub fn install(k: &mut Kernels) {
     }
     k.set_local(
         GgmlType::Q4_K,
-        LocalKernels { panel: None, interleaved: None, vec_dot: Some((dot_q4_k::<4>, dot_q4_k::<1>)) },
+        LocalKernels {
+            panel: None,
+            interleaved: None,
+            vec_dot: Some((dot_q4_k::<4>, dot_q4_k::<1>)),
+            gemm_x4: Some(dot_q4_k_gemm_x4),
+        },
     );
     if !super::avx512_available() {
         return;
@@ -35,7 +40,7 @@ pub fn install(k: &mut Kernels) {
         [(GgmlType::Q4_0, Some(dot_q4_0 as interleave::InterleavedDotFn)), (GgmlType::IQ4_NL, None)]
     {
         if let Some(panel) = k.get(t).panel {
-            k.set_local(t, LocalKernels { panel: Some(panel), interleaved, vec_dot: None });
+            k.set_local(t, LocalKernels { panel: Some(panel), interleaved, vec_dot: None, gemm_x4: None });
         }
     }
 }
@@ -49,6 +54,66 @@ fn dot_q4_k<const P: usize>(n: usize, x: &[u8], y: &[u8]) -> f32 {
     // SAFETY: AVX2/FMA/F16C were detected before `install` put this function in the table; the
     // kernel reads only the blocks of the two slices.
     unsafe { q4_k_kernel::<P>(xs, ys) }
+}
+
+/// Q4_K against four Q8_K rows in the local `gemm` order (one float step per pair of sub-blocks):
+/// each output as [`dot_q4_k`]`::<1>` computes it, the weight nibbles and scales decoded once.
+fn dot_q4_k_gemm_x4(n: usize, x: &[u8], y: [&[u8]; 4]) -> [f32; 4] {
+    assert_eq!(n % crate::dtype::QK_K, 0, "local Q4_K dot: n = {n} is not a whole number of super-blocks");
+    let nb = n / crate::dtype::QK_K;
+    let xs = take_blocks::<BlockQ4K>(x, nb);
+    let ys = y.map(|r| take_blocks::<BlockQ8K>(r, nb));
+    // SAFETY: AVX2/FMA/F16C were detected before `install` put this function in the table; the
+    // kernel reads only the blocks of the five slices (each `nb` long).
+    unsafe { q4_k_gemm_kernel_x4(xs, ys) }
+}
+
+/// # Safety
+/// AVX2 and FMA must be available; every `ys[c]` holds `xs.len()` blocks.
+#[target_feature(enable = "avx2,fma")]
+unsafe fn q4_k_gemm_kernel_x4(xs: &[BlockQ4K], ys: [&[BlockQ8K]; 4]) -> [f32; 4] {
+    let m4 = _mm256_set1_epi8(0x0F);
+    let ones = _mm256_set1_epi16(1);
+    let (mut acc, mut acc_min) = ([0.0f32; 4], [0.0f32; 4]);
+    for (ib, xb) in xs.iter().enumerate() {
+        let sm = k4_scales(&xb.scales);
+        let xd = f16le(xb.d);
+        let xdmin = f16le(xb.dmin);
+        for p in 0..4 {
+            // SAFETY: a 32-byte unaligned load inside the block's 128-byte `qs`.
+            let raw = unsafe { _mm256_loadu_si256(xb.qs.as_ptr().add(32 * p) as *const __m256i) };
+            let lo = _mm256_and_si256(raw, m4);
+            let hi = _mm256_and_si256(_mm256_srli_epi16::<4>(raw), m4);
+            let (s0, s1) = (_mm256_set1_epi32(sm[2 * p].0 as i32), _mm256_set1_epi32(sm[2 * p + 1].0 as i32));
+            for c in 0..4 {
+                let yb = &ys[c][ib];
+                // SAFETY: 32-byte unaligned loads inside the block's 256-byte `qs`.
+                let (y0, y1) = unsafe {
+                    (
+                        _mm256_loadu_si256(yb.qs.as_ptr().add(64 * p) as *const __m256i),
+                        _mm256_loadu_si256(yb.qs.as_ptr().add(64 * p + 32) as *const __m256i),
+                    )
+                };
+                let p0 = _mm256_madd_epi16(_mm256_maddubs_epi16(lo, y0), ones);
+                let p1 = _mm256_madd_epi16(_mm256_maddubs_epi16(hi, y1), ones);
+                let iv = _mm256_add_epi32(_mm256_mullo_epi32(p0, s0), _mm256_mullo_epi32(p1, s1));
+                let s = _mm_add_epi32(_mm256_castsi256_si128(iv), _mm256_extracti128_si256::<1>(iv));
+                let s = _mm_add_epi32(s, _mm_unpackhi_epi64(s, s));
+                let iacc = _mm_cvtsi128_si32(_mm_add_epi32(s, _mm_shuffle_epi32::<1>(s)));
+                let imin: i32 = (2 * p..2 * p + 2)
+                    .map(|j| {
+                        let b = i16::from_le_bytes(yb.bsums[2 * j]) as i32
+                            + i16::from_le_bytes(yb.bsums[2 * j + 1]) as i32;
+                        sm[j].1 as i32 * b
+                    })
+                    .sum();
+                let da = f32::from_le_bytes(yb.d);
+                acc[c] = (iacc as f32).mul_add(xd * da, acc[c]);
+                acc_min[c] = (imin as f32).mul_add(xdmin * da, acc_min[c]);
+            }
+        }
+    }
+    std::array::from_fn(|c| acc[c] - acc_min[c])
 }
 
 /// # Safety
