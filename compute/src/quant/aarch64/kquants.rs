@@ -646,15 +646,7 @@ unsafe fn q2_k_sve_dot<const L: usize>(xs: &[BlockQ2K], ys: &[BlockQ8K]) -> f32 
                 acc[h] = vfmaq_n_f32(acc[h], vcvtq_f32_s32(sums[h]), d);
             }
         }
-        let faddv4 = |v: float32x4_t| {
-            let p = vpaddq_f32(v, v);
-            vgetq_lane_f32::<0>(vpaddq_f32(p, p))
-        };
-        if L == 4 {
-            faddv4(acc[0])
-        } else {
-            faddv4(acc[0]) + faddv4(acc[1])
-        }
+        super::sve_float::faddv(&acc[..L / 4])
     }
 }
 

@@ -73,7 +73,7 @@ unsafe fn widen(h: uint16x4_t) -> float32x4_t {
 
 /// `faddv` of the SVE vector held in `r` (recursive halving; one register: `(l0+l1)+(l2+l3)`).
 #[inline(always)]
-unsafe fn faddv(r: &[float32x4_t]) -> f32 {
+pub(super) unsafe fn faddv(r: &[float32x4_t]) -> f32 {
     // SAFETY: register arithmetic (NEON enabled in every caller).
     unsafe {
         if r.len() == 1 {

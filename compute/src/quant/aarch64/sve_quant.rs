@@ -9,21 +9,12 @@ use std::arch::aarch64::*;
 
 use super::dot::{Dot, Sdot};
 use super::legacy::{B32, Q40, Q80};
+use super::sve_float::faddv;
 use crate::dtype::GgmlType;
 use crate::quant::blocks::*;
 use crate::quant::dispatch::Kernels;
 use crate::quant::scalar::neon_order::{self as no, NeonBlock};
 use crate::quant::{VecDotFn, VecDotX4Fn};
-
-/// `(v0 + v1) + (v2 + v3)`: `faddv` of one 128-bit vector.
-#[inline(always)]
-unsafe fn faddv4(v: float32x4_t) -> f32 {
-    // SAFETY: register arithmetic (NEON enabled in every caller).
-    unsafe {
-        let p = vpaddq_f32(v, v);
-        vgetq_lane_f32::<0>(vpaddq_f32(p, p))
-    }
-}
 
 /// A block's exact integer lanes: `[lo, hi]`, lane `l` of `lo` elements `4l..4l+4`, of `hi`
 /// elements `16+4l..16+4l+4`.
@@ -66,12 +57,11 @@ unsafe fn dot1<B: B32, M: NeonBlock<X = B::X, Y = B::Y>, const Q: usize, const S
             ib += 2;
         }
         let [a0, a1] = acc;
-        let mut sumf = if Q == 1 {
-            faddv4(vaddq_f32(a0[0], a1[0]))
-        } else if SPLIT {
-            (faddv4(a0[0]) + faddv4(a0[1])) + (faddv4(a1[0]) + faddv4(a1[1]))
+        let r = if Q == 1 { 1 } else { 2 };
+        let mut sumf = if SPLIT {
+            faddv(&a0[..r]) + faddv(&a1[..r])
         } else {
-            faddv4(vaddq_f32(a0[0], a1[0])) + faddv4(vaddq_f32(a0[1], a1[1]))
+            faddv(&[vaddq_f32(a0[0], a1[0]), vaddq_f32(a0[1], a1[1])][..r])
         };
         if ib < nb {
             let [lo, hi] = halves::<B>(&xs[ib], &ys[ib]);

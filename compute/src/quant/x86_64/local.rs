@@ -11,6 +11,7 @@
 
 use std::arch::x86_64::*;
 
+use super::avx2::util::{dot_u8i8_epi32, hsum_epi32};
 use crate::dtype::GgmlType;
 use crate::quant::blocks::{f16le, take_blocks, BlockQ4K, BlockQ8K, QK};
 use crate::quant::dispatch::Kernels;
@@ -68,12 +69,20 @@ fn dot_q4_k_gemm_x4(n: usize, x: &[u8], y: [&[u8]; 4]) -> [f32; 4] {
     unsafe { q4_k_gemm_kernel_x4(xs, ys) }
 }
 
+/// `Σ min_j · (bsum_2j + bsum_2j+1)` over the sub-blocks `js` (exact).
+fn min_sum(sm: &[(u8, u8); 8], yb: &BlockQ8K, js: std::ops::Range<usize>) -> i32 {
+    js.map(|j| {
+        let b = i16::from_le_bytes(yb.bsums[2 * j]) as i32 + i16::from_le_bytes(yb.bsums[2 * j + 1]) as i32;
+        sm[j].1 as i32 * b
+    })
+    .sum()
+}
+
 /// # Safety
 /// AVX2 and FMA must be available; every `ys[c]` holds `xs.len()` blocks.
 #[target_feature(enable = "avx2,fma")]
 unsafe fn q4_k_gemm_kernel_x4(xs: &[BlockQ4K], ys: [&[BlockQ8K]; 4]) -> [f32; 4] {
     let m4 = _mm256_set1_epi8(0x0F);
-    let ones = _mm256_set1_epi16(1);
     let (mut acc, mut acc_min) = ([0.0f32; 4], [0.0f32; 4]);
     for (ib, xb) in xs.iter().enumerate() {
         let sm = k4_scales(&xb.scales);
@@ -94,19 +103,12 @@ unsafe fn q4_k_gemm_kernel_x4(xs: &[BlockQ4K], ys: [&[BlockQ8K]; 4]) -> [f32; 4]
                         _mm256_loadu_si256(yb.qs.as_ptr().add(64 * p + 32) as *const __m256i),
                     )
                 };
-                let p0 = _mm256_madd_epi16(_mm256_maddubs_epi16(lo, y0), ones);
-                let p1 = _mm256_madd_epi16(_mm256_maddubs_epi16(hi, y1), ones);
+                // SAFETY: register arithmetic; AVX2 is enabled here.
+                let (p0, p1) = unsafe { (dot_u8i8_epi32(lo, y0), dot_u8i8_epi32(hi, y1)) };
                 let iv = _mm256_add_epi32(_mm256_mullo_epi32(p0, s0), _mm256_mullo_epi32(p1, s1));
-                let s = _mm_add_epi32(_mm256_castsi256_si128(iv), _mm256_extracti128_si256::<1>(iv));
-                let s = _mm_add_epi32(s, _mm_unpackhi_epi64(s, s));
-                let iacc = _mm_cvtsi128_si32(_mm_add_epi32(s, _mm_shuffle_epi32::<1>(s)));
-                let imin: i32 = (2 * p..2 * p + 2)
-                    .map(|j| {
-                        let b = i16::from_le_bytes(yb.bsums[2 * j]) as i32
-                            + i16::from_le_bytes(yb.bsums[2 * j + 1]) as i32;
-                        sm[j].1 as i32 * b
-                    })
-                    .sum();
+                // SAFETY: register arithmetic; AVX2 is enabled here.
+                let iacc = unsafe { hsum_epi32(iv) };
+                let imin = min_sum(&sm, yb, 2 * p..2 * p + 2);
                 let da = f32::from_le_bytes(yb.d);
                 acc[c] = (iacc as f32).mul_add(xd * da, acc[c]);
                 acc_min[c] = (imin as f32).mul_add(xdmin * da, acc_min[c]);
@@ -121,7 +123,6 @@ unsafe fn q4_k_gemm_kernel_x4(xs: &[BlockQ4K], ys: [&[BlockQ8K]; 4]) -> [f32; 4]
 #[target_feature(enable = "avx2,fma")]
 unsafe fn q4_k_kernel<const P: usize>(xs: &[BlockQ4K], ys: &[BlockQ8K]) -> f32 {
     let m4 = _mm256_set1_epi8(0x0F);
-    let ones = _mm256_set1_epi16(1);
     let (mut acc, mut acc_min) = (0.0f32, 0.0f32);
     for (xb, yb) in xs.iter().zip(ys) {
         let sm = k4_scales(&xb.scales);
@@ -140,21 +141,14 @@ unsafe fn q4_k_kernel<const P: usize>(xs: &[BlockQ4K], ys: &[BlockQ8K]) -> f32 {
                 let lo = _mm256_and_si256(raw, m4);
                 let hi = _mm256_and_si256(_mm256_srli_epi16::<4>(raw), m4);
                 // Nibble × i8 pairs (at most 2 · 15 · 128 in i16, no saturation), widened exactly.
-                let p0 = _mm256_madd_epi16(_mm256_maddubs_epi16(lo, y0), ones);
-                let p1 = _mm256_madd_epi16(_mm256_maddubs_epi16(hi, y1), ones);
+                // SAFETY: register arithmetic; AVX2 is enabled here.
+                let (p0, p1) = unsafe { (dot_u8i8_epi32(lo, y0), dot_u8i8_epi32(hi, y1)) };
                 iv = _mm256_add_epi32(iv, _mm256_mullo_epi32(p0, _mm256_set1_epi32(sm[2 * p].0 as i32)));
                 iv = _mm256_add_epi32(iv, _mm256_mullo_epi32(p1, _mm256_set1_epi32(sm[2 * p + 1].0 as i32)));
             }
-            let s = _mm_add_epi32(_mm256_castsi256_si128(iv), _mm256_extracti128_si256::<1>(iv));
-            let s = _mm_add_epi32(s, _mm_unpackhi_epi64(s, s));
-            let iacc = _mm_cvtsi128_si32(_mm_add_epi32(s, _mm_shuffle_epi32::<1>(s)));
-            let imin: i32 = (2 * g * P..2 * (g + 1) * P)
-                .map(|j| {
-                    let b = i16::from_le_bytes(yb.bsums[2 * j]) as i32
-                        + i16::from_le_bytes(yb.bsums[2 * j + 1]) as i32;
-                    sm[j].1 as i32 * b
-                })
-                .sum();
+            // SAFETY: register arithmetic; AVX2 is enabled here.
+            let iacc = unsafe { hsum_epi32(iv) };
+            let imin = min_sum(&sm, yb, 2 * g * P..2 * (g + 1) * P);
             acc = (iacc as f32).mul_add(f16le(xb.d) * da, acc);
             acc_min = (imin as f32).mul_add(f16le(xb.dmin) * da, acc_min);
         }

@@ -73,44 +73,8 @@ fn q2_0_dot(xs: &[BlockQ2_0], ys: &[BlockQ8_0]) -> f32 {
     let byte_of = _mm256_setr_epi8(
         0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3, 4, 4, 4, 4, 5, 5, 5, 5, 6, 6, 6, 6, 7, 7, 7, 7,
     );
-    // Blend masks choosing, per byte, the copy shifted by 2j (sign bit set where e % 4 == j).
-    let pick = |j: i8| {
-        let m = |e: i8| if e % 4 == j { -1i8 } else { 0 };
-        _mm256_setr_epi8(
-            m(0),
-            m(1),
-            m(2),
-            m(3),
-            m(0),
-            m(1),
-            m(2),
-            m(3),
-            m(0),
-            m(1),
-            m(2),
-            m(3),
-            m(0),
-            m(1),
-            m(2),
-            m(3),
-            m(0),
-            m(1),
-            m(2),
-            m(3),
-            m(0),
-            m(1),
-            m(2),
-            m(3),
-            m(0),
-            m(1),
-            m(2),
-            m(3),
-            m(0),
-            m(1),
-            m(2),
-            m(3),
-        )
-    };
+    // Blend masks choosing, per byte, the copy shifted by 2j: byte j of every dword (e % 4 == j).
+    let pick = |j: u32| _mm256_set1_epi32((0xFFu32 << (8 * j)) as i32);
     let (pick1, pick2, pick3) = (pick(1), pick(2), pick(3));
     let (m3, ones8, ones16) = (_mm256_set1_epi8(3), _mm256_set1_epi8(1), _mm256_set1_epi16(1));
     let mut sum = 0f32;
