@@ -57,10 +57,11 @@ fi
 # The OpenAI-compatible API (tests/openai): the official `openai` client from PyPI, in a venv this
 # script creates (target/openai-venv), against llamad --openai-listen: models, completions, chat,
 # streaming, stop strings, errors, keys, curl's raw SSE, greedy text equal to `llamactl run`
-# (in-process and on two llamad workers), 8 concurrent streams each equal to its text alone with
-# aggregate tokens/s above one stream's (the issue's bar is 3x; measured 1.27x and 1.59x on a quiet
-# 2-core machine; by llamad's CPU per token 8 streams multiply about 2.6x, the generation kernel being
-# at its vector ports' limit (bench/results/batching-2026-11-28.md), so CI asserts 1.1x), and a load test (32 clients, LLAMAD_OPENAI_LOAD_SECS,
+# (in-process and on two llamad workers), 8 concurrent streams each equal to its text alone, tokenize/
+# detokenize, logit_bias and ignore_eos; the issue's 3x bar for 8 streams over one is asserted on a
+# 1.2B-parameter llama shape (`llamactl synth` into models/synth, once; measured 3.7x), where one stream
+# is bound by reading the weights; SmolLM2-135M is compute-bound at one stream on 2 cores, so its ratio
+# is printed and held to 1.1x (measured 1.6x), and a load test (32 clients, LLAMAD_OPENAI_LOAD_SECS,
 # default 10 s; only 429s allowed, memory back to baseline). Prints the throughput table. On two workers
 # (llamad, and llama.cpp's RPC server through the peer), parallel = 8: 4 and 8 concurrent streams keep
 # their text alone and llamactl run's on the same workers, cancel and 429 included; the tokens/s ratio is

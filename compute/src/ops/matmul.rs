@@ -71,6 +71,13 @@ const PREPARED_GEMM_COLS: usize = 64;
 /// Fewest activation rows for which packing a panel of weights pays.
 const PANEL_MIN_COLS: usize = 8;
 
+/// Most activation rows of a product in llama.cpp's local order that read the model's interleaved
+/// weight copy rather than packing panels (the same bits, see [`plan_local`]). A panel packs its
+/// weights once per work unit, which 8 columns do not repay: a step of 8 parallel sequences on a
+/// 1B-shape Q4_0 model ran at 104 tokens/s on panels against 131 for 7 rows on the copy
+/// (`llamactl bench -p 7,8`, 2 threads; bench/results/serving-2026-12-02.md).
+const LOCAL_INTERLEAVED_MAX_COLS: usize = PREPARED_MAX_COLS;
+
 fn plan_activations(op: GgmlOp, a: &Tv, b: &Tv) -> Result<(VecDotFn, Activations)> {
     let k = quant::kernels(a.dtype());
     let vec_dot =
@@ -145,7 +152,7 @@ fn plan_local(a: &Tv, b: &Tv, act: &mut Activations, hint: WeightHint) -> Option
     act.from_f32?;
     let k = a.ne[0];
     let convert = k + act.vdt_row.div_ceil(4);
-    if b.ne[1] < PANEL_MIN_COLS {
+    if b.ne[1] <= LOCAL_INTERLEAVED_MAX_COLS {
         let copy = match (lk.interleaved, hint.interleaved) {
             (Some(f), Some(il)) if interleave::eligible(&a.l) => {
                 let need = (a.ne[1] / interleave::ROWS).checked_mul(interleave::group_bytes(t, k))?;

@@ -80,6 +80,8 @@ pub fn router(svc: Arc<Service>) -> Router {
         .route("/v1/models", get(models))
         .route("/v1/completions", post(completions))
         .route("/v1/chat/completions", post(chat_completions))
+        .route("/tokenize", post(tokenize))
+        .route("/detokenize", post(detokenize))
         .fallback(not_found)
         .layer(middleware::from_fn_with_state(svc.clone(), auth));
     Router::new().route("/health", get(health)).merge(api).with_state(svc)
@@ -188,6 +190,13 @@ struct Common {
     stop: Option<OneOrMany>,
     presence_penalty: Option<f32>,
     frequency_penalty: Option<f32>,
+    /// OpenAI's `logit_bias`: token id (a decimal string) -> bias in [-100, 100], added to that
+    /// token's logit before sampling (-100 bans it in practice).
+    logit_bias: Option<std::collections::HashMap<String, f32>>,
+    /// llama-server's (and vLLM's) `ignore_eos`: end-of-generation tokens are never sampled, so a
+    /// request runs to `max_tokens` or a stop string (what benchmarks of serving throughput use).
+    #[serde(default)]
+    ignore_eos: bool,
     n: Option<i64>,
     #[serde(default)]
     stream: bool,
@@ -253,6 +262,8 @@ struct Prepared {
     sampler: Sampler,
     max_tokens: Option<u64>,
     stop: Vec<String>,
+    /// Added to the logits before sampling (see [`logit_biases`]).
+    bias: Vec<(u32, f32)>,
     stream: bool,
     include_usage: bool,
     /// When the model was ready for this request: when it arrived, or when the load it waited
@@ -327,6 +338,7 @@ async fn prepare(svc: &Service, c: Common) -> OaiResult<Prepared> {
             return Err(OaiError::bad(format!("{what} = {v} is not in [-2, 2]"), None));
         }
     }
+    let bias = logit_biases(c.logit_bias.as_ref(), c.ignore_eos, &loaded.tok)?;
     let stop = c.stop.map(OneOrMany::into_vec).unwrap_or_default();
     if stop.len() > 4 {
         return Err(OaiError::bad("at most 4 stop strings", Some("stop")));
@@ -349,10 +361,51 @@ async fn prepare(svc: &Service, c: Common) -> OaiResult<Prepared> {
         sampler: Sampler::new(params),
         max_tokens,
         stop,
+        bias,
         stream: c.stream,
         include_usage: c.stream_options.is_some_and(|o| o.include_usage),
         ready_at,
     })
+}
+
+/// The request's additions to the logits: `logit_bias` (checked: ids in the vocabulary, values in
+/// [-100, 100], at most 1024 entries) and, with `ignore_eos`, minus infinity on every
+/// end-of-generation token (as llama-server does), in token order.
+fn logit_biases(
+    bias: Option<&std::collections::HashMap<String, f32>>,
+    ignore_eos: bool,
+    tok: &compute::tokenizer::Tokenizer,
+) -> OaiResult<Vec<(u32, f32)>> {
+    let n_vocab = tok.n_vocab();
+    let mut out = Vec::new();
+    if let Some(m) = bias {
+        if m.len() > 1024 {
+            return Err(OaiError::bad(
+                format!("logit_bias has {} entries (at most 1024)", m.len()),
+                Some("logit_bias"),
+            ));
+        }
+        for (k, &v) in m {
+            let id = k.trim().parse::<u32>().ok().filter(|&id| (id as usize) < n_vocab).ok_or_else(|| {
+                OaiError::bad(
+                    format!("logit_bias: `{k}` is not a token id of this model (0..{n_vocab})"),
+                    Some("logit_bias"),
+                )
+            })?;
+            if !(-100.0..=100.0).contains(&v) {
+                return Err(OaiError::bad(
+                    format!("logit_bias[{k}] = {v} is not in [-100, 100]"),
+                    Some("logit_bias"),
+                ));
+            }
+            out.push((id, v));
+        }
+    }
+    if ignore_eos {
+        out.extend(tok.eog_tokens().map(|t| (t, f32::NEG_INFINITY)));
+    }
+    out.sort_by_key(|&(id, _)| id);
+    Ok(out)
 }
 
 /// Which endpoint: the shapes of its answers.
@@ -377,6 +430,67 @@ async fn completions(
     let p = prepare(&svc, b.common).await?;
     let tokens = p.loaded.tok.encode(&prompt, p.loaded.tok.add_bos(), true);
     run(p, tokens, Kind::Completion, received).await
+}
+
+/// `POST /tokenize` (llama-server's shape, plus `model` where several are declared):
+/// `{"content": TEXT, "add_special": false}` -> `{"tokens": [ID, ...]}`; special-token text is
+/// parsed as in a completion's prompt.
+#[derive(Deserialize, Debug)]
+struct TokenizeBody {
+    model: Option<String>,
+    content: Option<String>,
+    #[serde(default)]
+    add_special: bool,
+}
+
+/// `POST /detokenize`: `{"tokens": [ID, ...]}` -> `{"content": TEXT}`.
+#[derive(Deserialize, Debug)]
+struct DetokenizeBody {
+    model: Option<String>,
+    tokens: Option<Vec<i64>>,
+}
+
+/// The model a tokenizer request names, or the only one declared.
+async fn tokenizer_model(svc: &Service, model: Option<String>) -> OaiResult<Prepared> {
+    let model = match (model, svc.models()) {
+        (Some(m), _) => m,
+        (None, [only]) => only.cfg.name.clone(),
+        (None, _) => {
+            return Err(OaiError::bad("`model` is required (several models are declared)", Some("model")))
+        }
+    };
+    prepare(svc, Common { model: Some(model), ..Common::default() }).await
+}
+
+async fn tokenize(State(svc): State<Arc<Service>>, headers: HeaderMap, body: Bytes) -> OaiResult<Response> {
+    let b: TokenizeBody = parse(&headers, &body)?;
+    let content = b.content.ok_or_else(|| OaiError::bad("`content` is required", Some("content")))?;
+    let p = tokenizer_model(&svc, b.model).await?;
+    let tokens = p.loaded.tok.encode(&content, b.add_special, true);
+    METRICS.requests_ok.fetch_add(1, Ordering::Relaxed);
+    Ok(Json(json!({"tokens": tokens})).into_response())
+}
+
+async fn detokenize(State(svc): State<Arc<Service>>, headers: HeaderMap, body: Bytes) -> OaiResult<Response> {
+    let b: DetokenizeBody = parse(&headers, &body)?;
+    let p = tokenizer_model(&svc, b.model).await?;
+    let n_vocab = p.loaded.tok.n_vocab();
+    let ids = b
+        .tokens
+        .unwrap_or_default()
+        .into_iter()
+        .map(|t| {
+            u32::try_from(t).ok().filter(|&t| (t as usize) < n_vocab).ok_or_else(|| {
+                OaiError::bad(
+                    format!("token {t} is not in this model's vocabulary (0..{n_vocab})"),
+                    Some("tokens"),
+                )
+            })
+        })
+        .collect::<OaiResult<Vec<u32>>>()?;
+    let text = String::from_utf8_lossy(&p.loaded.tok.decode(&ids, false)).into_owned();
+    METRICS.requests_ok.fetch_add(1, Ordering::Relaxed);
+    Ok(Json(json!({"content": text})).into_response())
 }
 
 async fn chat_completions(
@@ -462,6 +576,7 @@ async fn run(p: Prepared, prompt: Vec<u32>, kind: Kind, received: Instant) -> Oa
         sampler: p.sampler,
         max_tokens: p.max_tokens,
         stop: p.stop,
+        bias: p.bias,
         deadline: received.max(p.ready_at) + timeout,
         events: tx,
         id: id.clone(),
