@@ -462,39 +462,48 @@ ctx = 1024
 
 def test_batched_streams_multiply_throughput_on_a_1b_model(big_server):
     """8 concurrent greedy streams on the 1B-shape model: each gives its text alone, and together
-    they generate at least 3x the tokens/s of one stream at a time (LLAMAD_OPENAI_1B_MIN_SPEEDUP)."""
+    they generate at least 3x the tokens/s of one stream at a time (LLAMAD_OPENAI_1B_MIN_SPEEDUP).
+    Each rate is the best of LLAMAD_OPENAI_1B_REPS rounds (sequential, 4 and 8 streams in turn), so
+    a stall of the shared machine in one round falls on neither side of the ratio alone."""
     c = big_server.client()
-    n_tok = int(os.environ.get("LLAMAD_OPENAI_1B_TOKENS", "48"))
+    n_tok = int(os.environ.get("LLAMAD_OPENAI_1B_TOKENS", "64"))
+    reps = int(os.environ.get("LLAMAD_OPENAI_1B_REPS", "2"))
     # Random weights end early on an end-of-generation token: every stream runs to n_tok.
     extra = {"ignore_eos": True}
     concurrent(c, PROMPTS, 4, model="llama-1b", extra=extra)
-    alone = {}
-    t0 = time.time()
-    for i, p in enumerate(PROMPTS):
-        stream_text(c, p, n_tok, alone, i, model="llama-1b", extra=extra)
-    seq_rate = sum(a["tokens"] for a in alone.values()) / (time.time() - t0)
-    assert all(a["tokens"] == n_tok for a in alone.values())
-    rows = [("sequential (1 stream)", seq_rate, sum(a["ttft"] for a in alone.values()) / len(alone))]
+    best = {}
     m0 = big_server.metrics()
-    for k in (4, 8):
-        out, secs = concurrent(c, PROMPTS[:k], n_tok, model="llama-1b", extra=extra)
-        for i in range(k):
-            assert out[i]["text"] == alone[i]["text"], f"stream {i} of {k}"
-            assert out[i]["tokens"] == n_tok
-        rows.append((f"{k} streams", sum(o["tokens"] for o in out.values()) / secs,
-                     sum(o["ttft"] for o in out.values()) / k))
+    for _ in range(reps):
+        alone = {}
+        t0 = time.time()
+        for i, p in enumerate(PROMPTS):
+            stream_text(c, p, n_tok, alone, i, model="llama-1b", extra=extra)
+        rate = sum(a["tokens"] for a in alone.values()) / (time.time() - t0)
+        assert all(a["tokens"] == n_tok for a in alone.values())
+        rounds = [(1, rate, sum(a["ttft"] for a in alone.values()) / len(alone))]
+        for k in (4, 8):
+            out, secs = concurrent(c, PROMPTS[:k], n_tok, model="llama-1b", extra=extra)
+            for i in range(k):
+                assert out[i]["text"] == alone[i]["text"], f"stream {i} of {k}"
+                assert out[i]["tokens"] == n_tok
+            rounds.append((k, sum(o["tokens"] for o in out.values()) / secs, sum(o["ttft"] for o in out.values()) / k))
+        for k, rate, ttft in rounds:
+            if k not in best or rate > best[k][0]:
+                best[k] = (rate, ttft)
     m1 = big_server.metrics()
     ub = metric(m1, "llamad_openai_ubatches_total") - metric(m0, "llamad_openai_ubatches_total")
     ub_tok = metric(m1, "llamad_openai_ubatch_tokens_total") - metric(m0, "llamad_openai_ubatch_tokens_total")
-    print("\nOpenAI API, 1.2B llama shape Q4_0 (llamactl synth), greedy, %d tokens per stream, %s threads"
-          % (n_tok, THREADS))
+    seq_rate = best[1][0]
+    print("\nOpenAI API, 1.2B llama shape Q4_0 (llamactl synth), greedy, %d tokens per stream, %s threads, best of %d"
+          % (n_tok, THREADS, reps))
     print("| streams | aggregate tokens/s | vs sequential | mean time to first token |")
     print("|---|---|---|---|")
-    for name, rate, ttft in rows:
+    for k, (rate, ttft) in sorted(best.items()):
+        name = "sequential (1 stream)" if k == 1 else f"{k} streams"
         print(f"| {name} | {rate:.1f} | {rate / seq_rate:.2f}x | {ttft * 1000:.0f} ms |")
-    print(f"tokens per ubatch while batched: {ub_tok / ub:.2f}")
+    print(f"tokens per ubatch (all rounds): {ub_tok / ub:.2f}")
     want = float(os.environ.get("LLAMAD_OPENAI_1B_MIN_SPEEDUP", "3"))
-    assert rows[2][1] >= want * seq_rate, f"8 streams {rows[2][1]:.1f} tok/s vs one {seq_rate:.1f}"
+    assert best[8][0] >= want * seq_rate, f"8 streams {best[8][0]:.1f} tok/s vs one {seq_rate:.1f}"
 
 
 def test_disconnect_cancels_the_sequence(server):
