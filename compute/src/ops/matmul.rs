@@ -259,8 +259,9 @@ pub(crate) struct MulMat {
     dst: Tv,
     k: DotKernels,
     act: Activations,
-    /// The interleaved copy of `a` (whole groups of its rows) and its kernel, for generation.
-    interleaved: Option<(*const u8, InterleavedDotFn)>,
+    /// The interleaved copy of `a` (whole groups of its rows), its kernel and the most columns
+    /// one call of it takes, for generation.
+    interleaved: Option<(*const u8, InterleavedDotFn, usize)>,
     /// Where phase 0 records each converted activation row's extent (see [`Extents`]).
     extents: Option<Extents>,
     /// The softmax mask that alone reads the result, and where phase 0 records which blocks it
@@ -432,10 +433,12 @@ pub(crate) unsafe fn prepare_mul_mat(
     // Generation steps read the interleaved copy when there is one (the same values).
     let interleaved = match (act.repack, hint.interleaved) {
         (Some(Repack::Interleaved(_)), _) => match local {
-            Some(LocalPlan::Repacked(_, il)) => il,
+            Some(LocalPlan::Repacked(_, il)) => il.map(|(d, f)| (d, f, interleave::LOCAL_MAX_COLS)),
             _ => None,
         },
-        (Some(Repack::Prepared(_)), Some(il)) if b.ne[1] <= PREPARED_MAX_COLS => plan_interleaved(&a, il),
+        (Some(Repack::Prepared(_)), Some(il)) if b.ne[1] <= PREPARED_MAX_COLS => {
+            plan_interleaved(&a, il).map(|(d, f)| (d, f, interleave::MAX_COLS))
+        }
         _ => None,
     };
     let mut shared_bytes = if act.convert {
@@ -570,8 +573,8 @@ impl MulMat {
         let (i12, i13) = (batch % b.ne[2], batch / b.ne[2]);
         let (i02, i03) = (i12 / r2, i13 / r3);
         let r0 = rb * ROW_BLOCK;
-        if let Some((data, f)) = self.interleaved {
-            self.run_interleaved(data, f, r0, (i12, i13), ctx);
+        if let Some((data, f, per_call)) = self.interleaved {
+            self.run_interleaved(data, (f, per_call), r0, (i12, i13), ctx);
             return;
         }
         let nr = ROW_BLOCK.min(m - r0);
@@ -642,12 +645,12 @@ impl MulMat {
     }
 
     /// One unit on the interleaved copy: the group of rows `r0..r0 + 16` against the prepared
-    /// activation rows, [`interleave::MAX_COLS`] at a time (each column's sums are its own, so the
-    /// grouping does not change a bit).
+    /// activation rows, `per_call` (at most [`interleave::LOCAL_MAX_COLS`]) at a time (each
+    /// column's sums are its own, so the grouping does not change a bit).
     fn run_interleaved(
         &self,
         data: *const u8,
-        f: InterleavedDotFn,
+        (f, per_call): (InterleavedDotFn, usize),
         r0: usize,
         (i12, i13): (usize, usize),
         ctx: &mut Ctx<'_>,
@@ -668,15 +671,17 @@ impl MulMat {
         } else {
             &[]
         };
-        let share = gb.div_ceil(n.div_ceil(interleave::MAX_COLS)).next_multiple_of(64);
+        const CAP: usize = interleave::LOCAL_MAX_COLS;
+        let per_call = per_call.clamp(1, CAP);
+        let share = gb.div_ceil(n.div_ceil(per_call)).next_multiple_of(64);
         let mut c0 = 0;
         while c0 < n {
-            let first = (c0 / interleave::MAX_COLS * share).min(next.len());
+            let first = (c0 / per_call * share).min(next.len());
             let ahead = &next[first..(first + share).min(next.len())];
-            let nc = interleave::MAX_COLS.min(n - c0);
-            let ys: [&[u8]; interleave::MAX_COLS] =
+            let nc = per_call.min(n - c0);
+            let ys: [&[u8]; CAP] =
                 std::array::from_fn(|j| act_row(b, &self.act, &ctx.sh, c0 + j.min(nc - 1), i12, i13));
-            let mut out = [0.0f32; interleave::MAX_COLS * interleave::ROWS];
+            let mut out = [0.0f32; CAP * interleave::ROWS];
             f(k, group, &ys[..nc], &mut out[..nc * interleave::ROWS], ahead);
             for (j, col) in out[..nc * interleave::ROWS].chunks_exact(interleave::ROWS).enumerate() {
                 dst.store_f32s(r0, c0 + j, i12, i13, col);

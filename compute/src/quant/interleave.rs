@@ -36,8 +36,13 @@ use crate::tensor::Layout;
 /// Rows per interleaved group.
 pub const ROWS: usize = 16;
 
-/// Most activation rows one kernel call takes.
+/// Most activation rows one kernel call of the RPC server's order takes (its kernels hold eight
+/// accumulators per column).
 pub const MAX_COLS: usize = 2;
+
+/// Most activation rows one kernel call in llama.cpp's local order takes (one accumulator per
+/// column, so four columns share each decoded weight block; `quant::local`).
+pub const LOCAL_MAX_COLS: usize = 4;
 
 /// Most activation rows of a product that reads the interleaved copy ([`MAX_COLS`] per kernel
 /// call): a generation step of up to 8 sequences decoded together (a server's parallel slots).
@@ -215,11 +220,17 @@ pub fn deinterleave_row(t: GgmlType, k: usize, group: &[u8], r: usize, out: &mut
     }
 }
 
-/// Panics unless the arguments fit (before any kernel reads them).
+/// Panics unless the arguments fit (before any kernel reads them), for a kernel of up to
+/// [`MAX_COLS`] columns.
 pub fn check_args(t: GgmlType, k: usize, group: &[u8], cols: &[&[u8]], out: &[f32]) {
+    check_args_cols(t, k, group, cols, out, MAX_COLS)
+}
+
+/// [`check_args`] for a kernel of up to `max_cols` columns.
+pub fn check_args_cols(t: GgmlType, k: usize, group: &[u8], cols: &[&[u8]], out: &[f32], max_cols: usize) {
     assert!(supported(t) && k.is_multiple_of(QK), "interleaved dot: {t}, k = {k}");
     assert!(group.len() >= group_bytes(t, k), "interleaved dot: {} bytes for k = {k}", group.len());
-    assert!((1..=MAX_COLS).contains(&cols.len()), "interleaved dot: {} columns", cols.len());
+    assert!((1..=max_cols).contains(&cols.len()), "interleaved dot: {} columns", cols.len());
     let row = super::prepared::row_bytes(k);
     assert!(cols.iter().all(|c| c.len() >= row), "interleaved dot: a column is short for k = {k}");
     assert!(out.len() >= cols.len() * ROWS, "interleaved dot: {} outputs", out.len());

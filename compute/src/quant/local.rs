@@ -191,12 +191,12 @@ fn q4_k_steps<const P: usize>(n: usize, x: &[u8], y: &[u8]) -> f32 {
 }
 
 /// The local order over interleaved Q4_0 weights: one group of [`ROWS`] rows against 1..=
-/// [`interleave::MAX_COLS`] prepared rows (bias 8), `out[j * ROWS + r]`; per block the exact sum
+/// [`interleave::LOCAL_MAX_COLS`] prepared rows (bias 8), `out[j * ROWS + r]`; per block the exact sum
 /// `Σ off + Σ w·y` (the prepared lane offsets make it `Σ (w − 8)·y`), then `acc = fma(f32(isum),
 /// d_w · d_y, acc)`. The scalar twin of the SIMD kernels.
 pub fn dot_reference(k: usize, group: &[u8], cols: &[&[u8]], out: &mut [f32], _ahead: &[u8]) {
     let t = GgmlType::Q4_0;
-    interleave::check_args(t, k, group, cols, out);
+    interleave::check_args_cols(t, k, group, cols, out, interleave::LOCAL_MAX_COLS);
     let (bb, qb) = (interleave::block_bytes(t), interleave::quant_bytes(t));
     let nb = k / QK;
     for (j, col) in cols.iter().enumerate() {

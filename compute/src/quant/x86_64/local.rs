@@ -15,7 +15,7 @@ use super::avx2::util::{dot_u8i8_epi32, hsum_epi32};
 use crate::dtype::GgmlType;
 use crate::quant::blocks::{f16le, take_blocks, BlockQ4K, BlockQ8K, QK};
 use crate::quant::dispatch::Kernels;
-use crate::quant::interleave::{self, check_args, MAX_COLS, ROWS};
+use crate::quant::interleave::{self, check_args_cols, LOCAL_MAX_COLS, ROWS};
 use crate::quant::local::LocalKernels;
 use crate::quant::scalar::k4_scales;
 
@@ -162,18 +162,22 @@ const PBLOCK: usize = 72;
 /// The safe entry point: checks every length, then runs the kernel for the number of columns.
 fn dot_q4_0(k: usize, group: &[u8], cols: &[&[u8]], out: &mut [f32], ahead: &[u8]) {
     let t = GgmlType::Q4_0;
-    check_args(t, k, group, cols, out);
+    check_args_cols(t, k, group, cols, out, LOCAL_MAX_COLS);
     let nb = k / QK;
     let bb = interleave::block_bytes(t);
-    let mut res = [0.0f32; MAX_COLS * ROWS];
+    let mut res = [0.0f32; LOCAL_MAX_COLS * ROWS];
     // SAFETY: AVX-512 F/BW/VNNI (and FMA/F16C under them) were detected before `install` put this
     // function in the table; `group` holds nb block columns of bb bytes and every column nb
     // prepared blocks (check_args), which is all the kernel reads; `ahead` is only prefetched.
     unsafe {
         let pf = (ahead.as_ptr(), ahead.len().div_ceil(64));
+        // Columns past cols.len() repeat the last one (read, never stored).
+        let ptrs: [*const u8; LOCAL_MAX_COLS] = std::array::from_fn(|j| cols[j.min(cols.len() - 1)].as_ptr());
         match cols.len() {
-            1 => kernel::<1>(nb, bb, group.as_ptr(), [cols[0].as_ptr(); 2], &mut res, pf),
-            _ => kernel::<2>(nb, bb, group.as_ptr(), [cols[0].as_ptr(), cols[1].as_ptr()], &mut res, pf),
+            1 => kernel::<1>(nb, bb, group.as_ptr(), ptrs, &mut res, pf),
+            2 => kernel::<2>(nb, bb, group.as_ptr(), ptrs, &mut res, pf),
+            3 => kernel::<3>(nb, bb, group.as_ptr(), ptrs, &mut res, pf),
+            _ => kernel::<4>(nb, bb, group.as_ptr(), ptrs, &mut res, pf),
         }
     }
     out[..cols.len() * ROWS].copy_from_slice(&res[..cols.len() * ROWS]);
@@ -191,8 +195,8 @@ unsafe fn kernel<const C: usize>(
     nb: usize,
     bb: usize,
     w: *const u8,
-    cols: [*const u8; MAX_COLS],
-    res: &mut [f32; MAX_COLS * ROWS],
+    cols: [*const u8; LOCAL_MAX_COLS],
+    res: &mut [f32; LOCAL_MAX_COLS * ROWS],
     pf: (*const u8, usize),
 ) {
     let qb = QK / 2 * ROWS;
@@ -231,7 +235,7 @@ unsafe fn kernel<const C: usize>(
         }
     }
     for (c, a) in acc.iter().enumerate() {
-        // SAFETY: 16 floats at c * 16 lie inside `res` (C ≤ MAX_COLS).
+        // SAFETY: 16 floats at c * 16 lie inside `res` (C ≤ LOCAL_MAX_COLS).
         unsafe { _mm512_storeu_ps(res.as_mut_ptr().add(c * ROWS), *a) };
     }
 }
