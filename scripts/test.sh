@@ -62,7 +62,7 @@ fi
 # 1.2B-parameter llama shape (`llamactl synth` into models/synth, once; measured 3.7x), where one stream
 # is bound by reading the weights; SmolLM2-135M is compute-bound at one stream on 2 cores, so its ratio
 # is printed and held to 1.1x (measured 1.6x), and a load test (32 clients, LLAMAD_OPENAI_LOAD_SECS,
-# default 10 s; only 429s allowed, memory back to baseline). Prints the throughput table. On two workers
+# default 30 s; only 429s allowed, memory back to baseline). Prints the throughput table. On two workers
 # (llamad, and llama.cpp's RPC server through the peer), parallel = 8: 4 and 8 concurrent streams keep
 # their text alone and llamactl run's on the same workers, cancel and 429 included; the tokens/s ratio is
 # asserted with llama.cpp's workers (measured 1.7-1.9x; CI asserts 1.3x), printed for llamad's.

@@ -1,6 +1,6 @@
 //! Token sampling: llama.cpp's default sampler chain (ref: ggml-compute-semantics.md §7).
 //!
-//! Order: penalties → top_k → top_p → min_p → temperature → dist. With `temp <= 0` the
+//! Order: logit bias → penalties → top_k → top_p → min_p → temperature → dist. With `temp <= 0` the
 //! temperature stage keeps only the highest logit, so sampling is greedy. The random draw uses an
 //! MT19937 seeded with the seed (a `seed` of `u32::MAX` means "pick one at random") and
 //! `u ∈ [0, 1)` built from two 32-bit draws as libstdc++'s `generate_canonical<double>` does.
@@ -36,6 +36,10 @@ pub struct SamplerParams {
     pub penalty_present: f32,
     /// Each truncating stage keeps at least this many candidates (0 behaves as 1).
     pub min_keep: usize,
+    /// Added to the logits before every other stage (llama.cpp's logit-bias sampler heads its
+    /// chain): token id, bias. Minus infinity on the end-of-generation tokens is llama.cpp's
+    /// `--ignore-eos`. Ids outside the logits are ignored.
+    pub logit_bias: Vec<(u32, f32)>,
 }
 
 impl Default for SamplerParams {
@@ -52,6 +56,7 @@ impl Default for SamplerParams {
             penalty_freq: 0.0,
             penalty_present: 0.0,
             min_keep: 0,
+            logit_bias: Vec::new(),
         }
     }
 }
@@ -109,6 +114,7 @@ impl SamplerParams {
             penalty_freq: user.penalty_freq.unwrap_or(d.penalty_freq),
             penalty_present: user.penalty_present.unwrap_or(d.penalty_present),
             min_keep: d.min_keep,
+            logit_bias: Vec::new(),
         })
     }
 }
@@ -181,13 +187,20 @@ pub struct Sampler {
     rng: Mt19937,
     history: VecDeque<u32>,
     cand: Vec<Candidate>,
+    /// The logits with the bias added (reused between calls).
+    biased: Vec<f32>,
 }
 
 impl Sampler {
     /// A sampler with `p`.
     pub fn new(p: SamplerParams) -> Sampler {
         let seed = if p.seed == u32::MAX { random_seed() } else { p.seed };
-        Sampler { rng: Mt19937::new(seed), p, history: VecDeque::new(), cand: Vec::new() }
+        Sampler { rng: Mt19937::new(seed), p, history: VecDeque::new(), cand: Vec::new(), biased: Vec::new() }
+    }
+
+    /// Replaces the logit bias ([`SamplerParams::logit_bias`]).
+    pub fn set_logit_bias(&mut self, bias: Vec<(u32, f32)>) {
+        self.p.logit_bias = bias;
     }
 
     /// The parameters.
@@ -211,6 +224,24 @@ impl Sampler {
 
     /// Picks the next token from `logits` (one per vocabulary entry). Does not [`accept`](Self::accept) it.
     pub fn sample(&mut self, logits: &[f32]) -> Option<u32> {
+        if self.p.logit_bias.is_empty() {
+            return self.sample_chain(logits);
+        }
+        let mut biased = std::mem::take(&mut self.biased);
+        biased.clear();
+        biased.extend_from_slice(logits);
+        for &(id, b) in &self.p.logit_bias {
+            if let Some(l) = biased.get_mut(id as usize) {
+                *l += b;
+            }
+        }
+        let t = self.sample_chain(&biased);
+        self.biased = biased;
+        t
+    }
+
+    /// The chain after the logit bias.
+    fn sample_chain(&mut self, logits: &[f32]) -> Option<u32> {
         if self.p.temp <= 0.0 && !penalties_active(&self.p) {
             // Greedy without penalties: the logits as they are decide, no candidate list needed.
             return argmax(logits);

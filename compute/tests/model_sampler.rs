@@ -63,6 +63,44 @@ fn greedy_with_zero_temperature_respects_penalties() {
 }
 
 #[test]
+fn logit_bias_comes_before_the_penalties_and_bans_with_minus_infinity() {
+    // Greedy, no penalties: the bias decides alone (the argmax fast path).
+    let mut s = Sampler::new(SamplerParams {
+        temp: 0.0,
+        logit_bias: vec![(1, f32::NEG_INFINITY)],
+        ..SamplerParams::default()
+    });
+    assert_eq!(s.sample(&[1.0, 3.0, 2.0]), Some(2));
+    s.set_logit_bias(vec![(0, 5.0), (99, 100.0)]);
+    assert_eq!(s.sample(&[1.0, 3.0, 2.0]), Some(0), "ids past the logits are ignored");
+    // With the repetition penalty: token 0 was seen. Bias first (llama.cpp's order):
+    // (1.0 + 0.8) / 2 = 0.9 < 1.2, so token 1; the other order would give 0.5 + 0.8 = 1.3 > 1.2.
+    let p = SamplerParams {
+        temp: 0.0,
+        penalty_repeat: 2.0,
+        logit_bias: vec![(0, 0.8)],
+        ..SamplerParams::default()
+    };
+    let mut s = Sampler::new(p);
+    s.accept(0);
+    assert_eq!(s.sample(&[1.0, 1.2]), Some(1));
+    // Sampling at a temperature never draws a banned token.
+    let p = SamplerParams {
+        seed: 7,
+        temp: 1.0,
+        top_k: 0,
+        top_p: 1.0,
+        min_p: 0.0,
+        logit_bias: vec![(2, f32::NEG_INFINITY)],
+        ..SamplerParams::default()
+    };
+    let mut s = Sampler::new(p);
+    for _ in 0..200 {
+        assert_ne!(s.sample(&[0.0, 0.1, 5.0, 0.2]), Some(2));
+    }
+}
+
+#[test]
 fn top_k_keeps_the_k_best_sorted() {
     let mut c = cands(&[0.1, 2.0, -1.0, 1.5, 1.9]);
     top_k(&mut c, 3, 1);

@@ -127,6 +127,10 @@ pub struct RunArgs {
     /// Repetition penalty (1 = off).
     #[arg(long = "repeat-penalty")]
     pub repeat_penalty: Option<f32>,
+    /// Never sample an end-of-generation token, so generation runs to `-n` (llama-cli's
+    /// `--ignore-eos`: minus infinity on those tokens' logits before sampling).
+    #[arg(long)]
+    pub ignore_eos: bool,
     /// RNG seed [default: random].
     #[arg(long)]
     pub seed: Option<u32>,

@@ -5,7 +5,7 @@ request's own greedy text alone for batched requests, OpenAI's documented answer
 for the raw server-sent events.
 
 Environment: LLAMAD_BIN, LLAMACTL_BIN (default: target/release next to this checkout),
-LLAMAD_MODEL (SmolLM2-135M-Instruct Q4_1), LLAMAD_OPENAI_LOAD_SECS (the load test, default 10).
+LLAMAD_MODEL (SmolLM2-135M-Instruct Q4_1), LLAMAD_OPENAI_LOAD_SECS (the load test, default 30 s, as the issue asks).
 Run by scripts/test.sh in a venv that holds `openai` and `pytest` from PyPI.
 """
 
@@ -429,6 +429,12 @@ def test_ignore_eos_runs_to_max_tokens(server):
     assert long.choices[0].finish_reason == "length" and long.usage.completion_tokens == 40
     assert long.choices[0].message.content.startswith(short.choices[0].message.content)
     assert len(long.choices[0].message.content) > len(short.choices[0].message.content)
+    # The same text as llamactl run --ignore-eos (llama-cli's flag), and the same with a completion.
+    assert long.choices[0].message.content == llamactl_run(msgs[0]["content"], 40, ["--chat", "--ignore-eos"])
+    r = c.completions.create(model="smol", prompt=PROMPTS[2], max_tokens=40, temperature=0,
+                             extra_body={"ignore_eos": True})
+    assert r.usage.completion_tokens == 40
+    assert r.choices[0].text == llamactl_run(PROMPTS[2], 40, ["--ignore-eos"])
 
 
 # The throughput bar of batching (3x with 8 streams) on a model whose one-stream step is bound by
@@ -533,7 +539,7 @@ def test_metrics_exported(server):
 
 
 def test_load_32_clients_only_429s_and_memory_returns(server):
-    secs = float(os.environ.get("LLAMAD_OPENAI_LOAD_SECS", "10"))
+    secs = float(os.environ.get("LLAMAD_OPENAI_LOAD_SECS", "30"))
     c = server.client(timeout=120)
     # Baseline after the KV cache and graphs exist (the tests above ran 8 streams).
     baseline = rss_kib(server.proc.pid)

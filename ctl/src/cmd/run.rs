@@ -67,6 +67,9 @@ pub fn run(args: &RunArgs) -> Result<()> {
         (prepared, opened)
     });
     let (tok, prompt) = prepared?;
+    if args.ignore_eos {
+        sampler.set_logit_bias(tok.eog_tokens().map(|t| (t, f32::NEG_INFINITY)).collect());
+    }
     let mut fwd = opened?;
     let load_time = t_start.elapsed();
 

@@ -65,9 +65,6 @@ pub struct Job {
     pub max_tokens: Option<u64>,
     /// Stop strings.
     pub stop: Vec<String>,
-    /// Added to the logits before sampling (`logit_bias`, and minus infinity on the
-    /// end-of-generation tokens with `ignore_eos`): token id, bias.
-    pub bias: Vec<(u32, f32)>,
     /// When it fails with a timeout.
     pub deadline: Instant,
     /// Where its events go; closed when the client has gone.
@@ -569,7 +566,7 @@ impl Scheduler {
                     continue;
                 }
             }
-            let l = &mut logits[row * n_vocab..(row + 1) * n_vocab];
+            let l = &logits[row * n_vocab..(row + 1) * n_vocab];
             if self.on_logits(i, l) {
                 finished.push(i);
             }
@@ -582,16 +579,10 @@ impl Scheduler {
     }
 
     /// Samples slot `i`'s next token from `logits`; true when the request is over.
-    fn on_logits(&mut self, i: usize, logits: &mut [f32]) -> bool {
+    fn on_logits(&mut self, i: usize, logits: &[f32]) -> bool {
         let slot_ctx = self.loaded.slot_ctx;
         let tok = &self.loaded.tok;
         let a = &mut self.active[i];
-        // The biases come first, as llama.cpp's logit-bias stage heads its sampler chain.
-        for &(id, b) in &a.job.bias {
-            if let Some(l) = logits.get_mut(id as usize) {
-                *l += b;
-            }
-        }
         let Some(t) = a.job.sampler.sample(logits) else {
             let _ = a.job.events.send(Event::Error("sampling from empty logits".into()));
             return true;

@@ -262,8 +262,6 @@ struct Prepared {
     sampler: Sampler,
     max_tokens: Option<u64>,
     stop: Vec<String>,
-    /// Added to the logits before sampling (see [`logit_biases`]).
-    bias: Vec<(u32, f32)>,
     stream: bool,
     include_usage: bool,
     /// When the model was ready for this request: when it arrived, or when the load it waited
@@ -353,15 +351,15 @@ async fn prepare(svc: &Service, c: Common) -> OaiResult<Prepared> {
         penalty_present: c.presence_penalty,
         ..UserSampling::default()
     };
-    let params = SamplerParams::resolve(&user, Some(loaded.gguf.as_ref()))
+    let mut params = SamplerParams::resolve(&user, Some(loaded.gguf.as_ref()))
         .map_err(|e| OaiError::bad(format!("sampling: {e}"), None))?;
+    params.logit_bias = bias;
     Ok(Prepared {
         model,
         loaded,
         sampler: Sampler::new(params),
         max_tokens,
         stop,
-        bias,
         stream: c.stream,
         include_usage: c.stream_options.is_some_and(|o| o.include_usage),
         ready_at,
@@ -576,7 +574,6 @@ async fn run(p: Prepared, prompt: Vec<u32>, kind: Kind, received: Instant) -> Oa
         sampler: p.sampler,
         max_tokens: p.max_tokens,
         stop: p.stop,
-        bias: p.bias,
         deadline: received.max(p.ready_at) + timeout,
         events: tx,
         id: id.clone(),
