@@ -19,22 +19,25 @@ use crate::quant::interleave::{self, check_args_cols, LOCAL_MAX_COLS, ROWS};
 use crate::quant::local::LocalKernels;
 use crate::quant::scalar::k4_scales;
 
-/// Installs the local-order kernels: Q4_K's dot on AVX2, and with AVX-512 F/BW/VNNI those of Q4_0
-/// and IQ4_NL from the panels `panel::install` put in `k` (call it after that).
+/// Installs the local-order kernels: Q4_K's dot on AVX2 (its four-row form with AVX-512 VNNI),
+/// and with AVX-512 F/BW/VNNI those of Q4_0 and IQ4_NL from the panels `panel::install` put in `k`
+/// (call it after that).
 pub fn install(k: &mut Kernels) {
     if !super::avx2_available() {
         return;
     }
+    let avx512 = super::avx512_available();
     k.set_local(
         GgmlType::Q4_K,
         LocalKernels {
             panel: None,
             interleaved: None,
             vec_dot: Some((dot_q4_k::<4>, dot_q4_k::<1>)),
-            gemm_x4: Some(dot_q4_k_gemm_x4),
+            // Without it the one-row `gemm` dot serves every row (the same bits).
+            gemm_x4: avx512.then_some(dot_q4_k_gemm_x4 as crate::quant::VecDotX4Fn),
         },
     );
-    if !super::avx512_available() {
+    if !avx512 {
         return;
     }
     for (t, interleaved) in
@@ -64,8 +67,8 @@ fn dot_q4_k_gemm_x4(n: usize, x: &[u8], y: [&[u8]; 4]) -> [f32; 4] {
     let nb = n / crate::dtype::QK_K;
     let xs = take_blocks::<BlockQ4K>(x, nb);
     let ys = y.map(|r| take_blocks::<BlockQ8K>(r, nb));
-    // SAFETY: AVX2/FMA/F16C were detected before `install` put this function in the table; the
-    // kernel reads only the blocks of the five slices (each `nb` long).
+    // SAFETY: AVX-512 F/BW/VNNI (with AVX2/FMA/F16C) were detected before `install` put this
+    // function in the table; the kernel reads only the blocks of the five slices (each `nb` long).
     unsafe { q4_k_gemm_kernel_x4(xs, ys) }
 }
 
@@ -79,43 +82,83 @@ fn min_sum(sm: &[(u8, u8); 8], yb: &BlockQ8K, js: std::ops::Range<usize>) -> i32
 }
 
 /// # Safety
-/// AVX2 and FMA must be available; every `ys[c]` holds `xs.len()` blocks.
-#[target_feature(enable = "avx2,fma")]
+/// AVX-512 F/BW/VNNI, AVX2 and FMA must be available; every `ys[c]` holds `xs.len()` blocks.
+///
+/// Per pair of sub-blocks, the 64 nibbles of the weight row (low nibbles: sub-block `2p`, high:
+/// `2p + 1`) form one register that serves the four columns: one `vpdpbusd` against the column's
+/// 64 activation bytes gives 16 lanes of exact four-product sums (8 per sub-block), one `vpmulld`
+/// applies the two sub-blocks' scales, and a transposing reduction of the four columns' registers
+/// gives their exact `iacc` in one vector. The float steps are then each column's scalar steps of
+/// ggml's `gemm` (`fma(f32(iacc), d·d_y, acc)`, then the min term's), lane for lane.
+#[target_feature(enable = "avx512f,avx512bw,avx512vnni,avx2,fma")]
 unsafe fn q4_k_gemm_kernel_x4(xs: &[BlockQ4K], ys: [&[BlockQ8K]; 4]) -> [f32; 4] {
     let m4 = _mm256_set1_epi8(0x0F);
-    let (mut acc, mut acc_min) = ([0.0f32; 4], [0.0f32; 4]);
+    let mut acc = _mm_setzero_ps();
+    let mut acc_min = _mm_setzero_ps();
     for (ib, xb) in xs.iter().enumerate() {
         let sm = k4_scales(&xb.scales);
-        let xd = f16le(xb.d);
-        let xdmin = f16le(xb.dmin);
-        for p in 0..4 {
-            // SAFETY: a 32-byte unaligned load inside the block's 128-byte `qs`.
-            let raw = unsafe { _mm256_loadu_si256(xb.qs.as_ptr().add(32 * p) as *const __m256i) };
-            let lo = _mm256_and_si256(raw, m4);
-            let hi = _mm256_and_si256(_mm256_srli_epi16::<4>(raw), m4);
-            let (s0, s1) = (_mm256_set1_epi32(sm[2 * p].0 as i32), _mm256_set1_epi32(sm[2 * p + 1].0 as i32));
-            for c in 0..4 {
-                let yb = &ys[c][ib];
-                // SAFETY: 32-byte unaligned loads inside the block's 256-byte `qs`.
-                let (y0, y1) = unsafe {
-                    (
-                        _mm256_loadu_si256(yb.qs.as_ptr().add(64 * p) as *const __m256i),
-                        _mm256_loadu_si256(yb.qs.as_ptr().add(64 * p + 32) as *const __m256i),
-                    )
-                };
-                // SAFETY: register arithmetic; AVX2 is enabled here.
-                let (p0, p1) = unsafe { (dot_u8i8_epi32(lo, y0), dot_u8i8_epi32(hi, y1)) };
-                let iv = _mm256_add_epi32(_mm256_mullo_epi32(p0, s0), _mm256_mullo_epi32(p1, s1));
-                // SAFETY: register arithmetic; AVX2 is enabled here.
-                let iacc = unsafe { hsum_epi32(iv) };
-                let imin = min_sum(&sm, yb, 2 * p..2 * p + 2);
-                let da = f32::from_le_bytes(yb.d);
-                acc[c] = (iacc as f32).mul_add(xd * da, acc[c]);
-                acc_min[c] = (imin as f32).mul_add(xdmin * da, acc_min[c]);
-            }
+        let da = _mm_setr_ps(
+            f32::from_le_bytes(ys[0][ib].d),
+            f32::from_le_bytes(ys[1][ib].d),
+            f32::from_le_bytes(ys[2][ib].d),
+            f32::from_le_bytes(ys[3][ib].d),
+        );
+        // The products `d·d_y` and `dmin·d_y` as the scalar code rounds them, per column.
+        let dd = _mm_mul_ps(_mm_set1_ps(f16le(xb.d)), da);
+        let ddmin = _mm_mul_ps(_mm_set1_ps(f16le(xb.dmin)), da);
+        // The min terms of the four pairs for the four columns, exact: per column the eight
+        // sub-blocks' `min_j · (bsum_2j + bsum_2j+1)`, summed by pairs and transposed so that
+        // `imins[p]` holds pair p of every column (`min_sum`'s value).
+        let mins: [i32; 8] = std::array::from_fn(|j| sm[j].1 as i32);
+        // SAFETY: 32-byte unaligned loads of `mins` and of each column block's 32-byte `bsums`;
+        // register arithmetic.
+        let imins = unsafe {
+            let mv = _mm256_loadu_si256(mins.as_ptr() as *const __m256i);
+            let m: [__m256i; 4] = std::array::from_fn(|c| {
+                let bs = _mm256_loadu_si256(ys[c][ib].bsums.as_ptr() as *const __m256i);
+                _mm256_mullo_epi32(_mm256_madd_epi16(bs, _mm256_set1_epi16(1)), mv)
+            });
+            // Lanes [a0 a1 b0 b1 | a2 a3 b2 b3] (column a = 0, b = 1; pairs 0..4), and so for c, d.
+            let (h01, h23) = (_mm256_hadd_epi32(m[0], m[1]), _mm256_hadd_epi32(m[2], m[3]));
+            let (f01, f23) = (_mm256_castsi256_ps(h01), _mm256_castsi256_ps(h23));
+            let even = _mm256_castps_si256(_mm256_shuffle_ps::<0b10_00_10_00>(f01, f23));
+            let odd = _mm256_castps_si256(_mm256_shuffle_ps::<0b11_01_11_01>(f01, f23));
+            [
+                _mm256_castsi256_si128(even),
+                _mm256_castsi256_si128(odd),
+                _mm256_extracti128_si256::<1>(even),
+                _mm256_extracti128_si256::<1>(odd),
+            ]
+        };
+        for (p, &imin) in imins.iter().enumerate() {
+            // SAFETY: a 32-byte unaligned load inside the block's 128-byte `qs`; register arithmetic.
+            let w = unsafe {
+                let raw = _mm256_loadu_si256(xb.qs.as_ptr().add(32 * p) as *const __m256i);
+                let lo = _mm256_and_si256(raw, m4);
+                let hi = _mm256_and_si256(_mm256_srli_epi16::<4>(raw), m4);
+                _mm512_inserti64x4::<1>(_mm512_castsi256_si512(lo), hi)
+            };
+            let sv = _mm512_inserti64x4::<1>(
+                _mm512_set1_epi32(sm[2 * p].0 as i32),
+                _mm256_set1_epi32(sm[2 * p + 1].0 as i32),
+            );
+            // SAFETY: 64-byte unaligned loads inside each column block's 256-byte `qs`.
+            let r: [__m256i; 4] = std::array::from_fn(|c| unsafe {
+                let y = _mm512_loadu_si512(ys[c][ib].qs.as_ptr().add(64 * p) as *const _);
+                let v = _mm512_mullo_epi32(_mm512_dpbusd_epi32(_mm512_setzero_si512(), w, y), sv);
+                _mm256_add_epi32(_mm512_castsi512_si256(v), _mm512_extracti64x4_epi64::<1>(v))
+            });
+            // [Σr0, Σr1, Σr2, Σr3]: exact i32 sums, in any order.
+            let h = _mm256_hadd_epi32(_mm256_hadd_epi32(r[0], r[1]), _mm256_hadd_epi32(r[2], r[3]));
+            let iacc = _mm_add_epi32(_mm256_castsi256_si128(h), _mm256_extracti128_si256::<1>(h));
+            acc = _mm_fmadd_ps(_mm_cvtepi32_ps(iacc), dd, acc);
+            acc_min = _mm_fmadd_ps(_mm_cvtepi32_ps(imin), ddmin, acc_min);
         }
     }
-    std::array::from_fn(|c| acc[c] - acc_min[c])
+    let mut out = [0.0f32; 4];
+    // SAFETY: a 16-byte unaligned store into `out`.
+    unsafe { _mm_storeu_ps(out.as_mut_ptr(), _mm_sub_ps(acc, acc_min)) };
+    out
 }
 
 /// # Safety
