@@ -142,18 +142,14 @@ def metric(text, name):
     raise KeyError(name)
 
 
+def slots_model(name, path, ctx):
+    """A `[[models]]` entry of 8 slots in-process."""
+    return f'\n[[models]]\nname = "{name}"\npath = "{path}"\nparallel = 8\nctx = {ctx}\n'
+
+
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
-    s = Server(
-        tmp_path_factory.mktemp("openai"),
-        f"""
-[[models]]
-name = "smol"
-path = "{MODEL}"
-parallel = 8
-ctx = 512
-""",
-    )
+    s = Server(tmp_path_factory.mktemp("openai"), slots_model("smol", MODEL, 512))
     yield s
     s.stop()
 
@@ -452,16 +448,7 @@ def big_server(tmp_path_factory):
                             "--seed", "1", "-o", BIG_MODEL + ".part"], capture_output=True, timeout=600)
         assert r.returncode == 0, r.stderr.decode()[-2000:]
         os.replace(BIG_MODEL + ".part", BIG_MODEL)
-    s = Server(
-        tmp_path_factory.mktemp("openai-1b"),
-        f"""
-[[models]]
-name = "llama-1b"
-path = "{BIG_MODEL}"
-parallel = 8
-ctx = 1024
-""",
-    )
+    s = Server(tmp_path_factory.mktemp("openai-1b"), slots_model("llama-1b", BIG_MODEL, 1024))
     yield s
     s.stop()
 
