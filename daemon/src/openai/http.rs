@@ -269,11 +269,13 @@ struct Prepared {
     ready_at: Instant,
 }
 
-/// Checks the common fields and finds the model (waiting while it loads: at start, or because this
-/// request is the first to a model loaded on request).
-async fn prepare(svc: &Service, c: Common) -> OaiResult<Prepared> {
-    let name = c.model.ok_or_else(|| OaiError::bad("`model` is required", Some("model")))?;
-    let model = svc.model(&name).cloned().ok_or_else(|| {
+/// The model `name`, once it is ready (waiting while it loads: at start, or because this request
+/// is the first to a model loaded on request), with when it became ready for this request.
+async fn ready_model(
+    svc: &Service,
+    name: &str,
+) -> OaiResult<(Arc<crate::openai::ModelHandle>, Arc<crate::openai::engine::Loaded>, Instant)> {
+    let model = svc.model(name).cloned().ok_or_else(|| {
         OaiError::new(
             StatusCode::NOT_FOUND,
             "invalid_request_error",
@@ -312,6 +314,14 @@ async fn prepare(svc: &Service, c: Common) -> OaiResult<Prepared> {
             ))
         }
     };
+    Ok((model, loaded, ready_at))
+}
+
+/// Checks the common fields and finds the model (waiting while it loads: at start, or because this
+/// request is the first to a model loaded on request).
+async fn prepare(svc: &Service, c: Common) -> OaiResult<Prepared> {
+    let name = c.model.ok_or_else(|| OaiError::bad("`model` is required", Some("model")))?;
+    let (model, loaded, ready_at) = ready_model(svc, &name).await?;
     if let Some(n) = c.n.filter(|&n| n != 1) {
         return Err(OaiError::bad(format!("n = {n}: only n = 1 is supported"), Some("n")));
     }
@@ -368,7 +378,7 @@ async fn prepare(svc: &Service, c: Common) -> OaiResult<Prepared> {
 
 /// The request's additions to the logits: `logit_bias` (checked: ids in the vocabulary, values in
 /// [-100, 100], at most 1024 entries) and, with `ignore_eos`, minus infinity on every
-/// end-of-generation token (as llama-server does), in token order.
+/// end-of-generation token (as llama-server does).
 fn logit_biases(
     bias: Option<&std::collections::HashMap<String, f32>>,
     ignore_eos: bool,
@@ -402,7 +412,6 @@ fn logit_biases(
     if ignore_eos {
         out.extend(tok.eog_tokens().map(|t| (t, f32::NEG_INFINITY)));
     }
-    out.sort_by_key(|&(id, _)| id);
     Ok(out)
 }
 
@@ -449,7 +458,10 @@ struct DetokenizeBody {
 }
 
 /// The model a tokenizer request names, or the only one declared.
-async fn tokenizer_model(svc: &Service, model: Option<String>) -> OaiResult<Prepared> {
+async fn tokenizer_model(
+    svc: &Service,
+    model: Option<String>,
+) -> OaiResult<Arc<crate::openai::engine::Loaded>> {
     let model = match (model, svc.models()) {
         (Some(m), _) => m,
         (None, [only]) => only.cfg.name.clone(),
@@ -457,22 +469,22 @@ async fn tokenizer_model(svc: &Service, model: Option<String>) -> OaiResult<Prep
             return Err(OaiError::bad("`model` is required (several models are declared)", Some("model")))
         }
     };
-    prepare(svc, Common { model: Some(model), ..Common::default() }).await
+    Ok(ready_model(svc, &model).await?.1)
 }
 
 async fn tokenize(State(svc): State<Arc<Service>>, headers: HeaderMap, body: Bytes) -> OaiResult<Response> {
     let b: TokenizeBody = parse(&headers, &body)?;
     let content = b.content.ok_or_else(|| OaiError::bad("`content` is required", Some("content")))?;
-    let p = tokenizer_model(&svc, b.model).await?;
-    let tokens = p.loaded.tok.encode(&content, b.add_special, true);
+    let loaded = tokenizer_model(&svc, b.model).await?;
+    let tokens = loaded.tok.encode(&content, b.add_special, true);
     METRICS.requests_ok.fetch_add(1, Ordering::Relaxed);
     Ok(Json(json!({"tokens": tokens})).into_response())
 }
 
 async fn detokenize(State(svc): State<Arc<Service>>, headers: HeaderMap, body: Bytes) -> OaiResult<Response> {
     let b: DetokenizeBody = parse(&headers, &body)?;
-    let p = tokenizer_model(&svc, b.model).await?;
-    let n_vocab = p.loaded.tok.n_vocab();
+    let loaded = tokenizer_model(&svc, b.model).await?;
+    let n_vocab = loaded.tok.n_vocab();
     let ids = b
         .tokens
         .unwrap_or_default()
@@ -486,7 +498,7 @@ async fn detokenize(State(svc): State<Arc<Service>>, headers: HeaderMap, body: B
             })
         })
         .collect::<OaiResult<Vec<u32>>>()?;
-    let text = String::from_utf8_lossy(&p.loaded.tok.decode(&ids, false)).into_owned();
+    let text = String::from_utf8_lossy(&loaded.tok.decode(&ids, false)).into_owned();
     METRICS.requests_ok.fetch_add(1, Ordering::Relaxed);
     Ok(Json(json!({"content": text})).into_response())
 }
