@@ -23,8 +23,8 @@
 # --gate: only these families of the gating profiles decide the exit status (default: every family);
 # the others are measured and reported. scripts/test.sh gates on the families already in ggml's order.
 #
-# --quick: one subset per kernel family (legacy and K-quant MUL_MAT, F32/F16 MUL_MAT, SOFT_MAX,
-# RMS_NORM, ROPE, GLU). Exit status: non-zero when a gating row (neon-dotprod, neon-i8mm) has a
+# --quick: one subset per kernel family (legacy and K-quant MUL_MAT, F32/F16 MUL_MAT, the grid IQ
+# types' MUL_MAT, SOFT_MAX, RMS_NORM, ROPE, GLU). Exit status: non-zero when a gating row (neon-dotprod, neon-i8mm) has a
 # failing case. Prints a summary table per profile and family at the end.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -82,6 +82,7 @@ if [ "$quick" = 1 ]; then
         "legacy:mul_mat/q4_0/|mul_mat/q4_1/|mul_mat/q5_0/|mul_mat/q5_1/|mul_mat/q8_0/"
         "float:mul_mat/f32/|mul_mat/f16/"
         "kquants:mul_mat/q4_k/|mul_mat/q6_k/"
+        "grid:mul_mat/iq2_xxs/|mul_mat/iq2_xs/|mul_mat/iq2_s/|mul_mat/iq3_xxs/|mul_mat/iq3_s/|mul_mat/iq1_s/|mul_mat/iq1_m/|mul_mat/tq1_0/|mul_mat/tq2_0/"
         "soft_max:soft_max/"
         "rms_norm:rms_norm"
         "rope:rope/"
@@ -92,6 +93,7 @@ else
         "legacy:mul_mat/q4_0/|mul_mat/q4_1/|mul_mat/q5_0/|mul_mat/q5_1/|mul_mat/q8_0/|mul_mat/iq4_nl/|mul_mat/mxfp4/"
         "float:mul_mat/f32/|mul_mat/f16/|mul_mat/bf16/"
         "kquants:mul_mat/q2_k/|mul_mat/q3_k/|mul_mat/q4_k/|mul_mat/q5_k/|mul_mat/q6_k/|mul_mat/iq4_xs/"
+        "grid:mul_mat/iq2_xxs/|mul_mat/iq2_xs/|mul_mat/iq2_s/|mul_mat/iq3_xxs/|mul_mat/iq3_s/|mul_mat/iq1_s/|mul_mat/iq1_m/|mul_mat/tq1_0/|mul_mat/tq2_0/"
         "mul_mat_id:mul_mat_id/"
         "soft_max:soft_max/"
         "rms_norm:rms_norm|norm/"

@@ -19,10 +19,10 @@
 use std::arch::aarch64::*;
 
 use super::dot::*;
-use super::kquants::{Decoded, KBlock};
+use super::kquants::{dy, scaled, Decoded, KBlock};
 use crate::dtype::QK_K;
 use crate::quant::blocks::*;
-use crate::quant::scalar::iq::{iq1_m_d_bits, signs8};
+use crate::quant::scalar::iq::{iq1_m_d_bits, iq1_s_delta_isum, signs8};
 use crate::quant::scalar::iq_grids::{IQ1S_GRID, IQ2S_GRID, IQ2XS_GRID, IQ2XXS_GRID, IQ3S_GRID, IQ3XXS_GRID};
 
 /// IQ2_XXS.
@@ -338,6 +338,192 @@ impl KBlock for Iq1M {
     #[inline(always)]
     fn value(isc: i32, _imn: i32, x: &BlockIq1M, y: &BlockQ8K) -> f32 {
         eighths_value(isc, iq1_m_d_bits(x), y)
+    }
+}
+
+/// A grid IQ type in ggml's NEON order (the `neon-dotprod`, `neon-i8mm` and `sve` tables): the
+/// type's decoder and exact integer sums, folded into each column's running sum as ggml's
+/// `ggml_vec_dot_iq*_q8_K` does under `__ARM_NEON` (twins `quant::scalar::iq_neon`). One- and
+/// four-column kernels only: ggml has no two-row kernel for these types.
+pub(super) struct GgmlGrid<B>(std::marker::PhantomData<B>);
+
+/// ggml's NEON fold of a grid type.
+pub(super) trait GridOrder: KBlock {
+    /// The factor ggml applies to the row's sum.
+    const GGML_C: f32;
+    /// The running sum after one decoded block.
+    ///
+    /// # Safety
+    /// NEON must be enabled in the caller, and dotprod when `D` is [`Sdot`].
+    unsafe fn ggml_fold<D: Dot>(sum: f32, d: &Decoded, x: &Self::X, y: &BlockQ8K) -> f32;
+}
+
+impl<B: GridOrder> KBlock for GgmlGrid<B> {
+    type X = B::X;
+    const MINS: bool = false;
+    const PER32: bool = B::PER32;
+    const C: f32 = B::GGML_C;
+    const FOLD: bool = true;
+    #[inline(always)]
+    unsafe fn decode(x: &B::X) -> Decoded {
+        // SAFETY: forwarded contract.
+        unsafe { B::decode(x) }
+    }
+    fn value(isc: i32, imn: i32, x: &B::X, y: &BlockQ8K) -> f32 {
+        B::value(isc, imn, x, y)
+    }
+    #[inline(always)]
+    unsafe fn fold<D: Dot>(sum: f32, d: &Decoded, x: &B::X, y: &BlockQ8K) -> f32 {
+        // SAFETY: forwarded contract.
+        unsafe { B::ggml_fold::<D>(sum, d, x, y) }
+    }
+}
+
+/// IQ2_XXS and IQ3_XXS: per 32-element block the raw integer dot `p` goes in by
+/// `fma(float(p), 0.5 + s, acc)`, even blocks into one accumulator and odd ones into the other
+/// (`0.5 + s` is half the decoded scale `2s + 1`), then `fma(acc1 + acc2, d_x·d_y, sum)`.
+#[inline(always)]
+unsafe fn xxs_fold<D: Dot>(sum: f32, d: &Decoded, xd: [u8; 2], y: &BlockQ8K) -> f32 {
+    // SAFETY: forwarded contract (no closures here: they would not inherit the caller's target
+    // features).
+    unsafe {
+        let (mut a1, mut a2) = (0f32, 0f32);
+        for k in 0..4 {
+            let (j1, j2) = (2 * k, 2 * k + 1);
+            a1 = block32::<D>(d, y, j1).mul_add(d.sc[2 * j1] as f32 * 0.5, a1);
+            a2 = block32::<D>(d, y, j2).mul_add(d.sc[2 * j2] as f32 * 0.5, a2);
+        }
+        (a1 + a2).mul_add(h2f(xd) * dy(y), sum)
+    }
+}
+
+/// The raw integer dot (no scale) of 32-element block `j`, as f32.
+#[inline(always)]
+unsafe fn block32<D: Dot>(d: &Decoded, y: &BlockQ8K, j: usize) -> f32 {
+    // SAFETY: checked loads (`lds`) and register arithmetic under NEON (and dotprod for `Sdot`).
+    unsafe {
+        let acc = D::dot(vdupq_n_s32(0), d.q[2 * j], lds(&y.qs, 32 * j));
+        vaddvq_s32(D::dot(acc, d.q[2 * j + 1], lds(&y.qs, 32 * j + 16))) as f32
+    }
+}
+
+/// IQ2_XS, IQ2_S and IQ3_S: `fma(float(Σ scale·p), d_x·d_y, sum)`.
+#[inline(always)]
+unsafe fn integer_fold<B: KBlock, D: Dot>(sum: f32, d: &Decoded, xd: [u8; 2], y: &BlockQ8K) -> f32 {
+    // SAFETY: forwarded contract.
+    let isc = unsafe { vaddvq_s32(scaled::<B, D>(d, y)) };
+    (isc as f32).mul_add(h2f(xd) * dy(y), sum)
+}
+
+/// The grid part `Σ scale·g·y` of an IQ1 block whose values are `8·g + δ` (`g = (v + 4) >> 3`).
+#[inline(always)]
+unsafe fn iq1_grid_part<B: KBlock, D: Dot>(d: &Decoded, y: &BlockQ8K) -> i32 {
+    // SAFETY: register arithmetic under NEON; `v + 4` stays within −5..=13.
+    unsafe {
+        let mut g = Decoded { q: d.q, sc: d.sc, mn: d.mn };
+        for q in &mut g.q {
+            *q = vshrq_n_s8::<3>(vaddq_s8(*q, vdupq_n_s8(4)));
+        }
+        vaddvq_s32(scaled::<B, D>(&g, y))
+    }
+}
+
+/// ggml's IQ1 step: `fma(d, fma(float(Δ), 1/8, float(S)), sum)`.
+#[inline(always)]
+fn iq1_step(sum: f32, d: f32, s: i32, delta: i32) -> f32 {
+    d.mul_add((delta as f32).mul_add(0.125, s as f32), sum)
+}
+
+impl GridOrder for Iq2Xxs {
+    const GGML_C: f32 = 0.25;
+    #[inline(always)]
+    unsafe fn ggml_fold<D: Dot>(sum: f32, d: &Decoded, x: &BlockIq2Xxs, y: &BlockQ8K) -> f32 {
+        // SAFETY: forwarded contract.
+        unsafe { xxs_fold::<D>(sum, d, x.d, y) }
+    }
+}
+
+impl GridOrder for Iq3Xxs {
+    const GGML_C: f32 = 0.5;
+    #[inline(always)]
+    unsafe fn ggml_fold<D: Dot>(sum: f32, d: &Decoded, x: &BlockIq3Xxs, y: &BlockQ8K) -> f32 {
+        // SAFETY: forwarded contract.
+        unsafe { xxs_fold::<D>(sum, d, x.d, y) }
+    }
+}
+
+macro_rules! integer_order {
+    ($($t:ty, $c:expr);* $(;)?) => {$(
+        impl GridOrder for $t {
+            const GGML_C: f32 = $c;
+            #[inline(always)]
+            unsafe fn ggml_fold<D: Dot>(sum: f32, d: &Decoded, x: &Self::X, y: &BlockQ8K) -> f32 {
+                // SAFETY: forwarded contract.
+                unsafe { integer_fold::<Self, D>(sum, d, x.d, y) }
+            }
+        }
+    )*};
+}
+integer_order! {
+    Iq2Xs, 0.125;
+    Iq2S, 0.125;
+    Iq3S, 1.0;
+}
+
+impl GridOrder for Iq1S {
+    const GGML_C: f32 = 1.0;
+    /// The delta part from the activations' `bsums`, as ggml takes it.
+    #[inline(always)]
+    unsafe fn ggml_fold<D: Dot>(sum: f32, d: &Decoded, x: &BlockIq1S, y: &BlockQ8K) -> f32 {
+        // SAFETY: forwarded contract.
+        let s = unsafe { iq1_grid_part::<Self, D>(d, y) };
+        iq1_step(sum, h2f(x.d) * dy(y), s, iq1_s_delta_isum(x, y))
+    }
+}
+
+impl GridOrder for Iq1M {
+    const GGML_C: f32 = 1.0;
+    /// The delta part from the activations themselves: `Σ scale·(8g + δ)·y − 8·S`.
+    #[inline(always)]
+    unsafe fn ggml_fold<D: Dot>(sum: f32, d: &Decoded, x: &BlockIq1M, y: &BlockQ8K) -> f32 {
+        // SAFETY: forwarded contract.
+        let (isc, s) = unsafe { (vaddvq_s32(scaled::<Self, D>(d, y)), iq1_grid_part::<Self, D>(d, y)) };
+        iq1_step(sum, h2f(iq1_m_d_bits(x)) * dy(y), s, isc - 8 * s)
+    }
+}
+
+/// TQ1_0 and TQ2_0: ggml sums the digits `q ∈ {0, 1, 2}` against the activations and subtracts
+/// the Q8_K `bsums` (not the activations themselves), then `fma(float(that), d_x·d_y, sum)`. The
+/// decoded values are `q − 1`, so that integer is `Σ (q − 1)·y + Σ y − Σ bsums`.
+#[inline(always)]
+unsafe fn ternary_fold<B: KBlock, D: Dot>(sum: f32, d: &Decoded, xd: [u8; 2], y: &BlockQ8K) -> f32 {
+    // SAFETY: checked loads (`lds`) and register arithmetic under NEON (and dotprod for `Sdot`).
+    unsafe {
+        let isc = vaddvq_s32(scaled::<B, D>(d, y));
+        let mut sy = 0i32;
+        for g in 0..16 {
+            sy += vaddlvq_s8(lds(&y.qs, 16 * g)) as i32;
+        }
+        let bsums: i32 = y.bsums.iter().map(|b| i16::from_le_bytes(*b) as i32).sum();
+        ((isc + sy - bsums) as f32).mul_add(h2f(xd) * dy(y), sum)
+    }
+}
+
+impl GridOrder for Tq1_0 {
+    const GGML_C: f32 = 1.0;
+    #[inline(always)]
+    unsafe fn ggml_fold<D: Dot>(sum: f32, d: &Decoded, x: &BlockTq1_0, y: &BlockQ8K) -> f32 {
+        // SAFETY: forwarded contract.
+        unsafe { ternary_fold::<Self, D>(sum, d, x.d, y) }
+    }
+}
+
+impl GridOrder for Tq2_0 {
+    const GGML_C: f32 = 1.0;
+    #[inline(always)]
+    unsafe fn ggml_fold<D: Dot>(sum: f32, d: &Decoded, x: &BlockTq2_0, y: &BlockQ8K) -> f32 {
+        // SAFETY: forwarded contract.
+        unsafe { ternary_fold::<Self, D>(sum, d, x.d, y) }
     }
 }
 

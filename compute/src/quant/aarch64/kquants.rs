@@ -56,6 +56,24 @@ pub(super) trait KBlock {
     fn step(sum: f32, isc: i32, imn: i32, x: &Self::X, y: &BlockQ8K) -> f32 {
         sum + Self::value(isc, imn, x, y)
     }
+    /// Whether the format folds a decoded block into the running sum by its own [`KBlock::fold`]
+    /// (ggml's NEON order of the grid IQ types needs more than the block's one integer sum); the
+    /// one- and four-column loops then call it per column.
+    const FOLD: bool = false;
+    /// The running sum after one decoded block `d` of `x` against `y`: by default the exact
+    /// `isc` and `imn` folded in by [`KBlock::step`].
+    ///
+    /// # Safety
+    /// NEON must be enabled in the caller, and dotprod when `D` is [`Sdot`].
+    #[inline(always)]
+    unsafe fn fold<D: Dot>(sum: f32, d: &Decoded, x: &Self::X, y: &BlockQ8K) -> f32
+    where
+        Self: Sized,
+    {
+        // SAFETY: forwarded contract.
+        let isc = unsafe { vaddvq_s32(scaled::<Self, D>(d, y)) };
+        Self::step(sum, isc, mins::<Self>(d, y), x, y)
+    }
 }
 
 /// A K-quant in ggml's NEON order (the `neon-dotprod` / `neon-i8mm` tables): the same decoder and
@@ -184,13 +202,13 @@ fn bsum(b: &BlockQ8K, g: usize) -> i32 {
 }
 
 #[inline(always)]
-fn dy(b: &BlockQ8K) -> f32 {
+pub(super) fn dy(b: &BlockQ8K) -> f32 {
     f32::from_le_bytes(b.d)
 }
 
 /// `Σ min·bsum` of one column.
 #[inline(always)]
-fn mins<B: KBlock>(d: &Decoded, y: &BlockQ8K) -> i32 {
+pub(super) fn mins<B: KBlock>(d: &Decoded, y: &BlockQ8K) -> i32 {
     if B::MINS {
         (0..16).map(|g| d.mn[g] * bsum(y, g)).sum()
     } else {
@@ -200,7 +218,7 @@ fn mins<B: KBlock>(d: &Decoded, y: &BlockQ8K) -> i32 {
 
 /// The scaled lane sums `Σ_g scale_g · (q_g · y_g)` of one column (exact in every lane).
 #[inline(always)]
-unsafe fn scaled<B: KBlock, D: Dot>(d: &Decoded, y: &BlockQ8K) -> int32x4_t {
+pub(super) unsafe fn scaled<B: KBlock, D: Dot>(d: &Decoded, y: &BlockQ8K) -> int32x4_t {
     // SAFETY: in-bounds loads (checked in `lds`) and register arithmetic under NEON.
     unsafe {
         let mut acc = vdupq_n_s32(0);
@@ -227,8 +245,7 @@ unsafe fn dot1<B: KBlock, D: Dot>(xs: &[B::X], ys: &[BlockQ8K]) -> f32 {
         let mut sum = 0.0f32;
         for (bx, by) in xs.iter().zip(ys) {
             let d = B::decode(bx);
-            let isc = vaddvq_s32(scaled::<B, D>(&d, by));
-            sum = B::step(sum, isc, mins::<B>(&d, by), bx, by);
+            sum = B::fold::<D>(sum, &d, bx, by);
         }
         B::C * sum
     }
@@ -242,6 +259,12 @@ unsafe fn dot4<B: KBlock, D: Dot>(xs: &[B::X], ys: [&[BlockQ8K]; 4]) -> [f32; 4]
         let mut sum = [0.0f32; 4];
         for (i, bx) in xs.iter().enumerate() {
             let d = B::decode(bx);
+            if B::FOLD {
+                for c in 0..4 {
+                    sum[c] = B::fold::<D>(sum[c], &d, bx, &ys[c][i]);
+                }
+                continue;
+            }
             // A loop, not a closure: closures do not inherit the caller's target features.
             let mut p = [vdupq_n_s32(0); 4];
             for c in 0..4 {
@@ -372,7 +395,8 @@ pub(super) fn two_row<B: KBlock>() -> VecDot2x2Fn {
 
 /// The kernels of `B` for the level (`dotprod`, `i8mm` as detected by the caller).
 pub(super) fn set<B: KBlock>(dotprod: bool, i8mm: bool) -> (VecDotFn, VecDotX4Fn, Option<VecDot2x2Fn>) {
-    let two = i8mm.then_some(vec_dot_2x2_i8mm::<B> as VecDot2x2Fn);
+    // The 2×2 tile folds by `step`, so a format with its own fold has no two-row kernel.
+    let two = (i8mm && !B::FOLD).then_some(vec_dot_2x2_i8mm::<B> as VecDot2x2Fn);
     if dotprod {
         (vec_dot_sdot::<B>, vec_dot_x4_sdot::<B>, two)
     } else {

@@ -11,7 +11,7 @@
 //! |---|---|---|---|---|---|
 //! | Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, IQ4_NL, MXFP4 | NEON, sdot | NEON, sdot | smmla | NEON | Q8_0 |
 //! | Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_XS | NEON, sdot | NEON, sdot | smmla (ggml order: Q4_K, Q6_K only) | NEON | — |
-//! | IQ2_XXS, IQ2_XS, IQ2_S, IQ3_XXS, IQ3_S, IQ1_S, IQ1_M, TQ1_0, TQ2_0 | NEON, sdot | NEON, sdot | smmla | — (scalar) | — |
+//! | IQ2_XXS, IQ2_XS, IQ2_S, IQ3_XXS, IQ3_S, IQ1_S, IQ1_M, TQ1_0, TQ2_0 | NEON, sdot | NEON, sdot | smmla (own order only) | — (scalar) | — |
 //! | Q8_1, Q8_K (activations) | — | — | — | — | NEON |
 //! | F32, F16, BF16 | NEON (fma) | — | — | F16, BF16 | F16, BF16 |
 //!
@@ -24,7 +24,8 @@
 //! so that they give the bits of llama.cpp built for armv8.2-a+dotprod; likewise the K-quants and
 //! IQ4_XS (`kquants::Ggml`: ggml's float step per super-block), the F32/F16 dots and, at the dotprod
 //! level, llamafile's float GEMM ([`ggml_float`]); BF16 takes the scalar reference (ggml has no NEON
-//! BF16 dot). Still in our own order: the grid IQ types. At the i8mm level the two-row kernels of
+//! BF16 dot), and the grid IQ types, TQ1_0 and TQ2_0 (`iq::GgmlGrid`: ggml's per-type fold of each super-block,
+//! twins in `quant::scalar::iq_neon`; one-row only, as in ggml). At the i8mm level the two-row kernels of
 //! Q4_0, Q4_1, Q8_0, Q4_K and Q6_K are ggml's `smmla` ones (`ggml::two_row`, `kquants::GgmlMmla`),
 //! which ggml's mul_mat runs for every output exactly when the row and column counts are both even
 //! (matmul plans by that rule); the other K-quants have none.
@@ -141,6 +142,27 @@ fn install_ggml_order(k: &mut Kernels, level: Level) {
         Q5_K => kquants::Q5K,
         Q6_K => kquants::Q6K,
         IQ4_XS => kquants::Iq4Xs,
+    }
+    // The grid IQ types, TQ1_0 and TQ2_0: ggml's NEON one-row fold per type (no two-row kernel in
+    // ggml).
+    macro_rules! ggml_grid {
+        ($($t:ident => $b:ty),* $(,)?) => {$(
+            let (dot, x4, _) = kquants::set::<iq::GgmlGrid<$b>>(true, false);
+            k.set_vec_dot($t, dot);
+            k.set_vec_dot_x4($t, x4);
+            k.clear_vec_dot_2x2($t);
+        )*};
+    }
+    ggml_grid! {
+        IQ2_XXS => iq::Iq2Xxs,
+        IQ2_XS => iq::Iq2Xs,
+        IQ2_S => iq::Iq2S,
+        IQ3_XXS => iq::Iq3Xxs,
+        IQ3_S => iq::Iq3S,
+        IQ1_S => iq::Iq1S,
+        IQ1_M => iq::Iq1M,
+        TQ1_0 => iq::Tq1_0,
+        TQ2_0 => iq::Tq2_0,
     }
     if level >= Level::I8mm {
         k.set_vec_dot_2x2(Q4_K, kquants::two_row::<kquants::GgmlMmla<kquants::Q4K>>());

@@ -313,6 +313,26 @@ pub fn block_isum(dec: &Decoded, q8: &[i8; QK_K]) -> i32 {
     sum
 }
 
+/// The grid value `g` and the delta `δ` of an IQ1 code `8·g + δ`.
+pub(crate) fn iq1_split(v: i8) -> (i32, i32) {
+    let g = (v as i32 + 4).div_euclid(8);
+    (g, v as i32 - 8 * g)
+}
+
+/// The delta part of an IQ1_S super-block against Q8_K, as ggml forms it from the activations'
+/// `bsums`: `Σ_ib scale_ib·δ_ib·(bsum_2ib + bsum_2ib+1)` (δ = ±1, the sign bit of `qh[ib]`).
+pub(crate) fn iq1_s_delta_isum(b: &BlockIq1S, y: &BlockQ8K) -> i32 {
+    let bsum = |g: usize| i16::from_le_bytes(y.bsums[g]) as i32;
+    (0..8)
+        .map(|ib| {
+            let h = u16le(&b.qh[2 * ib..]) as i32;
+            let ls = 2 * ((h >> 12) & 7) + 1;
+            let delta = if h & 0x8000 != 0 { -1 } else { 1 };
+            (bsum(2 * ib) + bsum(2 * ib + 1)) * delta * ls
+        })
+        .sum()
+}
+
 /// One grid type: how its blocks decode and scale.
 pub struct IqSpec<B> {
     /// The decoder.
@@ -403,6 +423,15 @@ iq_type!(TQ1_0_SPEC, tq1_0_to_f32, vec_dot_tq1_0_q8_k, BlockTq1_0, decode_tq1_0,
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn iq1_codes_split_into_grid_and_delta() {
+        for g in -1..=1 {
+            for delta in [-1, 1] {
+                assert_eq!(iq1_split((8 * g + delta) as i8), (g, delta));
+            }
+        }
+    }
 
     #[test]
     fn signed8_negates_exactly_the_marked_bytes() {

@@ -30,19 +30,20 @@
 //! `r = (d_x·C)·float(s1)` and `acc = fma(r, d_y, acc)` super-block after super-block.
 
 use super::iq::{
-    block_isum, decode_iq1_m, decode_iq1_s, iq1_m_d, Decoded, IqSpec, IQ1_M_SPEC, IQ1_S_SPEC, IQ2_S_SPEC,
-    IQ2_XS_SPEC, IQ2_XXS_SPEC, IQ3_S_SPEC, IQ3_XXS_SPEC, TQ1_0_SPEC, TQ2_0_SPEC,
+    block_isum, decode_iq1_m, decode_iq1_s, iq1_m_d, iq1_s_delta_isum, iq1_split, Decoded, IqSpec,
+    IQ1_M_SPEC, IQ1_S_SPEC, IQ2_S_SPEC, IQ2_XS_SPEC, IQ2_XXS_SPEC, IQ3_S_SPEC, IQ3_XXS_SPEC, TQ1_0_SPEC,
+    TQ2_0_SPEC,
 };
 use super::kquants_x86::hsum8;
 use crate::dtype::QK_K;
 use crate::quant::blocks::*;
 
-fn q8k_d(b: &BlockQ8K) -> f32 {
+pub(super) fn q8k_d(b: &BlockQ8K) -> f32 {
     f32::from_le_bytes(b.d)
 }
 
 /// The super-blocks of `x` and `y`, checked.
-fn pairs<'a, B: bytemuck::Pod>(
+pub(super) fn pairs<'a, B: bytemuck::Pod>(
     n: usize,
     x: &'a [u8],
     y: &'a [u8],
@@ -67,12 +68,6 @@ fn fma8(acc: &mut [f32; 8], d: f32, v: [i32; 8]) {
     for (a, v) in acc.iter_mut().zip(v) {
         *a = d.mul_add(v as f32, *a);
     }
-}
-
-/// The grid value `g` and the delta `δ` of an IQ1 code `8·g + δ`.
-fn iq1_split(v: i8) -> (i32, i32) {
-    let g = (v as i32 + 4).div_euclid(8);
-    (g, v as i32 - 8 * g)
 }
 
 /// The one-row order of the types without a separate delta: lanes, `fma(d_x·d_y)`, `C·hsum`.
@@ -149,15 +144,7 @@ pub fn vec_dot_iq1_s_q8_k_x86(n: usize, x: &[u8], y: &[u8]) -> f32 {
     for (bx, by) in pairs::<BlockIq1S>(n, x, y) {
         let dec = decode_iq1_s(bx);
         let l = lanes(|e| iq1_split(dec.v[e]).0, &dec.scale, &by.qs);
-        let bsum = |g: usize| i16::from_le_bytes(by.bsums[g]) as i32;
-        let sumi1: i32 = (0..8)
-            .map(|ib| {
-                let h = u16::from_le_bytes([bx.qh[2 * ib], bx.qh[2 * ib + 1]]) as i32;
-                let ls = 2 * ((h >> 12) & 7) + 1;
-                let delta = if h & 0x8000 != 0 { -1 } else { 1 };
-                (bsum(2 * ib) + bsum(2 * ib + 1)) * delta * ls
-            })
-            .sum();
+        let sumi1 = iq1_s_delta_isum(bx, by);
         let d = q8k_d(by) * f16le(bx.d);
         fma8(&mut acc, d, l);
         acc1 = d.mul_add(sumi1 as f32, acc1);
@@ -185,18 +172,4 @@ pub fn vec_dot_iq1_m_q8_k_x86(n: usize, x: &[u8], y: &[u8]) -> f32 {
 /// IQ1_M · Q8_K in ggml's tiled order (8 or more activation rows).
 pub fn vec_dot_iq1_m_q8_k_tiled_x86(n: usize, x: &[u8], y: &[u8]) -> f32 {
     tiled(&IQ1_M_SPEC, n, x, y)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn iq1_codes_split_into_grid_and_delta() {
-        for g in -1..=1 {
-            for delta in [-1, 1] {
-                assert_eq!(iq1_split((8 * g + delta) as i8), (g, delta));
-            }
-        }
-    }
 }

@@ -11,6 +11,7 @@ pub mod extra_x86;
 pub mod float;
 pub mod iq;
 pub(crate) mod iq_grids;
+pub mod iq_neon;
 pub mod iq_x86;
 pub mod kquantize;
 pub mod kquants;

@@ -59,6 +59,16 @@ pub(crate) fn twin_table(isa: Isa) -> Kernels {
         k.set_vec_dot(Q5_K, no::vec_dot_q5_k_q8_k_neon);
         k.set_vec_dot(Q6_K, no::vec_dot_q6_k_q8_k_neon);
         k.set_vec_dot(IQ4_XS, no::vec_dot_iq4_xs_q8_k_neon);
+        use crate::quant::scalar::iq_neon as gn;
+        k.set_vec_dot(IQ2_XXS, gn::vec_dot_iq2_xxs_q8_k_neon);
+        k.set_vec_dot(IQ2_XS, gn::vec_dot_iq2_xs_q8_k_neon);
+        k.set_vec_dot(IQ2_S, gn::vec_dot_iq2_s_q8_k_neon);
+        k.set_vec_dot(IQ3_XXS, gn::vec_dot_iq3_xxs_q8_k_neon);
+        k.set_vec_dot(IQ3_S, gn::vec_dot_iq3_s_q8_k_neon);
+        k.set_vec_dot(IQ1_S, gn::vec_dot_iq1_s_q8_k_neon);
+        k.set_vec_dot(IQ1_M, gn::vec_dot_iq1_m_q8_k_neon);
+        k.set_vec_dot(TQ1_0, gn::vec_dot_tq1_0_q8_k_neon);
+        k.set_vec_dot(TQ2_0, gn::vec_dot_tq2_0_q8_k_neon);
         use crate::quant::scalar::neon_float as nf;
         k.set_vec_dot(F32, nf::vec_dot_f32_f32_neon);
         k.set_vec_dot(F16, nf::vec_dot_f16_f16_neon);
