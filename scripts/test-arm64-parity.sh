@@ -11,7 +11,7 @@
 #   max, SVE 256  sve                sve          (armv8.6-a+dotprod+fp16+sve+i8mm; the SVE build's
 #                                                 orders llamad reproduces: F32/F16, SOFT_MAX/GLU,
 #                                                 Q4_0/Q8_0/Q2_K one-row, Q4_K/Q6_K two-row, ROPE;
-#                                                 this row reports, it does not gate)
+#                                                 the rest is the NEON build's code there)
 #
 #   scripts/test-arm64-parity.sh [--quick] [--profiles "neon-dotprod neon-i8mm sve"] [--gate "legacy ..."]
 #                                [--cpu QEMU_CPU] [--families "kquants float"]
@@ -24,8 +24,9 @@
 # the others are measured and reported. scripts/test.sh gates on the families already in ggml's order.
 #
 # --quick: one subset per kernel family (legacy and K-quant MUL_MAT, F32/F16 MUL_MAT, the grid IQ
-# types' MUL_MAT, SOFT_MAX, RMS_NORM, ROPE, GLU). Exit status: non-zero when a gating row (neon-dotprod, neon-i8mm) has a
-# failing case. Prints a summary table per profile and family at the end.
+# and TQ types' MUL_MAT, SOFT_MAX, RMS_NORM, ROPE, GLU). Exit status: non-zero when a gated family
+# (--gate; default every family) of any profile has a failing case. Prints a summary table per
+# profile and family at the end.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 root=$PWD
@@ -111,7 +112,7 @@ for p in $profiles; do
     case "$p" in
         neon-dotprod) cpu=neoverse-n1; gate=1 ;;
         neon-i8mm) cpu=max; gate=1 ;;
-        sve) cpu=max,sve-default-vector-length=32; gate=0 ;;
+        sve) cpu=max,sve-default-vector-length=32; gate=1 ;;
         *) echo "unknown profile $p" >&2; exit 2 ;;
     esac
     [ -n "$cpu_override" ] && cpu=$cpu_override

@@ -44,14 +44,17 @@ if [ "${LLAMAD_ARM64:-1}" != 0 ] && [ "$(uname -m)" = x86_64 ]; then
     # (scripts/test-arm64.sh installs Debian's cross toolchain on first use). LLAMAD_ARM64=0 skips.
     echo "== aarch64 kernel tests (qemu)"
     scripts/test-arm64.sh --lib
-    # llamad for aarch64 against llama.cpp's own ggml-rpc-server cross-built for armv8.2-a+dotprod
-    # (tests/peer/build-peer-aarch64.sh, cached outside the checkout), both under qemu -cpu
-    # neoverse-n1: the op differential tests per kernel family, every quick family gated (legacy
-    # quants, F32/F16 MUL_MAT, K-quants, SOFT_MAX, RMS_NORM, ROPE, GLU are in ggml's NEON order; GLU's
-    # GEGLU_ERF uses llamad's own erf and is held to its error bound only). The full run:
+    # llamad for aarch64 against llama.cpp's own ggml-rpc-server cross-built per profile
+    # (tests/peer/build-peer-aarch64.sh, cached outside the checkout), both under qemu: armv8.2-a+dotprod
+    # on -cpu neoverse-n1, armv8.6-a+i8mm on -cpu max, and the SVE build on -cpu max with 256-bit SVE
+    # (Graviton 3's width; this qemu has no neoverse-v1 model). The op differential tests per kernel
+    # family, every quick family gated on every profile (legacy quants, F32/F16 MUL_MAT, K-quants, the
+    # grid IQ and TQ types, SOFT_MAX, RMS_NORM, ROPE, GLU are in ggml's order; GLU's GEGLU_ERF uses
+    # llamad's own erf and is held to its error bound only). The full run:
     # scripts/test-arm64-parity.sh (all profiles and families).
     echo "== aarch64 parity with llama.cpp (qemu, quick)"
-    scripts/test-arm64-parity.sh --quick --profiles neon-dotprod --gate "legacy float kquants soft_max rms_norm rope glu"
+    scripts/test-arm64-parity.sh --quick --profiles "neon-dotprod neon-i8mm sve" \
+        --gate "legacy float kquants grid soft_max rms_norm rope glu"
 fi
 
 # The OpenAI-compatible API (tests/openai): the official `openai` client from PyPI, in a venv this
