@@ -63,6 +63,9 @@ def main() -> int:
     )
     load_s = time.perf_counter() - t0
     eos = llm.token_eos()
+    # Generation ends on any end-of-generation token (EOS, EOT, <|im_end|>, ...), as llama-cli and
+    # llama-server stop, not on EOS alone.
+    vocab = llama_cpp.llama_model_get_vocab(llm.model)
     if args.get("logits_dir"):
         # Logits at every prompt position, one .npy per prompt (for closeness checks).
         import numpy as np
@@ -86,7 +89,7 @@ def main() -> int:
             if t_first is None:
                 t_first = time.perf_counter()
             out.append(int(tok))
-            if tok == eos or len(out) >= args["n_tokens"]:
+            if llama_cpp.llama_vocab_is_eog(vocab, tok) or len(out) >= args["n_tokens"]:
                 break
         t_end = time.perf_counter()
         perf = llama_cpp.llama_perf_context(llm._ctx.ctx)
