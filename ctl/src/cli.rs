@@ -61,7 +61,7 @@ pub struct RunArgs {
     /// Numerics profile of the in-process kernels: reproduce llama.cpp built for avx2, avx512,
     /// neon-dotprod, neon-i8mm or sve, or `portable` (fastest, own summation orders) [default:
     /// $LLAMAD_NUMERICS, else this CPU's]. In-process, the weights llama.cpp's own CPU would repack
-    /// (x86: Q4_0, IQ4_NL and Q4_K so far) follow its local, repacked order, as llama.cpp run locally;
+    /// (x86: Q4_0, IQ4_NL, MXFP4 and Q4_K so far) follow its local, repacked order, as llama.cpp run locally;
     /// workers (llamad) keep its RPC server's order and choose their own with their --numerics.
     #[arg(long, value_name = "PROFILE", value_parser = ["avx2", "avx512", "neon-dotprod", "neon-i8mm", "sve", "portable"])]
     pub numerics: Option<String>,
@@ -251,7 +251,7 @@ pub struct BenchArgs {
     /// Numerics profile of the in-process kernels: reproduce llama.cpp built for avx2, avx512,
     /// neon-dotprod, neon-i8mm or sve, or `portable` (fastest, own summation orders) [default:
     /// $LLAMAD_NUMERICS, else this CPU's]. In-process, the weights llama.cpp's own CPU would repack
-    /// (x86: Q4_0, IQ4_NL and Q4_K so far) follow its local, repacked order, as llama.cpp run locally;
+    /// (x86: Q4_0, IQ4_NL, MXFP4 and Q4_K so far) follow its local, repacked order, as llama.cpp run locally;
     /// workers (llamad) keep its RPC server's order and choose their own with their --numerics.
     #[arg(long, value_name = "PROFILE", value_parser = ["avx2", "avx512", "neon-dotprod", "neon-i8mm", "sve", "portable"])]
     pub numerics: Option<String>,

@@ -38,7 +38,7 @@ struct Cli {
     /// neon-dotprod, neon-i8mm or sve, or `portable` (fastest, own summation orders) [default:
     /// $LLAMAD_NUMERICS, else this CPU's, as ggml's CPU-variant loader picks]. As an RPC server
     /// llamad keeps the order of llama.cpp's RPC server; its in-process models follow llama.cpp's
-    /// local, repacked order for the weights llama.cpp's own CPU would repack (x86: Q4_0, IQ4_NL, Q4_K).
+    /// local, repacked order for the weights llama.cpp's own CPU would repack (x86: Q4_0, IQ4_NL, MXFP4, Q4_K).
     #[arg(long, global = true, value_name = "PROFILE")]
     numerics: Option<String>,
     /// NUMA placement of the compute threads and memory on multi-node servers: `distribute`

@@ -16,7 +16,8 @@
 //!   compile-time flag: the native build, not the AVX2 one). The token embedding is read by
 //!   GET_ROWS, which the repack buffer does not support, so it (and an output tied to it) stays in
 //!   a plain buffer.
-//! * Q4_0 and IQ4_NL (`gemv`/`gemm_q4_b32_8x8_q8_0_lut_avx`, both builds): activations quantized
+//! * Q4_0, IQ4_NL and MXFP4 (`gemv`/`gemm_q4_b32_8x8_q8_0_lut_avx`, one template, both builds; MXFP4
+//!   with its E2M1 table and the E8M0 exponent as an f32 half-scale): activations quantized
 //!   to Q8_0 with `d = amax / 127`, `id = 127 / amax`, round to nearest even (`quantize_mat_q8_0_4x8`
 //!   for each group of four activation rows, `quantize_row_q8_0` for the rest: the same values);
 //!   per output, block after block, `acc = fma(f32(isum), f32(d_w) · f32(d_a), acc)` from 0, with
@@ -34,10 +35,11 @@
 //!   `ne11 % 4` activation rows of each plane, so every row of a generation step) takes one float
 //!   step per super-block (`j` over its 8 sub-blocks), the `gemm` (the groups of four rows, in its
 //!   256- and 512-bit forms alike) one per pair of sub-blocks (`j ∈ {2p, 2p + 1}`).
-//! * MXFP4 and Q2_K: not reproduced yet; in-process products of those keep the RPC server's order,
-//!   as do MUL_MAT_ID's expert tensors (llama.cpp repacks those too, read by `gemv` only).
+//! * Q2_K (native AVX-512 build only): not reproduced yet; in-process products of it keep the RPC
+//!   server's order, as do MUL_MAT_ID's expert tensors (llama.cpp repacks those too, read by `gemv`
+//!   only).
 //!
-//! For Q4_0 and IQ4_NL the order is exactly that of the packed panels ([`super::panel`]: `fma(f32(off + Σ w·y),
+//! For Q4_0, IQ4_NL and MXFP4 the order is exactly that of the packed panels ([`super::panel`]: `fma(f32(off + Σ w·y),
 //! sx · sy, acc)`, no min term for these types), so the panels serve it for many activation rows;
 //! for generation, [`dot_reference`] defines the same order over interleaved weights
 //! ([`super::interleave`]) and prepared rows, and the x86 AVX-512 kernel equals it bit for bit.
@@ -47,7 +49,8 @@
 //! ref: ggml-compute-semantics.md §2.2 (block layouts), §2.3 (Q8_0 activations).
 
 use super::blocks::{
-    f16le, take_blocks, BlockIq4Nl, BlockQ4K, BlockQ4_0, BlockQ8K, BlockQ8_0, KVALUES_IQ4NL, QK,
+    e8m0_half, f16le, take_blocks, BlockIq4Nl, BlockMxfp4, BlockQ4K, BlockQ4_0, BlockQ8K, BlockQ8_0,
+    KVALUES_IQ4NL, KVALUES_MXFP4, QK,
 };
 use super::interleave::{self, InterleavedDotFn, ROWS};
 use super::panel::PanelKernels;
@@ -89,7 +92,7 @@ pub fn repacks(numerics: Numerics, l: &Layout, id: bool) -> bool {
     typed && dims_ok && l.ne[1].is_multiple_of(8)
 }
 
-/// The signed weights of a block of `t` (Q4_0: nibble − 8; IQ4_NL: the table value) and its scale.
+/// The signed weights of a block of `t` (Q4_0: nibble − 8; IQ4_NL, MXFP4: the table value) and its scale.
 fn signed_block(t: GgmlType, raw: &[u8]) -> ([i32; QK], f32) {
     let nib = |qs: &[u8; 16], e: usize| if e < 16 { qs[e] & 0xF } else { qs[e - 16] >> 4 };
     match t {
@@ -101,11 +104,15 @@ fn signed_block(t: GgmlType, raw: &[u8]) -> ([i32; QK], f32) {
             let b = &take_blocks::<BlockIq4Nl>(raw, 1)[0];
             (std::array::from_fn(|e| KVALUES_IQ4NL[nib(&b.qs, e) as usize] as i32), f16le(b.d))
         }
+        GgmlType::MXFP4 => {
+            let b = &take_blocks::<BlockMxfp4>(raw, 1)[0];
+            (std::array::from_fn(|e| KVALUES_MXFP4[nib(&b.qs, e) as usize] as i32), e8m0_half(b.e))
+        }
         other => panic!("local order: {other} is not modelled"),
     }
 }
 
-/// ggml's repacked product of one weight row of `k` elements of `t` (Q4_0 or IQ4_NL against a
+/// ggml's repacked product of one weight row of `k` elements of `t` (Q4_0, IQ4_NL or MXFP4 against a
 /// Q8_0 row, Q4_K against a Q8_K row; `gemm`: Q4_K's grouping of the four-row kernel, else its
 /// `gemv`'s), as the module docs state it: the model the kernels are tested against.
 pub fn model(t: GgmlType, k: usize, x: &[u8], y: &[u8], gemm: bool) -> f32 {

@@ -16,12 +16,12 @@
 //! `acc = fma(f32(off + Σ w·y), sx[r] · sy, acc)` and, with a min term, `acc = fma(mx[r], ty, acc)`.
 //! [`run_reference`] is that definition; the SIMD kernels equal it bit for bit (tested). It is not
 //! ggml's AVX2 summation order, so the panel kernels are only installed where no bit-exact ggml
-//! parity is promised (the `portable` numerics profile on the AVX-512 set, for Q4_0, Q5_0, Q8_0, Q4_K, Q5_K, Q6_K, IQ4_NL, IQ4_XS (values
+//! parity is promised (the `portable` numerics profile on the AVX-512 set, for Q4_0, Q5_0, Q8_0, Q4_K, Q5_K, Q6_K, IQ4_NL, MXFP4, IQ4_XS (values
 //! `v + 128`), the grid IQ types
 //! and TQ1_0/TQ2_0, whose blocks are decoded by `scalar::iq` into values `v + 64` with a scale
 //! per 16 elements); against the
-//! one-column `vec_dot` they agree to float rounding (tested against an f64 reference). For Q4_0
-//! and IQ4_NL this order is also llama.cpp's repacked (CPU_REPACK) order, so the panels serve the
+//! one-column `vec_dot` they agree to float rounding (tested against an f64 reference). For Q4_0,
+//! IQ4_NL and MXFP4 this order is also llama.cpp's repacked (CPU_REPACK) order, so the panels serve the
 //! in-process products of those weights under every profile (see [`super::local`]).
 //! The packers here are the scalar definitions; the AVX-512 set replaces the Q4_0 weight packer
 //! (a register transpose) and the Q8_0 column packer with SIMD twins that write the same bytes
@@ -102,6 +102,7 @@ pub fn packers(t: GgmlType) -> Option<(PanelFormat, PackRowsFn, PackColFn)> {
         GgmlType::Q5_K => (PanelFormat { sub: 32, min: true }, pack_rows_q5_k, pack_col_q8_k_32),
         GgmlType::Q6_K => (PanelFormat { sub: 16, min: false }, pack_rows_q6_k, pack_col_q8_k_16::<32>),
         GgmlType::IQ4_NL => (legacy, pack_rows_iq4_nl, pack_col_q8_0::<128>),
+        GgmlType::MXFP4 => (legacy, pack_rows_mxfp4, pack_col_q8_0::<128>),
         GgmlType::IQ4_XS => (legacy, pack_rows_iq4_xs, pack_col_q8_k_32_biased::<128>),
         GgmlType::IQ2_XXS => (GRID, pack_rows_iq2_xxs, pack_col_q8_k_16::<GRID_BIAS>),
         GgmlType::IQ2_XS => (GRID, pack_rows_iq2_xs, pack_col_q8_k_16::<GRID_BIAS>),
@@ -241,6 +242,15 @@ fn pack_rows_iq4_nl(k: usize, rows: &[&[u8]; PANEL_ROWS], out: &mut [u8]) {
     pack_rows_legacy::<BlockIq4Nl>(k, rows, out, |b| {
         let q = nibbles(&b.qs);
         (std::array::from_fn(|e| (KVALUES_IQ4NL[q[e] as usize] as i16 + 128) as u8), f16le(b.d))
+    });
+}
+
+/// MXFP4: the doubled E2M1 values `KVALUES_MXFP4[nibble]` (−12..=12) stored as `v + 128`, the
+/// block's E8M0 exponent as its f32 half-scale (as ggml's `vec_dot` and repacked kernels take it).
+fn pack_rows_mxfp4(k: usize, rows: &[&[u8]; PANEL_ROWS], out: &mut [u8]) {
+    pack_rows_legacy::<BlockMxfp4>(k, rows, out, |b| {
+        let q = nibbles(&b.qs);
+        (std::array::from_fn(|e| (KVALUES_MXFP4[q[e] as usize] as i16 + 128) as u8), e8m0_half(b.e))
     });
 }
 

@@ -1,6 +1,6 @@
 //! llama.cpp's local (repacked) order (`quant::local`): the panels (scalar and SIMD) and the
 //! interleaved product (scalar twin and SIMD) equal the scalar model of ggml's repacked Q4_0 /
-//! IQ4_NL product bit for bit, for every count of activation columns; so do Q4_K's one-row dots
+//! IQ4_NL / MXFP4 product bit for bit, for every count of activation columns; so do Q4_K's one-row dots
 //! (scalar twin and SIMD); the repack rule; and the ggml profiles keep the local kernels while
 //! dropping the panels.
 
@@ -14,7 +14,7 @@ use crate::quant::prepared;
 use crate::quant::scalar::q8_0_from_f32_x86;
 use crate::tensor::Layout;
 
-const TYPES: [GgmlType; 2] = [GgmlType::Q4_0, GgmlType::IQ4_NL];
+const TYPES: [GgmlType; 3] = [GgmlType::Q4_0, GgmlType::IQ4_NL, GgmlType::MXFP4];
 
 /// 16 weight rows: random codes at several scales, extreme codes, zero codes.
 fn weight_rows(r: &mut StdRng, t: GgmlType, nb: usize) -> Vec<Vec<u8>> {
@@ -240,7 +240,7 @@ fn ggml_profiles_keep_the_local_kernels() {
     }
     for n in [Numerics::Avx2, Numerics::Avx512, Numerics::Portable] {
         let k = Kernels::build_for(Isa::Avx512, n);
-        for t in [GgmlType::Q4_0, GgmlType::IQ4_NL, GgmlType::Q4_K] {
+        for t in [GgmlType::Q4_0, GgmlType::IQ4_NL, GgmlType::MXFP4, GgmlType::Q4_K] {
             assert!(k.get(t).local.is_some(), "{} {t}: no local kernels", n.name());
         }
         assert!(k.get(GgmlType::Q4_0).local.unwrap().interleaved.is_some(), "{}", n.name());

@@ -1,5 +1,5 @@
 //! llama.cpp's local (repacked) order on AVX-512 VNNI (see `quant::local`): the packed panels of
-//! Q4_0 and IQ4_NL, whose order is that one, kept for in-process runs under every profile, and the
+//! Q4_0, IQ4_NL and MXFP4, whose order is that one, kept for in-process runs under every profile, and the
 //! interleaved Q4_0 product for generation in that order: per block column, the eight four-element
 //! weight groups of 16 rows are multiplied into ONE integer accumulator that starts from the
 //! block's total activation offset, so it holds the block's exact sum for 16 rows, then one
@@ -20,7 +20,7 @@ use crate::quant::local::LocalKernels;
 use crate::quant::scalar::k4_scales;
 
 /// Installs the local-order kernels: Q4_K's dot on AVX2 (its four-row form with AVX-512 VNNI),
-/// and with AVX-512 F/BW/VNNI those of Q4_0 and IQ4_NL from the panels `panel::install` put in `k`
+/// and with AVX-512 F/BW/VNNI those of Q4_0, IQ4_NL and MXFP4 from the panels `panel::install` put in `k`
 /// (call it after that).
 pub fn install(k: &mut Kernels) {
     if !super::avx2_available() {
@@ -40,9 +40,11 @@ pub fn install(k: &mut Kernels) {
     if !avx512 {
         return;
     }
-    for (t, interleaved) in
-        [(GgmlType::Q4_0, Some(dot_q4_0 as interleave::InterleavedDotFn)), (GgmlType::IQ4_NL, None)]
-    {
+    for (t, interleaved) in [
+        (GgmlType::Q4_0, Some(dot_q4_0 as interleave::InterleavedDotFn)),
+        (GgmlType::IQ4_NL, None),
+        (GgmlType::MXFP4, None),
+    ] {
         if let Some(panel) = k.get(t).panel {
             k.set_local(t, LocalKernels { panel: Some(panel), interleaved, vec_dot: None, gemm_x4: None });
         }

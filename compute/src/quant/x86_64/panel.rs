@@ -24,8 +24,8 @@ pub fn install(k: &mut Kernels) {
     }
     use GgmlType::*;
     let types = [
-        Q4_0, Q5_0, Q8_0, Q4_K, Q5_K, Q6_K, IQ4_NL, IQ4_XS, IQ2_XXS, IQ2_XS, IQ2_S, IQ3_XXS, IQ3_S, IQ1_S,
-        IQ1_M, TQ1_0, TQ2_0,
+        Q4_0, Q5_0, Q8_0, Q4_K, Q5_K, Q6_K, IQ4_NL, MXFP4, IQ4_XS, IQ2_XXS, IQ2_XS, IQ2_S, IQ3_XXS, IQ3_S,
+        IQ1_S, IQ1_M, TQ1_0, TQ2_0,
     ];
     for t in types {
         k.set_panel(t, run);
@@ -35,6 +35,7 @@ pub fn install(k: &mut Kernels) {
     k.set_panel_pack_col(GgmlType::Q5_0, pack_col_q8_0::<16>);
     k.set_panel_pack_col(GgmlType::Q8_0, pack_col_q8_0::<128>);
     k.set_panel_pack_col(GgmlType::IQ4_NL, pack_col_q8_0::<128>);
+    k.set_panel_pack_col(GgmlType::MXFP4, pack_col_q8_0::<128>);
 }
 
 /// Packs a Q8_0 activation row into a column for weights stored as `q + BIAS`, byte for byte as
