@@ -80,7 +80,7 @@ echo "== building the host op differential test" >&2
 
 if [ "$quick" = 1 ]; then
     families=(
-        "legacy:mul_mat/q4_0/|mul_mat/q4_1/|mul_mat/q5_0/|mul_mat/q5_1/|mul_mat/q8_0/"
+        "legacy:mul_mat/q4_0/|mul_mat/q4_1/|mul_mat/q5_0/|mul_mat/q5_1/|mul_mat/q8_0/|mul_mat/q1_0/|mul_mat/q2_0/|mul_mat/nvfp4/"
         "float:mul_mat/f32/|mul_mat/f16/"
         "kquants:mul_mat/q4_k/|mul_mat/q6_k/"
         "grid:mul_mat/iq2_xxs/|mul_mat/iq2_xs/|mul_mat/iq2_s/|mul_mat/iq3_xxs/|mul_mat/iq3_s/|mul_mat/iq1_s/|mul_mat/iq1_m/|mul_mat/tq1_0/|mul_mat/tq2_0/"
@@ -91,7 +91,7 @@ if [ "$quick" = 1 ]; then
     )
 else
     families=(
-        "legacy:mul_mat/q4_0/|mul_mat/q4_1/|mul_mat/q5_0/|mul_mat/q5_1/|mul_mat/q8_0/|mul_mat/iq4_nl/|mul_mat/mxfp4/"
+        "legacy:mul_mat/q4_0/|mul_mat/q4_1/|mul_mat/q5_0/|mul_mat/q5_1/|mul_mat/q8_0/|mul_mat/iq4_nl/|mul_mat/mxfp4/|mul_mat/q1_0/|mul_mat/q2_0/|mul_mat/nvfp4/"
         "float:mul_mat/f32/|mul_mat/f16/|mul_mat/bf16/"
         "kquants:mul_mat/q2_k/|mul_mat/q3_k/|mul_mat/q4_k/|mul_mat/q5_k/|mul_mat/q6_k/|mul_mat/iq4_xs/"
         "grid:mul_mat/iq2_xxs/|mul_mat/iq2_xs/|mul_mat/iq2_s/|mul_mat/iq3_xxs/|mul_mat/iq3_s/|mul_mat/iq1_s/|mul_mat/iq1_m/|mul_mat/tq1_0/|mul_mat/tq2_0/"

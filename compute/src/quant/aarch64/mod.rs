@@ -25,7 +25,8 @@
 //! IQ4_XS (`kquants::Ggml`: ggml's float step per super-block), the F32/F16 dots and, at the dotprod
 //! level, llamafile's float GEMM ([`ggml_float`]); BF16 takes the scalar reference (ggml has no NEON
 //! BF16 dot), and the grid IQ types, TQ1_0 and TQ2_0 (`iq::GgmlGrid`: ggml's per-type fold of each super-block,
-//! twins in `quant::scalar::iq_neon`; one-row only, as in ggml). At the i8mm level the two-row kernels of
+//! twins in `quant::scalar::iq_neon`; one-row only, as in ggml); Q1_0, Q2_0 and NVFP4 take ggml's NEON lane
+//! order as scalar code (`quant::scalar::extra_neon`). At the i8mm level the two-row kernels of
 //! Q4_0, Q4_1, Q8_0, Q4_K and Q6_K are ggml's `smmla` ones (`ggml::two_row`, `kquants::GgmlMmla`),
 //! which ggml's mul_mat runs for every output exactly when the row and column counts are both even
 //! (matmul plans by that rule); the other K-quants have none.
@@ -163,6 +164,14 @@ fn install_ggml_order(k: &mut Kernels, level: Level) {
         IQ1_M => iq::Iq1M,
         TQ1_0 => iq::Tq1_0,
         TQ2_0 => iq::Tq2_0,
+    }
+    // Q1_0, Q2_0 and NVFP4: ggml's NEON lane order, as scalar code (these had no NEON kernel; the
+    // twins are the kernels).
+    {
+        use crate::quant::scalar::extra_neon as en;
+        k.set_vec_dot(Q1_0, en::vec_dot_q1_0_q8_0_neon);
+        k.set_vec_dot(Q2_0, en::vec_dot_q2_0_q8_0_neon);
+        k.set_vec_dot(NVFP4, en::vec_dot_nvfp4_q8_0_neon);
     }
     if level >= Level::I8mm {
         k.set_vec_dot_2x2(Q4_K, kquants::two_row::<kquants::GgmlMmla<kquants::Q4K>>());

@@ -9,17 +9,17 @@ use crate::dtype::QK_K;
 use crate::quant::blocks::*;
 
 /// Q1_0 signs (±1) in element order.
-fn q1_0_values(b: &BlockQ1_0) -> [i8; 128] {
+pub(crate) fn q1_0_values(b: &BlockQ1_0) -> [i8; 128] {
     std::array::from_fn(|j| if (b.qs[j / 8] >> (j % 8)) & 1 != 0 { 1 } else { -1 })
 }
 
 /// Q2_0 values (q-1, in -1..=2) in element order.
-fn q2_0_values(b: &BlockQ2_0) -> [i8; 64] {
+pub(crate) fn q2_0_values(b: &BlockQ2_0) -> [i8; 64] {
     std::array::from_fn(|j| ((b.qs[j / 4] >> (2 * (j % 4))) & 3) as i8 - 1)
 }
 
 /// NVFP4 doubled E2M1 values in element order.
-fn nvfp4_values(b: &BlockNvfp4) -> [i8; 64] {
+pub(crate) fn nvfp4_values(b: &BlockNvfp4) -> [i8; 64] {
     std::array::from_fn(|e| {
         let (s, j) = (e / 16, e % 16);
         let byte = b.qs[s * 8 + (j % 8)];

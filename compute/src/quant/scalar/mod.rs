@@ -7,6 +7,7 @@
 
 pub mod bf16_x86;
 pub mod extra;
+pub mod extra_neon;
 pub mod extra_x86;
 pub mod float;
 pub mod iq;
