@@ -126,44 +126,33 @@ fn install_ggml_order(k: &mut Kernels, level: Level) {
     }
     k.set_from_f32(Q8_0, ggml::q8_0_from_f32);
     k.set_from_f32(Q8_1, ggml::q8_1_from_f32);
-    // The K-quants and IQ4_XS: ggml's NEON one-row order; with i8mm ggml's two-row `smmla` kernels of
-    // Q4_K and Q6_K (the others have none, so no two-row kernel).
-    macro_rules! ggml_kquants {
+    // The K-quants and IQ4_XS (ggml's float step per super-block), the grid IQ types, TQ1_0 and
+    // TQ2_0 (ggml's NEON fold per type): one-row kernels only; with i8mm ggml has two-row `smmla`
+    // kernels for Q4_K and Q6_K alone (installed below), none for the others.
+    macro_rules! ggml_one_row {
         ($($t:ident => $b:ty),* $(,)?) => {$(
-            let (dot, x4, _) = kquants::set::<kquants::Ggml<$b>>(true, false);
+            let (dot, x4, _) = kquants::set::<$b>(true, false);
             k.set_vec_dot($t, dot);
             k.set_vec_dot_x4($t, x4);
             k.clear_vec_dot_2x2($t);
         )*};
     }
-    ggml_kquants! {
-        Q2_K => kquants::Q2K,
-        Q3_K => kquants::Q3K,
-        Q4_K => kquants::Q4K,
-        Q5_K => kquants::Q5K,
-        Q6_K => kquants::Q6K,
-        IQ4_XS => kquants::Iq4Xs,
-    }
-    // The grid IQ types, TQ1_0 and TQ2_0: ggml's NEON one-row fold per type (no two-row kernel in
-    // ggml).
-    macro_rules! ggml_grid {
-        ($($t:ident => $b:ty),* $(,)?) => {$(
-            let (dot, x4, _) = kquants::set::<iq::GgmlGrid<$b>>(true, false);
-            k.set_vec_dot($t, dot);
-            k.set_vec_dot_x4($t, x4);
-            k.clear_vec_dot_2x2($t);
-        )*};
-    }
-    ggml_grid! {
-        IQ2_XXS => iq::Iq2Xxs,
-        IQ2_XS => iq::Iq2Xs,
-        IQ2_S => iq::Iq2S,
-        IQ3_XXS => iq::Iq3Xxs,
-        IQ3_S => iq::Iq3S,
-        IQ1_S => iq::Iq1S,
-        IQ1_M => iq::Iq1M,
-        TQ1_0 => iq::Tq1_0,
-        TQ2_0 => iq::Tq2_0,
+    ggml_one_row! {
+        Q2_K => kquants::Ggml<kquants::Q2K>,
+        Q3_K => kquants::Ggml<kquants::Q3K>,
+        Q4_K => kquants::Ggml<kquants::Q4K>,
+        Q5_K => kquants::Ggml<kquants::Q5K>,
+        Q6_K => kquants::Ggml<kquants::Q6K>,
+        IQ4_XS => kquants::Ggml<kquants::Iq4Xs>,
+        IQ2_XXS => iq::GgmlGrid<iq::Iq2Xxs>,
+        IQ2_XS => iq::GgmlGrid<iq::Iq2Xs>,
+        IQ2_S => iq::GgmlGrid<iq::Iq2S>,
+        IQ3_XXS => iq::GgmlGrid<iq::Iq3Xxs>,
+        IQ3_S => iq::GgmlGrid<iq::Iq3S>,
+        IQ1_S => iq::GgmlGrid<iq::Iq1S>,
+        IQ1_M => iq::GgmlGrid<iq::Iq1M>,
+        TQ1_0 => iq::GgmlGrid<iq::Tq1_0>,
+        TQ2_0 => iq::GgmlGrid<iq::Tq2_0>,
     }
     // Q1_0, Q2_0 and NVFP4: ggml's NEON lane order, as scalar code (these had no NEON kernel; the
     // twins are the kernels).

@@ -15,18 +15,9 @@
 //!   block holding the sub-block); the result `(a0 + a1) + (a2 + a3)`.
 
 use super::extra::{nvfp4_values, q1_0_values, q2_0_values};
+use super::extra_x86::check;
 use super::neon_order::hadd;
 use crate::quant::blocks::*;
-
-fn check(n: usize, qk: usize, x: &[u8], xb: usize, y: &[u8]) -> usize {
-    assert_eq!(n % qk, 0, "vec_dot: n = {n} is not a whole number of blocks");
-    let nb = n / qk;
-    assert!(
-        x.len() >= nb * xb && y.len() >= n / QK * std::mem::size_of::<BlockQ8_0>(),
-        "vec_dot: rows too short"
-    );
-    nb
-}
 
 /// The four `sdot` lanes of 32 weights `w` against one Q8_0 block.
 fn sdot_lanes(w: &[i8], y: &[i8; QK]) -> [i32; 4] {
@@ -93,65 +84,29 @@ mod tests {
     use super::*;
     use crate::dtype::GgmlType;
     use crate::quant::scalar;
+    use crate::quant::tests::assert_model_is_another_order;
     use rand::{Rng, SeedableRng};
 
-    type Dot = fn(usize, &[u8], &[u8]) -> f32;
-    type ToF32 = fn(&[u8], &mut [f32]);
-    type FromF32 = fn(&[f32], &mut [u8]);
-
-    /// Each model is the dot product of the dequantized operands (f64, within f32 rounding of
-    /// `Σ|x·y|`) and over many rows not the reference's order (the last bit differs somewhere).
+    /// Each model is the dot product of the dequantized operands and, over many rows, not the
+    /// reference's order (`quant::tests::assert_model_is_another_order`).
     #[test]
     fn models_are_the_dot_in_ggmls_neon_order() {
         use GgmlType::*;
-        let cases: [(GgmlType, Dot, Dot, ToF32, FromF32); 3] = [
-            (
-                Q1_0,
-                vec_dot_q1_0_q8_0_neon,
-                scalar::vec_dot_q1_0_q8_0,
-                scalar::q1_0_to_f32,
-                scalar::q1_0_from_f32,
-            ),
-            (
-                Q2_0,
-                vec_dot_q2_0_q8_0_neon,
-                scalar::vec_dot_q2_0_q8_0,
-                scalar::q2_0_to_f32,
-                scalar::q2_0_from_f32,
-            ),
-            (
-                NVFP4,
-                vec_dot_nvfp4_q8_0_neon,
-                scalar::vec_dot_nvfp4_q8_0,
-                scalar::nvfp4_to_f32,
-                scalar::nvfp4_from_f32,
-            ),
+        type FromF32 = fn(&[f32], &mut [u8]);
+        let cases: [(GgmlType, crate::quant::VecDotFn, FromF32); 3] = [
+            (Q1_0, vec_dot_q1_0_q8_0_neon, scalar::q1_0_from_f32),
+            (Q2_0, vec_dot_q2_0_q8_0_neon, scalar::q2_0_from_f32),
+            (NVFP4, vec_dot_nvfp4_q8_0_neon, scalar::nvfp4_from_f32),
         ];
         let mut r = rand::rngs::StdRng::seed_from_u64(2502);
-        for (t, model, reference, to_f32, from_f32) in cases {
+        for (t, model, from_f32) in cases {
             let n = 512;
-            let mut differ = 0;
-            for row in 0..64 {
+            assert_model_is_another_order(t, n, model, &mut r, |r| {
                 let w: Vec<f32> = (0..n).map(|_| r.random_range(-1.0f32..1.0)).collect();
                 let mut x = vec![0u8; n / t.blck_size() * t.type_size()];
                 from_f32(&w, &mut x);
-                let a: Vec<f32> = (0..n).map(|_| r.random_range(-2.0f32..2.0)).collect();
-                let mut y = vec![0u8; n / QK * std::mem::size_of::<BlockQ8_0>()];
-                scalar::q8_0_from_f32(&a, &mut y);
-                let (mut xf, mut yf) = (vec![0f32; n], vec![0f32; n]);
-                to_f32(&x, &mut xf);
-                scalar::q8_0_to_f32(&y, &mut yf);
-                let exact: f64 = xf.iter().zip(&yf).map(|(&a, &b)| a as f64 * b as f64).sum();
-                let scale: f64 = xf.iter().zip(&yf).map(|(&a, &b)| (a as f64 * b as f64).abs()).sum();
-                let m = model(n, &x, &y);
-                assert!(
-                    (m as f64 - exact).abs() <= 1e-5 * scale,
-                    "{t} row {row}: model {m} vs exact {exact}"
-                );
-                differ += usize::from(m.to_bits() != reference(n, &x, &y).to_bits());
-            }
-            eprintln!("{t}: {differ} of 64 rows differ from the reference order");
-            assert!(differ > 0, "{t}: the NEON model never differs from the reference order");
+                x
+            });
         }
     }
 

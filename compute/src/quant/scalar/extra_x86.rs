@@ -20,7 +20,9 @@
 use super::kquants_x86::hsum8;
 use crate::quant::blocks::*;
 
-fn check(n: usize, qk: usize, x: &[u8], xb: usize, y: &[u8]) -> usize {
+/// The block count of `n` elements in blocks of `qk`, with the rows' lengths checked (`xb` bytes per
+/// weight block, Q8_0 activations).
+pub(super) fn check(n: usize, qk: usize, x: &[u8], xb: usize, y: &[u8]) -> usize {
     assert_eq!(n % qk, 0, "vec_dot: n = {n} is not a whole number of blocks");
     let nb = n / qk;
     assert!(

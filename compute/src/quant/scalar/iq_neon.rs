@@ -170,24 +170,21 @@ mod tests {
     use crate::dtype::GgmlType;
     use crate::quant::scalar;
     use crate::quant::testing::random_grid_blocks;
+    use crate::quant::tests::assert_model_is_another_order;
     use rand::{Rng, SeedableRng};
 
-    type Dot = fn(usize, &[u8], &[u8]) -> f32;
-    type ToF32 = fn(&[u8], &mut [f32]);
-
-    fn models() -> [(GgmlType, Dot, Dot, ToF32); 9] {
-        use scalar::*;
+    fn models() -> [(GgmlType, crate::quant::VecDotFn); 9] {
         use GgmlType::*;
         [
-            (IQ2_XXS, vec_dot_iq2_xxs_q8_k_neon, vec_dot_iq2_xxs_q8_k, iq2_xxs_to_f32),
-            (IQ2_XS, vec_dot_iq2_xs_q8_k_neon, vec_dot_iq2_xs_q8_k, iq2_xs_to_f32),
-            (IQ2_S, vec_dot_iq2_s_q8_k_neon, vec_dot_iq2_s_q8_k, iq2_s_to_f32),
-            (IQ3_XXS, vec_dot_iq3_xxs_q8_k_neon, vec_dot_iq3_xxs_q8_k, iq3_xxs_to_f32),
-            (IQ3_S, vec_dot_iq3_s_q8_k_neon, vec_dot_iq3_s_q8_k, iq3_s_to_f32),
-            (IQ1_S, vec_dot_iq1_s_q8_k_neon, vec_dot_iq1_s_q8_k, iq1_s_to_f32),
-            (IQ1_M, vec_dot_iq1_m_q8_k_neon, vec_dot_iq1_m_q8_k, iq1_m_to_f32),
-            (TQ1_0, vec_dot_tq1_0_q8_k_neon, vec_dot_tq1_0_q8_k, tq1_0_to_f32),
-            (TQ2_0, vec_dot_tq2_0_q8_k_neon, vec_dot_tq2_0_q8_k, tq2_0_to_f32),
+            (IQ2_XXS, vec_dot_iq2_xxs_q8_k_neon),
+            (IQ2_XS, vec_dot_iq2_xs_q8_k_neon),
+            (IQ2_S, vec_dot_iq2_s_q8_k_neon),
+            (IQ3_XXS, vec_dot_iq3_xxs_q8_k_neon),
+            (IQ3_S, vec_dot_iq3_s_q8_k_neon),
+            (IQ1_S, vec_dot_iq1_s_q8_k_neon),
+            (IQ1_M, vec_dot_iq1_m_q8_k_neon),
+            (TQ1_0, vec_dot_tq1_0_q8_k_neon),
+            (TQ2_0, vec_dot_tq2_0_q8_k_neon),
         ]
     }
 
@@ -202,37 +199,16 @@ mod tests {
         q
     }
 
-    /// Each model is the same dot product as the dequantized weights against the dequantized
-    /// activations (in f64, within f32 rounding of `Σ|x·y|`), and over many rows not the
-    /// reference's order: the last bit differs somewhere, so the bitwise tests of the NEON kernels
-    /// against these models test the order.
+    /// Each model is the dot product of the dequantized operands and, over many rows, not the
+    /// reference's order (`quant::tests::assert_model_is_another_order`).
     #[test]
     fn models_are_the_reference_dot_in_another_order() {
         let mut r = rand::rngs::StdRng::seed_from_u64(2501);
-        for (t, model, reference, to_f32) in models() {
+        for (t, model) in models() {
             let nb = 4;
-            let n = nb * QK_K;
-            let mut differ = 0;
-            for row in 0..64 {
-                let x =
-                    random_grid_blocks(t, nb, 1.0, r.random()).unwrap_or_else(|| ternary_row(&mut r, t, nb));
-                let a: Vec<f32> = (0..n).map(|_| r.random_range(-2.0f32..2.0)).collect();
-                let mut y = vec![0u8; nb * std::mem::size_of::<BlockQ8K>()];
-                scalar::q8_k_from_f32(&a, &mut y);
-                let (mut xf, mut yf) = (vec![0f32; n], vec![0f32; n]);
-                to_f32(&x, &mut xf);
-                scalar::q8_k_to_f32(&y, &mut yf);
-                let exact: f64 = xf.iter().zip(&yf).map(|(&a, &b)| a as f64 * b as f64).sum();
-                let scale: f64 = xf.iter().zip(&yf).map(|(&a, &b)| (a as f64 * b as f64).abs()).sum();
-                let m = model(n, &x, &y);
-                assert!(
-                    (m as f64 - exact).abs() <= 1e-5 * scale,
-                    "{t} row {row}: model {m} vs exact {exact}"
-                );
-                differ += usize::from(m.to_bits() != reference(n, &x, &y).to_bits());
-            }
-            eprintln!("{t}: {differ} of 64 rows differ from the reference order");
-            assert!(differ > 0, "{t}: the NEON model never differs from the reference order");
+            assert_model_is_another_order(t, nb * QK_K, model, &mut r, |r| {
+                random_grid_blocks(t, nb, 1.0, r.random()).unwrap_or_else(|| ternary_row(r, t, nb))
+            });
         }
     }
 

@@ -88,6 +88,37 @@ pub(crate) fn twin_table(isa: Isa) -> Kernels {
 }
 
 /// A seeded RNG.
+/// Checks a scalar model of another build's `vec_dot` order for `t` on 64 rows of `n` elements
+/// (weights from `weights`, random activations quantized by the reference): every result is the
+/// dot of the dequantized operands (f64, within f32 rounding of `Σ|x·y|`), and at least one differs
+/// in its bits from the reference kernel's, so bitwise tests against the model test the order.
+pub(crate) fn assert_model_is_another_order(
+    t: GgmlType,
+    n: usize,
+    model: crate::quant::VecDotFn,
+    r: &mut StdRng,
+    mut weights: impl FnMut(&mut StdRng) -> Vec<u8>,
+) {
+    let s = scalar_table();
+    let (reference, vt) = (s.get(t).vec_dot.unwrap(), s.get(t).vec_dot_type);
+    let mut differ = 0;
+    for row in 0..64 {
+        let x = weights(r);
+        let a: Vec<f32> = (0..n).map(|_| r.random_range(-2.0f32..2.0)).collect();
+        let y = quantize(&s, vt, &a);
+        let (xf, yf) = (dequantize(&s, t, &x, n), dequantize(&s, vt, &y, n));
+        let (exact, scale) = xf.iter().zip(&yf).fold((0.0f64, 0.0f64), |(e, m), (&a, &b)| {
+            let p = a as f64 * b as f64;
+            (e + p, m + p.abs())
+        });
+        let m = model(n, &x, &y);
+        assert!((m as f64 - exact).abs() <= 1e-5 * scale, "{t} row {row}: model {m} vs exact {exact}");
+        differ += usize::from(m.to_bits() != reference(n, &x, &y).to_bits());
+    }
+    eprintln!("{t}: {differ} of 64 rows differ from the reference order");
+    assert!(differ > 0, "{t}: the model never differs from the reference order");
+}
+
 pub(crate) fn rng(seed: u64) -> StdRng {
     StdRng::seed_from_u64(seed)
 }
