@@ -69,6 +69,10 @@ pub(crate) fn twin_table(isa: Isa) -> Kernels {
         k.set_vec_dot(IQ1_M, gn::vec_dot_iq1_m_q8_k_neon);
         k.set_vec_dot(TQ1_0, gn::vec_dot_tq1_0_q8_k_neon);
         k.set_vec_dot(TQ2_0, gn::vec_dot_tq2_0_q8_k_neon);
+        use crate::quant::scalar::extra_neon as en;
+        k.set_vec_dot(Q1_0, en::vec_dot_q1_0_q8_0_neon);
+        k.set_vec_dot(Q2_0, en::vec_dot_q2_0_q8_0_neon);
+        k.set_vec_dot(NVFP4, en::vec_dot_nvfp4_q8_0_neon);
         use crate::quant::scalar::neon_float as nf;
         k.set_vec_dot(F32, nf::vec_dot_f32_f32_neon);
         k.set_vec_dot(F16, nf::vec_dot_f16_f16_neon);

@@ -552,7 +552,8 @@ fn gemm_bitwise_equals_vec_dot() {
 }
 
 /// The grid IQ types, TQ1_0 and TQ2_0: every kernel set's `vec_dot` (and its four-column and 2×2
-/// kernels where it has them: the NEON sets) equals the scalar one bit for bit (the SIMD part is the
+/// kernels where it has them: the NEON sets) equals its twin bit for bit (the scalar one; from NEON
+/// dotprod up ggml's NEON order, `scalar::iq_neon`) (the SIMD part is the
 /// exact integer sum), on random blocks, on blocks with every scale and sign bit set, and against
 /// activations of ±127 (the largest products the integer paths meet). On aarch64 this covers the
 /// neon, neon-dotprod and neon-i8mm sets the CPU runs; `tests::neon` adds non-finite scales.
@@ -605,7 +606,9 @@ fn grid_type_dots_equal_the_scalar_kernel_bitwise() {
                     activations(&mut r, n).iter().take(2).map(|y| quantize(&s, GgmlType::Q8_K, y)).collect();
                 let extreme: Vec<f32> = (0..n).map(|i| if i % 3 == 0 { -1.0 } else { 1.0 }).collect();
                 acts.push(quantize(&s, GgmlType::Q8_K, &extreme));
-                let want = |x: &[u8], y: &[u8]| (s.get(t).vec_dot.unwrap())(n, x, y);
+                // The twin: the scalar kernel, or from NEON dotprod up ggml's NEON order.
+                let tw = super::twin_table(isa);
+                let want = |x: &[u8], y: &[u8]| (tw.get(t).vec_dot.unwrap())(n, x, y);
                 let e = k.get(t);
                 for x in &rows {
                     for y in &acts {
