@@ -493,28 +493,15 @@ impl GridOrder for Iq1M {
 }
 
 /// TQ1_0 and TQ2_0: ggml sums the digits `q ∈ {0, 1, 2}` against the activations and subtracts
-/// the Q8_K `bsums` (not the activations themselves), then `fma(float(that), d_x·d_y, sum)`. The
-/// decoded values are `q − 1`, so that integer is `Σ (q − 1)·y + Σ y − Σ bsums`.
-#[inline(always)]
-unsafe fn ternary_fold<B: KBlock, D: Dot>(sum: f32, d: &Decoded, xd: [u8; 2], y: &BlockQ8K) -> f32 {
-    // SAFETY: checked loads (`lds`) and register arithmetic under NEON (and dotprod for `Sdot`).
-    unsafe {
-        let isc = vaddvq_s32(scaled::<B, D>(d, y));
-        let mut sy = 0i32;
-        for g in 0..16 {
-            sy += vaddlvq_s8(lds(&y.qs, 16 * g)) as i32;
-        }
-        let bsums: i32 = y.bsums.iter().map(|b| i16::from_le_bytes(*b) as i32).sum();
-        ((isc + sy - bsums) as f32).mul_add(h2f(xd) * dy(y), sum)
-    }
-}
-
+/// the Q8_K `bsums`, then `fma(float(that), d_x·d_y, sum)`. The `bsums` of every Q8_K row llamad
+/// forms are the exact sums of its quants, so that integer is the decoded `Σ (q − 1)·y` and the fold
+/// is [`integer_fold`]'s (the twin, `quant::scalar::iq_neon`, keeps ggml's `bsums` form).
 impl GridOrder for Tq1_0 {
     const GGML_C: f32 = 1.0;
     #[inline(always)]
     unsafe fn ggml_fold<D: Dot>(sum: f32, d: &Decoded, x: &BlockTq1_0, y: &BlockQ8K) -> f32 {
         // SAFETY: forwarded contract.
-        unsafe { ternary_fold::<Self, D>(sum, d, x.d, y) }
+        unsafe { integer_fold::<Self, D>(sum, d, x.d, y) }
     }
 }
 
@@ -523,7 +510,7 @@ impl GridOrder for Tq2_0 {
     #[inline(always)]
     unsafe fn ggml_fold<D: Dot>(sum: f32, d: &Decoded, x: &BlockTq2_0, y: &BlockQ8K) -> f32 {
         // SAFETY: forwarded contract.
-        unsafe { ternary_fold::<Self, D>(sum, d, x.d, y) }
+        unsafe { integer_fold::<Self, D>(sum, d, x.d, y) }
     }
 }
 

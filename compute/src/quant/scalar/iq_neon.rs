@@ -26,8 +26,8 @@
 //! super-block's `d_x·d_y·float(Σ scale·p)` unfused, so they differ in the last bit now and then.
 
 use super::iq::{
-    block_isum, decode_iq1_m, decode_iq1_s, decode_iq2_s, decode_iq2_xs, decode_iq2_xxs, decode_iq3_s,
-    decode_iq3_xxs, iq1_m_d, iq1_s_delta_isum, iq1_split, Decoded,
+    block_isum, decode_iq1_m, decode_iq1_s, decode_iq2_xxs, decode_iq3_xxs, iq1_m_d, iq1_s_delta_isum,
+    iq1_split, Decoded, IqSpec, IQ2_S_SPEC, IQ2_XS_SPEC, IQ3_S_SPEC,
 };
 use super::iq_x86::{pairs, q8k_d};
 use crate::dtype::QK_K;
@@ -63,20 +63,14 @@ fn xxs<B: bytemuck::Pod + super::iq::HasD>(
     c * sum
 }
 
-/// The integer order: `fma(float(Σ scale·p), d, sum)` per super-block; `c·sum` at the end.
-fn integer<B: bytemuck::Pod + super::iq::HasD>(
-    decode: fn(&B) -> Decoded,
-    c: f32,
-    n: usize,
-    x: &[u8],
-    y: &[u8],
-) -> f32 {
+/// The integer order: `fma(float(Σ scale·p), d, sum)` per super-block; `C·sum` at the end (the
+/// types' own `C`, as `spec` has it).
+fn integer<B: bytemuck::Pod>(spec: &IqSpec<B>, n: usize, x: &[u8], y: &[u8]) -> f32 {
     let mut sum = 0f32;
     for (bx, by) in pairs::<B>(n, x, y) {
-        let d = super::iq::d_f16(bx) * q8k_d(by);
-        sum = (block_isum(&decode(bx), &by.qs) as f32).mul_add(d, sum);
+        sum = (block_isum(&(spec.decode)(bx), &by.qs) as f32).mul_add((spec.d)(bx) * q8k_d(by), sum);
     }
-    c * sum
+    spec.c * sum
 }
 
 /// `Σ scale·w(e)·y(e)` over a super-block, `w` a function of the decoded value.
@@ -101,17 +95,17 @@ pub fn vec_dot_iq3_xxs_q8_k_neon(n: usize, x: &[u8], y: &[u8]) -> f32 {
 
 /// IQ2_XS · Q8_K in ggml's NEON order.
 pub fn vec_dot_iq2_xs_q8_k_neon(n: usize, x: &[u8], y: &[u8]) -> f32 {
-    integer::<BlockIq2Xs>(decode_iq2_xs, 0.125, n, x, y)
+    integer(&IQ2_XS_SPEC, n, x, y)
 }
 
 /// IQ2_S · Q8_K in ggml's NEON order.
 pub fn vec_dot_iq2_s_q8_k_neon(n: usize, x: &[u8], y: &[u8]) -> f32 {
-    integer::<BlockIq2S>(decode_iq2_s, 0.125, n, x, y)
+    integer(&IQ2_S_SPEC, n, x, y)
 }
 
 /// IQ3_S · Q8_K in ggml's NEON order.
 pub fn vec_dot_iq3_s_q8_k_neon(n: usize, x: &[u8], y: &[u8]) -> f32 {
-    integer::<BlockIq3S>(decode_iq3_s, 1.0, n, x, y)
+    integer(&IQ3_S_SPEC, n, x, y)
 }
 
 /// IQ1_S · Q8_K in ggml's NEON order.
